@@ -1,0 +1,137 @@
+//! Checks and conversions for single values, shared by the file, the environment and flags.
+//! Each returns the message for a problem, without its location.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use super::units::parse_duration;
+use super::{StartingStatus, UpstreamConfig, Url};
+
+/// `["vllm:", "lmcache:"]`: the engine's own families, and LMCache's when it runs in-process.
+pub(super) fn default_keep() -> Vec<String> {
+    vec!["vllm:".to_owned(), "lmcache:".to_owned()]
+}
+
+pub(super) fn parse_flag_upstream(spec: &str) -> Result<UpstreamConfig, String> {
+    let Some((name, url)) = spec.split_once('=') else {
+        return Err(format!(
+            "invalid value {spec:?}: expected NAME=URL, like vllm=http://127.0.0.1:8000/metrics"
+        ));
+    };
+    let name = check_upstream_name(name).map_err(|message| format!("{spec:?}: {message}"))?;
+    let url = parse_url(url).map_err(|message| format!("{spec:?}: {message}"))?;
+    Ok(UpstreamConfig::new(name, url))
+}
+
+pub(super) fn parse_ip(text: &str) -> Result<IpAddr, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("invalid address {text:?}: must be an IP address, like 0.0.0.0 or ::"))
+}
+
+pub(super) fn parse_route(text: &str) -> Result<String, String> {
+    if !text.starts_with('/') {
+        return Err(format!("invalid path {text:?}: must start with \"/\""));
+    }
+    if text
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == '?' || c == '#')
+    {
+        return Err(format!(
+            "invalid path {text:?}: must not contain spaces, \"?\" or \"#\""
+        ));
+    }
+    if text == "/metrics" {
+        return Err("invalid path \"/metrics\": that route serves the metrics".to_owned());
+    }
+    Ok(text.to_owned())
+}
+
+pub(super) fn parse_starting_status(text: &str) -> Result<StartingStatus, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "notready" => Ok(StartingStatus::NotReady),
+        "ready" => Ok(StartingStatus::Ready),
+        _ => Err(format!(
+            "invalid starting status {text:?}: must be notready or ready"
+        )),
+    }
+}
+
+pub(super) fn parse_bool(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(format!("invalid value {text:?}: must be true or false")),
+    }
+}
+
+pub(super) fn parse_url(text: &str) -> Result<Url, String> {
+    let url = Url::parse(text.trim()).map_err(|err| format!("invalid URL {text:?}: {err}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "invalid URL {text:?}: scheme must be http or https, not {}",
+            url.scheme()
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("invalid URL {text:?}: no host"));
+    }
+    Ok(url)
+}
+
+pub(super) fn positive_duration(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        Duration::ZERO => Err(format!("invalid duration {text:?}: must be greater than 0")),
+        duration => Ok(duration),
+    }
+}
+
+pub(super) fn nonzero(n: usize) -> Result<usize, String> {
+    match n {
+        0 => Err("must be greater than 0".to_owned()),
+        n => Ok(n),
+    }
+}
+
+pub(super) fn nonempty_prefix(text: &str) -> Result<String, String> {
+    match text {
+        "" => {
+            Err("empty prefix would keep every family: name the prefix, like \"vllm:\"".to_owned())
+        }
+        prefix => Ok(prefix.to_owned()),
+    }
+}
+
+pub(super) fn check_upstream_name(name: &str) -> Result<String, String> {
+    if name.is_empty() {
+        return Err("empty upstream name".to_owned());
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+    {
+        return Err(format!(
+            "invalid upstream name {name:?}: use only A-Z, a-z, 0-9, \"_\", \".\" and \"-\""
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+pub(super) fn check_label_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let valid = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        return Err(format!(
+            "invalid label name {name:?}: must match [a-zA-Z_][a-zA-Z0-9_]*"
+        ));
+    }
+    if name.starts_with("__") {
+        return Err(format!(
+            "invalid label name {name:?}: names starting with \"__\" are reserved by Prometheus"
+        ));
+    }
+    Ok(())
+}

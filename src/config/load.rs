@@ -1,0 +1,377 @@
+//! Loading: file + environment + flags → one validated [`Config`], collecting every problem
+//! with its location instead of stopping at the first.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use serde_saphyr::Spanned;
+
+use super::check::{
+    check_label_name, check_upstream_name, default_keep, nonempty_prefix, nonzero, parse_bool,
+    parse_flag_upstream, parse_ip, parse_route, parse_starting_status, parse_url,
+    positive_duration,
+};
+use super::env::{self, Env};
+use super::error::{ConfigError, ConfigIssue};
+use super::loader::{Loader, Origin};
+use super::raw::{RawHealth, RawLimits, RawListen, RawUpstream, Text};
+use super::units::{parse_bytes, parse_count, parse_duration, parse_port};
+use super::{Config, HealthConfig, Limits, Listen, ShutdownConfig, UpstreamConfig};
+
+/// Command-line flags; each one, when given, wins over the environment and the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--config FILE` (else `SYSPORT_CONFIG`, else no file).
+    pub config: Option<PathBuf>,
+    /// `--host ADDR`.
+    pub host: Option<IpAddr>,
+    /// `--port PORT`.
+    pub port: Option<u16>,
+    /// Each `--upstream NAME=URL`, as given; when any is given they replace the file's
+    /// `upstreams` entirely.
+    pub upstreams: Vec<String>,
+}
+
+/// Loads the configuration: the file from `overrides.config` or `SYSPORT_CONFIG` (if any), the
+/// `DYN_SYSTEM_*` variables from `env`, then the flags in `overrides`
+/// (flag > environment > file > default).
+///
+/// # Errors
+/// Every problem found, each naming its file, line, column and field (or its environment
+/// variable or flag).
+pub fn load(overrides: &Overrides, env: &dyn Env) -> Result<Config, ConfigError> {
+    let file = overrides
+        .config
+        .clone()
+        .or_else(|| env::setting(env, env::SYSPORT_CONFIG).map(PathBuf::from));
+    let Some(file) = file else {
+        return Loader::new(env, None, String::new()).build(overrides);
+    };
+    match std::fs::read_to_string(&file) {
+        Ok(text) => {
+            let text = text
+                .strip_prefix('\u{feff}')
+                .map(str::to_owned)
+                .unwrap_or(text);
+            Loader::new(env, Some(file), text).build(overrides)
+        }
+        Err(err) => Err(ConfigError {
+            issues: vec![ConfigIssue {
+                file: Some(file),
+                line: None,
+                column: None,
+                field: String::new(),
+                message: format!("cannot read the configuration file: {err}"),
+            }],
+        }),
+    }
+}
+
+/// Loads `path` with the environment and no flags, as on `SIGHUP`. To keep the flags the process
+/// started with, call [`load`] with them and `config: Some(path)` instead.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_file(path: &Path, env: &dyn Env) -> Result<Config, ConfigError> {
+    let overrides = Overrides {
+        config: Some(path.to_owned()),
+        ..Overrides::default()
+    };
+    load(&overrides, env)
+}
+
+/// Loads configuration text as if read from `file`; for tests.
+#[cfg(test)]
+pub(crate) fn load_text(
+    text: &str,
+    file: Option<&Path>,
+    overrides: &Overrides,
+    env: &dyn Env,
+) -> Result<Config, ConfigError> {
+    Loader::new(env, file.map(Path::to_owned), text.to_owned()).build(overrides)
+}
+
+impl Loader<'_> {
+    fn build(mut self, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let raw = self.parse();
+        let listen = self.listen(raw.listen.unwrap_or_default(), overrides);
+        let health = self.health(raw.health.unwrap_or_default());
+        let labels = self.labels(raw.labels.map(|labels| labels.0).unwrap_or_default());
+        let upstreams = self.upstreams(raw.upstreams, &overrides.upstreams);
+        let limits = self.limits(raw.limits.unwrap_or_default());
+        let drain_delay = raw.shutdown.and_then(|shutdown| {
+            self.file_value(
+                shutdown.drain_delay.as_ref(),
+                "shutdown.drain_delay",
+                parse_duration,
+            )
+        });
+        let shutdown = drain_delay.map_or_else(ShutdownConfig::default, |(drain_delay, _)| {
+            ShutdownConfig { drain_delay }
+        });
+
+        if !self.issues.is_empty() {
+            // File problems in file order, then those from the environment and flags.
+            self.issues
+                .sort_by_key(|issue| (issue.line.is_none(), issue.line, issue.column));
+            return Err(ConfigError {
+                issues: self.issues,
+            });
+        }
+        Ok(Config {
+            listen,
+            health,
+            labels,
+            upstreams,
+            limits,
+            shutdown,
+            source: self.file,
+        })
+    }
+
+    fn listen(&mut self, raw: RawListen, overrides: &Overrides) -> Listen {
+        let defaults = Listen::default();
+        let host = self.file_value(raw.host.as_ref(), "listen.host", parse_ip);
+        let (host, _) = self.choose(
+            overrides.host.map(|host| (host, "--host")),
+            env::DYN_SYSTEM_HOST,
+            parse_ip,
+            host,
+            defaults.host,
+        );
+        let port = self.file_value(raw.port.as_ref(), "listen.port", parse_port);
+        let (port, _) = self.choose(
+            overrides.port.map(|port| (port, "--port")),
+            env::DYN_SYSTEM_PORT,
+            parse_port,
+            port,
+            defaults.port,
+        );
+        Listen { host, port }
+    }
+
+    fn health(&mut self, raw: RawHealth) -> HealthConfig {
+        let defaults = HealthConfig::default();
+        let path = self.file_value(raw.path.as_ref(), "health.path", parse_route);
+        let (path, path_origin) = self.choose(
+            None,
+            env::DYN_SYSTEM_HEALTH_PATH,
+            parse_route,
+            path,
+            defaults.path,
+        );
+        let live = self.file_value(raw.live_path.as_ref(), "health.live_path", parse_route);
+        let (live_path, live_origin) = self.choose(
+            None,
+            env::DYN_SYSTEM_LIVE_PATH,
+            parse_route,
+            live,
+            defaults.live_path,
+        );
+        if path == live_path {
+            // Point at whichever of the two was set; both defaults cannot clash.
+            let (origin, field) = match live_origin {
+                Origin::Default => (path_origin, "health.path"),
+                _ => (live_origin, "health.live_path"),
+            };
+            let message = format!("readiness and liveness both use {path:?}; they must differ");
+            self.issue(origin, field, message);
+        }
+        let starting = self.file_value(
+            raw.starting_status.as_ref(),
+            "health.starting_status",
+            parse_starting_status,
+        );
+        let (starting_status, _) = self.choose(
+            None,
+            env::DYN_SYSTEM_STARTING_HEALTH_STATUS,
+            parse_starting_status,
+            starting,
+            defaults.starting_status,
+        );
+        let interval = self
+            .file_value(raw.interval.as_ref(), "health.interval", positive_duration)
+            .map_or(defaults.interval, |(interval, _)| interval);
+        HealthConfig {
+            path,
+            live_path,
+            starting_status,
+            interval,
+        }
+    }
+
+    fn upstreams(
+        &mut self,
+        file: Option<Spanned<Vec<Spanned<RawUpstream>>>>,
+        flags: &[String],
+    ) -> Vec<UpstreamConfig> {
+        if !flags.is_empty() {
+            return self.flag_upstreams(flags);
+        }
+        let Some(file) = file else {
+            return Config::default().upstreams;
+        };
+        if file.value.is_empty() {
+            let message =
+                "empty list: name at least one upstream, or omit the section for the default";
+            self.issue(Origin::File(file.referenced), "upstreams", message);
+        }
+        self.file_upstreams(file.value)
+    }
+
+    fn limits(&mut self, raw: RawLimits) -> Limits {
+        let defaults = Limits::default();
+        Limits {
+            max_body_bytes: self.limit(
+                raw.max_body_bytes.as_ref(),
+                "limits.max_body_bytes",
+                parse_bytes,
+                defaults.max_body_bytes,
+            ),
+            max_line_bytes: self.limit(
+                raw.max_line_bytes.as_ref(),
+                "limits.max_line_bytes",
+                parse_bytes,
+                defaults.max_line_bytes,
+            ),
+            max_series: self.limit(
+                raw.max_series.as_ref(),
+                "limits.max_series",
+                parse_count,
+                defaults.max_series,
+            ),
+            max_labels: self.limit(
+                raw.max_labels.as_ref(),
+                "limits.max_labels",
+                parse_count,
+                defaults.max_labels,
+            ),
+            max_label_value_bytes: self.limit(
+                raw.max_label_value_bytes.as_ref(),
+                "limits.max_label_value_bytes",
+                parse_bytes,
+                defaults.max_label_value_bytes,
+            ),
+        }
+    }
+
+    fn limit(
+        &mut self,
+        text: Option<&Text>,
+        field: &str,
+        parse: fn(&str) -> Result<usize, String>,
+        default: usize,
+    ) -> usize {
+        self.file_value(text, field, |text| parse(text).and_then(nonzero))
+            .map_or(default, |(limit, _)| limit)
+    }
+
+    fn labels(&mut self, raw: Vec<(Text, Text)>) -> Vec<(String, String)> {
+        let mut labels = Vec::with_capacity(raw.len());
+        for (name, value) in raw {
+            let field = format!("labels.{}", name.value);
+            if let Err(message) = check_label_name(&name.value) {
+                self.issue(Origin::File(name.referenced), &field, message);
+            }
+            if let Some(value) = self.expand(&value, &field) {
+                labels.push((name.value, value));
+            }
+        }
+        labels
+    }
+
+    fn file_upstreams(&mut self, raw: Vec<Spanned<RawUpstream>>) -> Vec<UpstreamConfig> {
+        let mut first_lines = HashMap::new();
+        raw.into_iter()
+            .enumerate()
+            .filter_map(|(i, entry)| self.file_upstream(i, entry, &mut first_lines))
+            .collect()
+    }
+
+    /// One entry of the file's `upstreams`; `None` when it lacks a usable name, url or keep list
+    /// (the problem is recorded, so the load fails anyway).
+    fn file_upstream(
+        &mut self,
+        i: usize,
+        entry: Spanned<RawUpstream>,
+        first_lines: &mut HashMap<String, u64>,
+    ) -> Option<UpstreamConfig> {
+        let field = |key: &str| format!("upstreams[{i}].{key}");
+        let raw = entry.value;
+        for (key, text) in [("name", &raw.name), ("url", &raw.url)] {
+            if text.is_none() {
+                let message = format!("missing: every upstream needs a {key}");
+                self.issue(Origin::File(entry.referenced), &field(key), message);
+            }
+        }
+        let name = self.file_value(raw.name.as_ref(), &field("name"), check_upstream_name);
+        if let Some((name, location)) = &name {
+            if let Some(first) = first_lines.get(name) {
+                let message = format!("duplicate upstream name {name:?} (first at line {first})");
+                self.issue(Origin::File(*location), &field("name"), message);
+            } else {
+                first_lines.insert(name.clone(), location.line());
+            }
+        }
+        let url = self.file_value(raw.url.as_ref(), &field("url"), parse_url);
+        let keep = match raw.keep {
+            None => Some(default_keep()),
+            Some(keep) => self.keep(keep, &field("keep")),
+        };
+        let timeout = self.file_value(raw.timeout.as_ref(), &field("timeout"), positive_duration);
+        let health_url = self.file_value(raw.health_url.as_ref(), &field("health_url"), parse_url);
+        let required = self.file_value(raw.required.as_ref(), &field("required"), parse_bool);
+        let min_interval = self.file_value(
+            raw.min_interval.as_ref(),
+            &field("min_interval"),
+            parse_duration,
+        );
+
+        let defaults = UpstreamConfig::new(name?.0, url?.0);
+        Some(UpstreamConfig {
+            keep: keep?,
+            timeout: timeout.map_or(defaults.timeout, |(timeout, _)| timeout),
+            health_url: health_url.map(|(url, _)| url),
+            required: required.map_or(defaults.required, |(required, _)| required),
+            min_interval: min_interval.map_or(defaults.min_interval, |(interval, _)| interval),
+            ..defaults
+        })
+    }
+
+    fn keep(&mut self, keep: Spanned<Vec<Text>>, field: &str) -> Option<Vec<String>> {
+        if keep.value.is_empty() {
+            self.issue(
+                Origin::File(keep.referenced),
+                field,
+                "empty list keeps nothing: list the family-name prefixes to keep, like \"vllm:\"",
+            );
+            return None;
+        }
+        let mut prefixes = Vec::with_capacity(keep.value.len());
+        let mut ok = true;
+        for (j, prefix) in keep.value.iter().enumerate() {
+            let field = format!("{field}[{j}]");
+            match self.file_value(Some(prefix), &field, nonempty_prefix) {
+                Some((prefix, _)) => prefixes.push(prefix),
+                None => ok = false,
+            }
+        }
+        ok.then_some(prefixes)
+    }
+
+    fn flag_upstreams(&mut self, specs: &[String]) -> Vec<UpstreamConfig> {
+        let mut upstreams: Vec<UpstreamConfig> = Vec::with_capacity(specs.len());
+        for spec in specs {
+            match parse_flag_upstream(spec) {
+                Ok(upstream) if upstreams.iter().any(|u| u.name == upstream.name) => {
+                    let message = format!("{spec:?}: duplicate upstream name {:?}", upstream.name);
+                    self.issue(Origin::Flag("--upstream"), "--upstream", message);
+                }
+                Ok(upstream) => upstreams.push(upstream),
+                Err(message) => self.issue(Origin::Flag("--upstream"), "--upstream", message),
+            }
+        }
+        upstreams
+    }
+}

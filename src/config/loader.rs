@@ -1,0 +1,201 @@
+//! The loading machinery: parsing the file, expanding and parsing each value, choosing between
+//! flag, environment, file and default, and recording each problem where it came from.
+
+use std::path::PathBuf;
+
+use serde_saphyr::{Location, MessageFormatter, UserMessageFormatter};
+
+use super::env::{self, Env};
+use super::error::ConfigIssue;
+use super::expand::expand;
+use super::path;
+use super::raw::{RawConfig, Text};
+
+/// Where an effective value came from, to point a problem with it at the right place.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Origin {
+    Default,
+    File(Location),
+    Env(&'static str),
+    Flag(&'static str),
+}
+
+/// One load in progress: the file text, the environment, and the problems found so far.
+pub(super) struct Loader<'a> {
+    env: &'a dyn Env,
+    /// The file being loaded, if any.
+    pub(super) file: Option<PathBuf>,
+    source: String,
+    /// Every problem found so far.
+    pub(super) issues: Vec<ConfigIssue>,
+}
+
+impl<'a> Loader<'a> {
+    pub(super) fn new(env: &'a dyn Env, file: Option<PathBuf>, source: String) -> Self {
+        Loader {
+            env,
+            file,
+            source,
+            issues: Vec::new(),
+        }
+    }
+
+    /// Parses the file's YAML; on failure records the problem and goes on with defaults, so
+    /// that problems in the environment and flags are reported too.
+    pub(super) fn parse(&mut self) -> RawConfig {
+        match serde_saphyr::from_str::<RawConfig>(&self.source) {
+            Ok(raw) => raw,
+            Err(err) => {
+                let message = UserMessageFormatter.format_message(err.without_snippet());
+                let mut message: String = match message.as_ref() {
+                    "expected sequence start" => "expected a list",
+                    "expected mapping start" => "expected a mapping of keys to values",
+                    "expected string scalar" => "expected a single value",
+                    other => other,
+                }
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+                match err.location().filter(|location| location.line() > 0) {
+                    Some(location) => {
+                        let line = usize::try_from(location.line() - 1).unwrap_or(usize::MAX);
+                        let text = self.source.lines().nth(line).unwrap_or_default();
+                        if message.contains("flow") && text.contains("${") {
+                            // `{ key: ${VAR} }`: the braces of the reference end the mapping.
+                            message.push_str(" (quote a ${VAR} value inside { } or [ ])");
+                        }
+                        let field = path::field_at(&self.source, &location);
+                        self.at(location.line(), location.column(), field, message);
+                    }
+                    None => self.issues.push(ConfigIssue {
+                        file: self.file.clone(),
+                        line: None,
+                        column: None,
+                        field: String::new(),
+                        message,
+                    }),
+                }
+                RawConfig::default()
+            }
+        }
+    }
+
+    /// Chooses flag > environment > file > default, reporting a bad environment value.
+    pub(super) fn choose<T>(
+        &mut self,
+        flag: Option<(T, &'static str)>,
+        var: &'static str,
+        parse: fn(&str) -> Result<T, String>,
+        file: Option<(T, Location)>,
+        default: T,
+    ) -> (T, Origin) {
+        if let Some((value, flag)) = flag {
+            return (value, Origin::Flag(flag));
+        }
+        if let Some(text) = env::setting(self.env, var) {
+            match parse(&text) {
+                Ok(value) => return (value, Origin::Env(var)),
+                Err(message) => self.issue(Origin::Env(var), var, message),
+            }
+        }
+        match file {
+            Some((value, location)) => (value, Origin::File(location)),
+            None => (default, Origin::Default),
+        }
+    }
+
+    /// Expands and parses one file value, recording any problem at its position.
+    pub(super) fn file_value<T>(
+        &mut self,
+        text: Option<&Text>,
+        field: &str,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Option<(T, Location)> {
+        let text = text?;
+        let expanded = self.expand(text, field)?;
+        match parse(&expanded) {
+            Ok(value) => Some((value, text.referenced)),
+            Err(message) => {
+                self.issue(Origin::File(text.referenced), field, message);
+                None
+            }
+        }
+    }
+
+    /// Expands `${VAR}` references in a file value; each failing one is reported at its own
+    /// position in the file.
+    pub(super) fn expand(&mut self, text: &Text, field: &str) -> Option<String> {
+        let errors = match expand(&text.value, self.env) {
+            Ok(expanded) => return Some(expanded),
+            Err(errors) => errors,
+        };
+        let span = text.defined.span();
+        let scalar = match (span.byte_offset(), span.byte_len()) {
+            (Some(start), Some(len)) => usize::try_from(start)
+                .ok()
+                .zip(usize::try_from(len).ok())
+                .map(|(start, len)| (start, start.saturating_add(len).min(self.source.len()))),
+            _ => None,
+        };
+        let mut from = scalar.map_or(0, |(start, _)| start);
+        for error in errors {
+            let found = scalar.and_then(|(_, end)| {
+                let at = from + self.source.get(from..end)?.find(&error.token)?;
+                from = at + error.token.len();
+                Some(line_column(&self.source, at))
+            });
+            let (line, column) =
+                found.unwrap_or((text.referenced.line(), text.referenced.column()));
+            self.at(line, column, field.to_owned(), error.message);
+        }
+        None
+    }
+
+    /// Records a problem with a value that came from `origin`. Environment and flag problems
+    /// are named after the variable or flag, not the file field.
+    pub(super) fn issue(&mut self, origin: Origin, field: &str, message: impl Into<String>) {
+        match origin {
+            Origin::File(location) => {
+                self.at(
+                    location.line(),
+                    location.column(),
+                    field.to_owned(),
+                    message.into(),
+                );
+            }
+            Origin::Env(name) | Origin::Flag(name) => self.issues.push(ConfigIssue {
+                file: None,
+                line: None,
+                column: None,
+                field: name.to_owned(),
+                message: message.into(),
+            }),
+            Origin::Default => self.issues.push(ConfigIssue {
+                file: None,
+                line: None,
+                column: None,
+                field: field.to_owned(),
+                message: message.into(),
+            }),
+        }
+    }
+
+    pub(super) fn at(&mut self, line: u64, column: u64, field: String, message: String) {
+        self.issues.push(ConfigIssue {
+            file: self.file.clone(),
+            line: usize::try_from(line).ok(),
+            column: usize::try_from(column).ok(),
+            field,
+            message,
+        });
+    }
+}
+
+/// 1-based line and column (in characters) of byte `at` in `source`.
+fn line_column(source: &str, at: usize) -> (u64, u64) {
+    let before = &source[..at];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |newline| newline + 1);
+    let column = before[line_start..].chars().count() + 1;
+    (line as u64, column as u64)
+}

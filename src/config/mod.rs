@@ -1,0 +1,236 @@
+//! Configuration: YAML file + `DYN_SYSTEM_*` environment + CLI flags → one validated [`Config`].
+//!
+//! Precedence: CLI flag > environment > file > default. Loading happens in two stages: the
+//! file is parsed into raw values that keep their line and column (`raw`), then every value is
+//! expanded (`${VAR}`), parsed and checked (`load`), collecting every problem into one
+//! [`ConfigError`] whose lines read `FILE:LINE:COL: FIELD: MESSAGE`.
+//!
+//! The file (every section optional; values may use `${VAR}`, `${VAR:-default}` and `$$` for a
+//! literal `$`):
+//!
+//! ```yaml
+//! listen: { host: 0.0.0.0, port: 8081 }
+//! health: { path: /health, live_path: /live, starting_status: notready, interval: 5s }
+//! labels: { worker_id: "${POD_NAME}" }
+//! upstreams:
+//!   - name: vllm
+//!     url: http://127.0.0.1:8000/metrics
+//!     keep: ["vllm:"]
+//!     timeout: 2s
+//!     health_url: http://127.0.0.1:8000/health
+//!     required: true
+//!     min_interval: 0s
+//! limits:
+//!   max_body_bytes: 16MiB
+//!   max_line_bytes: 1MiB
+//!   max_series: 250000
+//!   max_labels: 64
+//!   max_label_value_bytes: 512KiB
+//! shutdown: { drain_delay: 5s }
+//! ```
+//!
+//! [`Config`]'s `Display` renders the effective configuration in this same schema.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use reqwest::Url;
+
+mod check;
+mod env;
+mod error;
+mod expand;
+mod load;
+mod loader;
+mod path;
+mod raw;
+mod render;
+#[cfg(test)]
+mod tests;
+mod units;
+
+pub use env::{
+    DYN_SYSTEM_HEALTH_PATH, DYN_SYSTEM_HOST, DYN_SYSTEM_LIVE_PATH, DYN_SYSTEM_PORT,
+    DYN_SYSTEM_STARTING_HEALTH_STATUS, Env, ProcessEnv, SYSPORT_CONFIG,
+};
+pub use error::{ConfigError, ConfigIssue};
+pub use load::{Overrides, load, load_file};
+
+/// The validated configuration the server runs with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Address and port of the system port.
+    pub listen: Listen,
+    /// Readiness / liveness settings.
+    pub health: HealthConfig,
+    /// Labels added to every engine series that does not already carry them, in file order.
+    pub labels: Vec<(String, String)>,
+    /// The engine endpoints to scrape, in file order (their families are emitted in this order).
+    pub upstreams: Vec<UpstreamConfig>,
+    /// Resource limits applied to every upstream response.
+    pub limits: Limits,
+    /// Graceful shutdown behaviour.
+    pub shutdown: ShutdownConfig,
+    /// The file this configuration was read from, if any (used by `SIGHUP` reload).
+    pub source: Option<PathBuf>,
+}
+
+/// Where the system port listens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listen {
+    /// `DYN_SYSTEM_HOST`, default `0.0.0.0`.
+    pub host: IpAddr,
+    /// `DYN_SYSTEM_PORT`, default 8081. Port 0 asks the OS for a free port.
+    pub port: u16,
+}
+
+/// Readiness before the first health check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartingStatus {
+    /// `/health` answers 503 until the first check succeeds (default).
+    NotReady,
+    /// `/health` answers 200 until a check fails.
+    Ready,
+}
+
+/// Health endpoint settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthConfig {
+    /// `DYN_SYSTEM_HEALTH_PATH`, default `/health`.
+    pub path: String,
+    /// `DYN_SYSTEM_LIVE_PATH`, default `/live`.
+    pub live_path: String,
+    /// `DYN_SYSTEM_STARTING_HEALTH_STATUS`, default `notready`.
+    pub starting_status: StartingStatus,
+    /// How often each upstream's health is checked, default 5 s.
+    pub interval: Duration,
+}
+
+/// One engine endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamConfig {
+    /// Unique name, used as the `upstream` label of sysport's own metrics.
+    pub name: String,
+    /// The Prometheus endpoint (http or https).
+    pub url: Url,
+    /// Family-name prefixes to keep; never empty.
+    pub keep: Vec<String>,
+    /// Per-scrape timeout, default 2 s (further capped by Prometheus' scrape timeout header).
+    pub timeout: Duration,
+    /// Optional health URL; without one, readiness follows the last scrape.
+    pub health_url: Option<Url>,
+    /// Whether readiness needs this upstream, default true.
+    pub required: bool,
+    /// Reuse a fetch younger than this (0 = always fetch), default 0.
+    pub min_interval: Duration,
+}
+
+/// Limits applied to each upstream response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Body bytes after decoding, default 16 MiB.
+    pub max_body_bytes: usize,
+    /// Longest line, default 1 MiB.
+    pub max_line_bytes: usize,
+    /// Series per upstream, default 250 000.
+    pub max_series: usize,
+    /// Labels per series, default 64.
+    pub max_labels: usize,
+    /// Bytes in one label value, default 512 KiB.
+    pub max_label_value_bytes: usize,
+}
+
+/// Shutdown settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShutdownConfig {
+    /// After SIGTERM: `/health` is 503 at once, the listener keeps serving this long, default 5 s.
+    pub drain_delay: Duration,
+}
+
+impl Default for Config {
+    /// The built-in configuration: every default, scraping vLLM at
+    /// `http://127.0.0.1:8000/metrics`.
+    fn default() -> Self {
+        let url = |path: &str| {
+            Url::parse(&format!("http://127.0.0.1:8000{path}")).expect("a constant, valid URL")
+        };
+        let mut vllm = UpstreamConfig::new("vllm", url("/metrics"));
+        vllm.health_url = Some(url("/health"));
+        Config {
+            listen: Listen::default(),
+            health: HealthConfig::default(),
+            labels: Vec::new(),
+            upstreams: vec![vllm],
+            limits: Limits::default(),
+            shutdown: ShutdownConfig::default(),
+            source: None,
+        }
+    }
+}
+
+impl Default for Listen {
+    fn default() -> Self {
+        Listen {
+            host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port: 8081,
+        }
+    }
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            path: "/health".to_owned(),
+            live_path: "/live".to_owned(),
+            starting_status: StartingStatus::NotReady,
+            interval: Duration::from_secs(5),
+        }
+    }
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        ShutdownConfig {
+            drain_delay: Duration::from_secs(5),
+        }
+    }
+}
+
+impl UpstreamConfig {
+    /// An upstream with the defaults of `--upstream NAME=URL`: keep `vllm:` and `lmcache:`,
+    /// 2 s timeout, required, no health URL, always fetch.
+    pub fn new(name: impl Into<String>, url: Url) -> Self {
+        UpstreamConfig {
+            name: name.into(),
+            url,
+            keep: check::default_keep(),
+            timeout: Duration::from_secs(2),
+            health_url: None,
+            required: true,
+            min_interval: Duration::ZERO,
+        }
+    }
+}
+
+impl std::fmt::Display for StartingStatus {
+    /// `notready` or `ready`, as in the file and `DYN_SYSTEM_STARTING_HEALTH_STATUS`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StartingStatus::NotReady => "notready",
+            StartingStatus::Ready => "ready",
+        })
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 16 << 20,
+            max_line_bytes: 1 << 20,
+            max_series: 250_000,
+            max_labels: 64,
+            max_label_value_bytes: 512 << 10,
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! The effective configuration as YAML in the file's schema (`sysport check-config`); loading
+//! the output gives back the same [`Config`].
+
+use std::fmt;
+
+use super::Config;
+use super::units::{format_bytes, format_duration};
+
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Config {
+            listen,
+            health,
+            labels,
+            upstreams,
+            limits,
+            shutdown,
+            source: _,
+        } = self;
+        writeln!(f, "listen:")?;
+        writeln!(f, "  host: {}", quoted(&listen.host.to_string()))?;
+        writeln!(f, "  port: {}", listen.port)?;
+        writeln!(f, "health:")?;
+        writeln!(f, "  path: {}", quoted(&health.path))?;
+        writeln!(f, "  live_path: {}", quoted(&health.live_path))?;
+        writeln!(f, "  starting_status: {}", health.starting_status)?;
+        writeln!(f, "  interval: {}", format_duration(health.interval))?;
+        if labels.is_empty() {
+            writeln!(f, "labels: {{}}")?;
+        } else {
+            writeln!(f, "labels:")?;
+            for (name, value) in labels {
+                writeln!(f, "  {}: {}", quoted(name), quoted(value))?;
+            }
+        }
+        writeln!(f, "upstreams:")?;
+        for upstream in upstreams {
+            writeln!(f, "  - name: {}", quoted(&upstream.name))?;
+            writeln!(f, "    url: {}", quoted(upstream.url.as_str()))?;
+            let keep: Vec<String> = upstream.keep.iter().map(|p| quoted(p)).collect();
+            writeln!(f, "    keep: [{}]", keep.join(", "))?;
+            writeln!(f, "    timeout: {}", format_duration(upstream.timeout))?;
+            if let Some(health_url) = &upstream.health_url {
+                writeln!(f, "    health_url: {}", quoted(health_url.as_str()))?;
+            }
+            writeln!(f, "    required: {}", upstream.required)?;
+            writeln!(
+                f,
+                "    min_interval: {}",
+                format_duration(upstream.min_interval)
+            )?;
+        }
+        writeln!(f, "limits:")?;
+        writeln!(
+            f,
+            "  max_body_bytes: {}",
+            format_bytes(limits.max_body_bytes)
+        )?;
+        writeln!(
+            f,
+            "  max_line_bytes: {}",
+            format_bytes(limits.max_line_bytes)
+        )?;
+        writeln!(f, "  max_series: {}", limits.max_series)?;
+        writeln!(f, "  max_labels: {}", limits.max_labels)?;
+        writeln!(
+            f,
+            "  max_label_value_bytes: {}",
+            format_bytes(limits.max_label_value_bytes)
+        )?;
+        writeln!(f, "shutdown:")?;
+        writeln!(
+            f,
+            "  drain_delay: {}",
+            format_duration(shutdown.drain_delay)
+        )
+    }
+}
+
+/// A YAML double-quoted scalar that reads back as `text`: `$` is doubled because loading expands
+/// `${VAR}` in every value.
+fn quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '$' => out.push_str("$$"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}') => {
+                out.push_str(&format!("\\u{:04x}", u32::from(c)));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}

@@ -1,0 +1,193 @@
+//! Simulated vLLM and LMCache upstreams for `sysport demo`, so the sidecar can be tried without a
+//! GPU.
+//!
+//! [`DemoUpstreams::start`] serves two pages on OS-assigned ports: the vLLM API server
+//! (`/metrics`, `/health`) and LMCache's API server (`/metrics`). Both are rendered from one
+//! simulated workload (two data-parallel engines of `demo-model`, each with an LMCache worker)
+//! that advances to the current wall time on every scrape, so counters grow, histograms fill and
+//! gauges swing while the demo runs. The text is what Python `prometheus_client` prints for these
+//! engines, including the families the sidecar has to drop (`python_*`, `process_*`, `http_*`).
+//!
+//! - `sim`: the workload (queueing, prefill, decode, preemption, prefix cache).
+//! - `lmcache`: the LMCache worker and its page; `vllm`: the vLLM page.
+//! - `process`: Python runtime and HTTP instrumentator families.
+//! - `expo`: the text writer (`prometheus_client` formatting); `rng`: a SplitMix64 PRNG.
+
+mod expo;
+mod lmcache;
+mod process;
+mod rng;
+mod sim;
+mod vllm;
+
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use self::sim::Sim;
+
+/// The content type `prometheus_client` answers with for text 0.0.4.
+const CONTENT_TYPE_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// One fixed seed: every demo run tells the same story.
+const SEED: u64 = 0x5EED_0DE3_0C0D_E5A1;
+/// The engines have been running this long when the demo starts, so the first scrape already
+/// shows filled histograms.
+const WARM_UP_SECONDS: f64 = 120.0;
+
+/// The two simulated upstreams, serving until the `shutdown` future given to [`start`] resolves.
+///
+/// [`start`]: DemoUpstreams::start
+#[derive(Debug)]
+pub struct DemoUpstreams {
+    /// Address of the simulated vLLM API server (`/metrics`, `/health`).
+    pub vllm: SocketAddr,
+    /// Address of the simulated LMCache API server (`/metrics`).
+    pub lmcache: SocketAddr,
+    servers: [JoinHandle<()>; 2],
+}
+
+impl DemoUpstreams {
+    /// Binds both servers on `host` with OS-assigned ports and serves until `shutdown` resolves.
+    ///
+    /// Binding happens before anything is spawned, so an unusable address fails here.
+    pub async fn start(
+        host: IpAddr,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> io::Result<Self> {
+        let vllm_listener = TcpListener::bind(SocketAddr::new(host, 0)).await?;
+        let lmcache_listener = TcpListener::bind(SocketAddr::new(host, 0)).await?;
+        let vllm = vllm_listener.local_addr()?;
+        let lmcache = lmcache_listener.local_addr()?;
+
+        let workload = Workload::new();
+        let vllm_app = Router::new()
+            .route("/metrics", get(vllm_metrics))
+            .route("/health", get(|| async { StatusCode::OK }))
+            .with_state(workload.clone());
+        let lmcache_app = Router::new()
+            .route("/metrics", get(lmcache_metrics))
+            .with_state(workload);
+
+        let (stop_tx, stop_rx) = watch::channel(false);
+        tokio::spawn(async move {
+            shutdown.await;
+            stop_tx.send_replace(true);
+        });
+        let servers = [
+            tokio::spawn(serve("vllm", vllm_listener, vllm_app, stop_rx.clone())),
+            tokio::spawn(serve("lmcache", lmcache_listener, lmcache_app, stop_rx)),
+        ];
+        tracing::info!(%vllm, %lmcache, "demo upstreams listening");
+        Ok(DemoUpstreams {
+            vllm,
+            lmcache,
+            servers,
+        })
+    }
+
+    /// `http://ADDR/metrics` of the simulated vLLM server.
+    pub fn vllm_metrics_url(&self) -> String {
+        format!("http://{}/metrics", self.vllm)
+    }
+
+    /// `http://ADDR/health` of the simulated vLLM server (200, empty body, like vLLM).
+    pub fn vllm_health_url(&self) -> String {
+        format!("http://{}/health", self.vllm)
+    }
+
+    /// `http://ADDR/metrics` of the simulated LMCache server.
+    pub fn lmcache_metrics_url(&self) -> String {
+        format!("http://{}/metrics", self.lmcache)
+    }
+
+    /// Waits until both servers have stopped (after shutdown and their open requests).
+    pub async fn wait(self) {
+        for server in self.servers {
+            if let Err(err) = server.await {
+                tracing::error!(error = %err, "demo upstream task failed");
+            }
+        }
+    }
+}
+
+async fn serve(
+    name: &'static str,
+    listener: TcpListener,
+    app: Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    // A dropped sender also means stop: nothing can resolve the shutdown future any more.
+    let signal = async move {
+        let _ = stop.wait_for(|stopped| *stopped).await.is_ok();
+    };
+    if let Err(err) = axum::serve(listener, app)
+        .with_graceful_shutdown(signal)
+        .await
+    {
+        tracing::error!(error = %err, upstream = name, "demo upstream failed");
+    }
+}
+
+/// The shared simulation and the instant its clock counts from.
+#[derive(Clone)]
+struct Workload {
+    sim: Arc<Mutex<Sim>>,
+    started: Instant,
+}
+
+#[derive(Clone, Copy)]
+enum Page {
+    Vllm = 0,
+    Lmcache = 1,
+}
+
+impl Workload {
+    fn new() -> Self {
+        let unix_now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let mut sim = Sim::new(SEED, unix_now - WARM_UP_SECONDS);
+        sim.advance_to(WARM_UP_SECONDS);
+        Workload {
+            sim: Arc::new(Mutex::new(sim)),
+            started: Instant::now(),
+        }
+    }
+
+    /// Advances the workload to now and renders one page into a buffer sized by the last one.
+    fn scrape(&self, page: Page) -> impl IntoResponse + use<> {
+        let now = WARM_UP_SECONDS + self.started.elapsed().as_secs_f64();
+        let mut sim = self.sim.lock().unwrap_or_else(PoisonError::into_inner);
+        sim.advance_to(now);
+        let mut out = String::with_capacity(sim.size_hints[page as usize] + 4096);
+        match page {
+            Page::Vllm => vllm::render(&sim, &mut out),
+            Page::Lmcache => lmcache::render(&sim, &mut out),
+        }
+        sim.size_hints[page as usize] = out.len();
+        drop(sim);
+        ([(header::CONTENT_TYPE, CONTENT_TYPE_TEXT)], out)
+    }
+}
+
+async fn vllm_metrics(State(workload): State<Workload>) -> impl IntoResponse {
+    workload.scrape(Page::Vllm)
+}
+
+async fn lmcache_metrics(State(workload): State<Workload>) -> impl IntoResponse {
+    workload.scrape(Page::Lmcache)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,686 @@
+//! Line-level lexing of the Prometheus text format 0.0.4 and OpenMetrics 1.0.
+//!
+//! Everything here works on one line (without its `\n`, and without a trailing `\r`) and returns
+//! offsets relative to that line. Nothing allocates. The grammar accepted is the intersection of
+//! what Prometheus' own parser and Python `prometheus_client`'s parsers accept, so anything that
+//! passes can be written out again and read by both.
+
+use super::Format;
+use super::hash::{PairHasher, pair_hash};
+
+/// Why a line was rejected. Cheap to construct: malformed lines are counted, not reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineError {
+    /// The metric name is missing or has a character outside `[a-zA-Z0-9_:]`.
+    BadName,
+    /// A label name is empty, invalid, reserved (`__` prefix) or repeated.
+    BadLabelName,
+    /// `=`, `"`, `,` or `}` is missing where the grammar needs it.
+    BadLabelSyntax,
+    /// A label value or HELP text has an escape other than `\\`, `\"` (label values and
+    /// OpenMetrics HELP only) or `\n`.
+    BadEscape,
+    /// The value is not a float both Prometheus and Python can read.
+    BadValue,
+    /// The timestamp is not an integer (text) or a float (OpenMetrics).
+    BadTimestamp,
+    /// Something follows the sample that the format does not allow.
+    TrailingGarbage,
+    /// The line is not valid UTF-8.
+    NotUtf8,
+    /// A `# TYPE` line names an unknown type.
+    BadType,
+    /// A label value is longer than the configured limit.
+    LabelValueTooLong,
+    /// More labels than the configured limit.
+    TooManyLabels,
+}
+
+/// Byte classes for metric names: `[a-zA-Z_:][a-zA-Z0-9_:]*`.
+const fn name_table(colon: bool, digits: bool) -> [bool; 256] {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphabetic() || c == b'_' || (colon && c == b':') || (digits && c.is_ascii_digit());
+        b += 1;
+    }
+    t
+}
+static METRIC_START: [bool; 256] = name_table(true, false);
+static METRIC_CONT: [bool; 256] = name_table(true, true);
+static LABEL_START: [bool; 256] = name_table(false, false);
+static LABEL_CONT: [bool; 256] = name_table(false, true);
+
+#[inline]
+fn is_blank(b: u8) -> bool {
+    b == b' ' || b == b'\t'
+}
+
+#[inline]
+fn skip_blanks(line: &[u8], mut i: usize) -> usize {
+    while i < line.len() && is_blank(line[i]) {
+        i += 1;
+    }
+    i
+}
+
+/// Length of the metric name at the start of `s` (0 when there is none).
+#[inline]
+pub(crate) fn metric_name_len(s: &[u8]) -> usize {
+    match s.first() {
+        Some(&b) if METRIC_START[b as usize] => {}
+        _ => return 0,
+    }
+    let mut i = 1;
+    while i < s.len() && METRIC_CONT[s[i] as usize] {
+        i += 1;
+    }
+    i
+}
+
+/// Whether `s` is a whole valid metric name.
+pub fn is_metric_name(s: &[u8]) -> bool {
+    !s.is_empty() && metric_name_len(s) == s.len()
+}
+
+/// Whether `s` is a whole valid label name that a scrape may carry (`__` names are reserved).
+pub fn is_label_name(s: &[u8]) -> bool {
+    match s.first() {
+        Some(&b) if LABEL_START[b as usize] => {}
+        _ => return false,
+    }
+    !s.starts_with(b"__") && s[1..].iter().all(|&b| LABEL_CONT[b as usize])
+}
+
+/// A lexed sample line. Offsets are relative to the line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SampleLex {
+    /// End of the metric name (it starts at `name_start`).
+    pub name_start: u32,
+    pub name_end: u32,
+    /// The bytes between `{` and `}` (empty when there are no labels).
+    pub labels: (u32, u32),
+    pub value: (u32, u32),
+    /// Empty when there is no timestamp.
+    pub timestamp: (u32, u32),
+    /// OpenMetrics exemplar after ` # `, empty when none.
+    pub exemplar: (u32, u32),
+    /// Order-independent hash of the label pairs.
+    pub labels_hash: u64,
+    /// Bit `i` set when the line already carries the `i`-th label of `LexOptions::added`.
+    pub present: u8,
+    /// Exactly `name{labels} value[ timestamp]` with single spaces and no trailing comma, so the
+    /// line can be copied as it stands.
+    pub canonical: bool,
+}
+
+/// Per-upstream settings the lexer needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LexOptions<'a> {
+    pub format: Format,
+    pub max_labels: usize,
+    pub max_label_value_bytes: usize,
+    /// Names of labels sysport adds (at most 8 are tracked in `SampleLex::present`).
+    pub added: &'a [&'a [u8]],
+    pub hasher: PairHasher,
+}
+
+/// Lexes a full sample line. `name_start..name_end` must already be known to hold a valid name.
+pub(crate) fn lex_sample(
+    line: &[u8],
+    name_start: usize,
+    name_end: usize,
+    opts: &LexOptions<'_>,
+    seen_labels: &mut Vec<(u32, u32)>,
+) -> Result<SampleLex, LineError> {
+    if std::str::from_utf8(line).is_err() {
+        return Err(LineError::NotUtf8);
+    }
+    let mut out = SampleLex {
+        name_start: name_start as u32,
+        name_end: name_end as u32,
+        canonical: name_start == 0,
+        ..SampleLex::default()
+    };
+    let mut i = name_end;
+    if i < line.len() && is_blank(line[i]) {
+        let j = skip_blanks(line, i);
+        if j < line.len() && line[j] == b'{' {
+            out.canonical = false;
+            i = j;
+        }
+    }
+    if i < line.len() && line[i] == b'{' {
+        let close = lex_labels(line, i + 1, opts, seen_labels, &mut out)?;
+        i = close + 1;
+    }
+    // Value: one or more blanks, then a token.
+    let j = skip_blanks(line, i);
+    if j == i {
+        return Err(if i == line.len() { LineError::BadValue } else { LineError::BadName });
+    }
+    if j - i != 1 || line[i] != b' ' {
+        out.canonical = false;
+    }
+    let (vs, ve) = token(line, j);
+    if !valid_float(&line[vs..ve]) {
+        return Err(LineError::BadValue);
+    }
+    out.value = (vs as u32, ve as u32);
+    i = ve;
+    let j = skip_blanks(line, i);
+    if j == line.len() {
+        if j != i {
+            out.canonical = false;
+        }
+        return Ok(out);
+    }
+    if j - i != 1 || line[i] != b' ' {
+        out.canonical = false;
+    }
+    if line[j] != b'#' {
+        let (ts, te) = token(line, j);
+        let ok = match opts.format {
+            Format::Text => valid_int(&line[ts..te]),
+            Format::OpenMetrics => valid_float(&line[ts..te]) && !is_special_float(&line[ts..te]),
+        };
+        if !ok {
+            return Err(LineError::BadTimestamp);
+        }
+        out.timestamp = (ts as u32, te as u32);
+        i = te;
+        let j = skip_blanks(line, i);
+        if j == line.len() {
+            if j != i {
+                out.canonical = false;
+            }
+            return Ok(out);
+        }
+        if opts.format == Format::Text || line[j] != b'#' {
+            return Err(LineError::TrailingGarbage);
+        }
+        return lex_exemplar(line, j, opts, out);
+    }
+    if opts.format == Format::Text {
+        return Err(LineError::TrailingGarbage);
+    }
+    lex_exemplar(line, j, opts, out)
+}
+
+/// ` # {labels} value [timestamp]` after an OpenMetrics sample. Kept as one span.
+fn lex_exemplar(line: &[u8], hash: usize, opts: &LexOptions<'_>, mut out: SampleLex) -> Result<SampleLex, LineError> {
+    let i = skip_blanks(line, hash + 1);
+    if i == hash + 1 || i >= line.len() || line[i] != b'{' {
+        return Err(LineError::TrailingGarbage);
+    }
+    let mut scratch = SampleLex::default();
+    let mut seen = Vec::new();
+    let ex_opts = LexOptions { added: &[], ..*opts };
+    let close = lex_labels(line, i + 1, &ex_opts, &mut seen, &mut scratch)?;
+    let j = skip_blanks(line, close + 1);
+    let (vs, ve) = token(line, j);
+    if j == close + 1 || !valid_float(&line[vs..ve]) {
+        return Err(LineError::TrailingGarbage);
+    }
+    let mut end = ve;
+    let k = skip_blanks(line, ve);
+    if k < line.len() {
+        let (ts, te) = token(line, k);
+        if k == ve || !valid_float(&line[ts..te]) || skip_blanks(line, te) != line.len() {
+            return Err(LineError::TrailingGarbage);
+        }
+        end = te;
+    }
+    out.exemplar = (hash as u32, end as u32);
+    out.canonical = false;
+    Ok(out)
+}
+
+/// Lexes `name="value",...}` starting just after `{`; returns the index of the closing `}`.
+fn lex_labels(
+    line: &[u8],
+    start: usize,
+    opts: &LexOptions<'_>,
+    seen: &mut Vec<(u32, u32)>,
+    out: &mut SampleLex,
+) -> Result<usize, LineError> {
+    seen.clear();
+    let mut i = start;
+    let mut hash = 0u64;
+    let mut trailing_comma = false;
+    loop {
+        let j = skip_blanks(line, i);
+        if j != i {
+            out.canonical = false;
+        }
+        i = j;
+        match line.get(i) {
+            None => return Err(LineError::BadLabelSyntax),
+            Some(b'}') => {
+                if trailing_comma {
+                    out.canonical = false;
+                }
+                out.labels = (start as u32, i as u32);
+                out.labels_hash = hash;
+                return Ok(i);
+            }
+            Some(_) => {}
+        }
+        // Label name.
+        let ns = i;
+        if !LABEL_START[line[i] as usize] {
+            return Err(LineError::BadLabelName);
+        }
+        i += 1;
+        while i < line.len() && LABEL_CONT[line[i] as usize] {
+            i += 1;
+        }
+        let name = &line[ns..i];
+        if name.starts_with(b"__") {
+            return Err(LineError::BadLabelName);
+        }
+        if seen.iter().any(|&(s, e)| &line[s as usize..e as usize] == name) {
+            return Err(LineError::BadLabelName);
+        }
+        if seen.len() >= opts.max_labels {
+            return Err(LineError::TooManyLabels);
+        }
+        seen.push((ns as u32, i as u32));
+        for (bit, added) in opts.added.iter().enumerate().take(8) {
+            if *added == name {
+                out.present |= 1 << bit;
+            }
+        }
+        let j = skip_blanks(line, i);
+        if line.get(j) != Some(&b'=') {
+            return Err(LineError::BadLabelSyntax);
+        }
+        let k = skip_blanks(line, j + 1);
+        if j != i || k != j + 1 {
+            out.canonical = false;
+        }
+        if line.get(k) != Some(&b'"') {
+            return Err(LineError::BadLabelSyntax);
+        }
+        let vs = k + 1;
+        let ve = scan_quoted(line, vs)?;
+        if ve - vs > opts.max_label_value_bytes {
+            return Err(LineError::LabelValueTooLong);
+        }
+        hash = hash.wrapping_add(pair_hash(opts.hasher, name, &line[vs..ve]));
+        i = ve + 1;
+        let j = skip_blanks(line, i);
+        if j != i {
+            out.canonical = false;
+        }
+        i = j;
+        match line.get(i) {
+            Some(b',') => {
+                i += 1;
+                trailing_comma = true;
+            }
+            Some(b'}') => trailing_comma = false,
+            _ => return Err(LineError::BadLabelSyntax),
+        }
+    }
+}
+
+/// Finds the closing quote of a label value starting at `start`; validates escapes.
+#[inline]
+fn scan_quoted(line: &[u8], start: usize) -> Result<usize, LineError> {
+    let mut i = start;
+    loop {
+        match memchr::memchr2(b'"', b'\\', &line[i..]) {
+            None => return Err(LineError::BadLabelSyntax),
+            Some(off) => {
+                let at = i + off;
+                if line[at] == b'"' {
+                    return Ok(at);
+                }
+                match line.get(at + 1) {
+                    Some(b'\\' | b'"' | b'n') => i = at + 2,
+                    _ => return Err(LineError::BadEscape),
+                }
+            }
+        }
+    }
+}
+
+/// The token starting at `i`, up to the next blank or the end of the line.
+#[inline]
+fn token(line: &[u8], i: usize) -> (usize, usize) {
+    let mut e = i;
+    while e < line.len() && !is_blank(line[e]) {
+        e += 1;
+    }
+    (i, e)
+}
+
+/// A float both Go's `strconv.ParseFloat` and Python's `float()` read the same way: decimal
+/// notation, or `NaN` / `Inf` / `Infinity` in any case with an optional sign on infinities.
+/// Hex floats (Python rejects them) and `_` digit separators (Go rejects them) are refused.
+pub fn valid_float(s: &[u8]) -> bool {
+    if s.is_empty() {
+        return false;
+    }
+    if s.eq_ignore_ascii_case(b"nan") {
+        return true;
+    }
+    let unsigned = match s[0] {
+        b'+' | b'-' => &s[1..],
+        _ => s,
+    };
+    if unsigned.eq_ignore_ascii_case(b"inf") || unsigned.eq_ignore_ascii_case(b"infinity") {
+        return true;
+    }
+    let mut i = 0;
+    let int_digits = count_digits(&unsigned[i..]);
+    i += int_digits;
+    let mut frac_digits = 0;
+    if unsigned.get(i) == Some(&b'.') {
+        i += 1;
+        frac_digits = count_digits(&unsigned[i..]);
+        i += frac_digits;
+    }
+    if int_digits + frac_digits == 0 {
+        return false;
+    }
+    if matches!(unsigned.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(unsigned.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        let exp_digits = count_digits(&unsigned[i..]);
+        if exp_digits == 0 {
+            return false;
+        }
+        i += exp_digits;
+    }
+    i == unsigned.len()
+}
+
+/// `NaN` or an infinity, in any spelling `valid_float` accepts.
+pub(crate) fn is_special_float(s: &[u8]) -> bool {
+    s.last().is_some_and(|b| b.is_ascii_alphabetic())
+}
+
+fn count_digits(s: &[u8]) -> usize {
+    s.iter().take_while(|b| b.is_ascii_digit()).count()
+}
+
+/// An int64 millisecond timestamp as text 0.0.4 has it.
+pub(crate) fn valid_int(s: &[u8]) -> bool {
+    let digits = match s.first() {
+        Some(b'-' | b'+') => &s[1..],
+        _ => s,
+    };
+    !digits.is_empty() && digits.len() <= 19 && digits.iter().all(u8::is_ascii_digit)
+}
+
+/// Whether HELP text has only the escapes its format allows.
+pub(crate) fn valid_help(text: &[u8], format: Format) -> bool {
+    if std::str::from_utf8(text).is_err() {
+        return false;
+    }
+    let mut i = 0;
+    while let Some(off) = memchr::memchr(b'\\', &text[i..]) {
+        let at = i + off;
+        match (text.get(at + 1), format) {
+            (Some(b'\\' | b'n'), _) | (Some(b'"'), Format::OpenMetrics) => i = at + 2,
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// The `(name, raw escaped value)` pairs of a label block that [`lex_sample`] accepted.
+pub(crate) fn label_pairs(block: &[u8]) -> LabelPairs<'_> {
+    LabelPairs { block, i: 0 }
+}
+
+/// Iterator returned by [`label_pairs`].
+#[derive(Debug, Clone)]
+pub(crate) struct LabelPairs<'a> {
+    block: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Iterator for LabelPairs<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let b = self.block;
+        let mut i = skip_blanks(b, self.i);
+        if i >= b.len() {
+            return None;
+        }
+        let ns = i;
+        while i < b.len() && LABEL_CONT[b[i] as usize] {
+            i += 1;
+        }
+        let name = &b[ns..i];
+        i = skip_blanks(b, i) + 1; // `=`
+        i = skip_blanks(b, i) + 1; // `"`
+        let ve = scan_quoted(b, i).ok()?;
+        let value = &b[i..ve];
+        i = skip_blanks(b, ve + 1);
+        if b.get(i) == Some(&b',') {
+            i += 1;
+        }
+        self.i = i;
+        Some((name, value))
+    }
+}
+
+/// A parsed `#` line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Comment {
+    /// `# HELP name text`: name and text ranges.
+    Help { name: (u32, u32), text: (u32, u32) },
+    /// `# TYPE name type`.
+    Type { name: (u32, u32), kind: (u32, u32) },
+    /// `# UNIT name unit` (OpenMetrics).
+    Unit { name: (u32, u32), unit: (u32, u32) },
+    /// `# EOF` (OpenMetrics).
+    Eof,
+    /// Any other comment: ignored, never passed on.
+    Other,
+}
+
+/// Lexes a line whose first non-blank byte is `#` at `hash`.
+pub(crate) fn lex_comment(line: &[u8], hash: usize) -> Result<Comment, LineError> {
+    let i = skip_blanks(line, hash + 1);
+    let (ks, ke) = token(line, i);
+    let keyword = &line[ks..ke];
+    let which = match keyword {
+        b"HELP" => 0,
+        b"TYPE" => 1,
+        b"UNIT" => 2,
+        b"EOF" if skip_blanks(line, ke) == line.len() => return Ok(Comment::Eof),
+        _ => return Ok(Comment::Other),
+    };
+    if ke == i || ke == line.len() || !is_blank(line[ke]) {
+        // `# HELP` with nothing after it: a comment as far as the text format goes.
+        return Ok(Comment::Other);
+    }
+    let ns = skip_blanks(line, ke);
+    let nlen = metric_name_len(&line[ns..]);
+    let ne = ns + nlen;
+    if nlen == 0 || (ne < line.len() && !is_blank(line[ne])) {
+        return Err(LineError::BadName);
+    }
+    let name = (ns as u32, ne as u32);
+    // HELP text starts after exactly one blank; the rest, trailing blanks included, is the text.
+    let rest_start = if ne < line.len() { ne + 1 } else { ne };
+    match which {
+        0 => Ok(Comment::Help { name, text: (rest_start as u32, line.len() as u32) }),
+        1 => {
+            let ts = skip_blanks(line, ne);
+            let (ts, te) = token(line, ts);
+            if ts == te || skip_blanks(line, te) != line.len() {
+                return Err(LineError::BadType);
+            }
+            Ok(Comment::Type { name, kind: (ts as u32, te as u32) })
+        }
+        _ => {
+            let us = skip_blanks(line, ne);
+            let (us, ue) = token(line, us);
+            if skip_blanks(line, ue) != line.len() {
+                return Err(LineError::TrailingGarbage);
+            }
+            Ok(Comment::Unit { name, unit: (us as u32, ue as u32) })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(format: Format) -> LexOptions<'static> {
+        LexOptions {
+            format,
+            max_labels: 64,
+            max_label_value_bytes: 1 << 20,
+            added: &[b"worker_id"],
+            hasher: PairHasher::new(7),
+        }
+    }
+
+    fn lex(line: &str) -> Result<SampleLex, LineError> {
+        lex_in(line, Format::Text)
+    }
+
+    fn lex_in(line: &str, format: Format) -> Result<SampleLex, LineError> {
+        let b = line.as_bytes();
+        let n = metric_name_len(b);
+        if n == 0 {
+            return Err(LineError::BadName);
+        }
+        lex_sample(b, 0, n, &opts(format), &mut Vec::new())
+    }
+
+    fn part(line: &str, r: (u32, u32)) -> &str {
+        &line[r.0 as usize..r.1 as usize]
+    }
+
+    #[test]
+    fn sample_with_labels_value_and_timestamp() {
+        let l = r#"vllm:x{a="1",b="2"} 3.5 1700000000000"#;
+        let s = lex(l).expect("valid");
+        assert_eq!(part(l, (s.name_start, s.name_end)), "vllm:x");
+        assert_eq!(part(l, s.labels), r#"a="1",b="2""#);
+        assert_eq!(part(l, s.value), "3.5");
+        assert_eq!(part(l, s.timestamp), "1700000000000");
+        assert!(s.canonical);
+    }
+
+    #[test]
+    fn label_values_may_hold_separators_and_escapes() {
+        let l = r#"m{a="x,y=z}",b="q\"uo\\te\nnl # not a comment"} 1"#;
+        let s = lex(l).expect("valid");
+        assert_eq!(part(l, s.labels), r#"a="x,y=z}",b="q\"uo\\te\nnl # not a comment""#);
+        assert_eq!(part(l, s.value), "1");
+    }
+
+    #[test]
+    fn invalid_escape_is_rejected() {
+        assert_eq!(lex(r#"m{a="\t"} 1"#), Err(LineError::BadEscape));
+    }
+
+    #[test]
+    fn special_values() {
+        for v in ["NaN", "+Inf", "-Inf", "Inf", "nan", "1e+06", "-0.5", ".5", "5.", "1E-3"] {
+            assert!(lex(&format!("m {v}")).is_ok(), "{v}");
+        }
+        for v in ["0x10", "1_000", "", "e5", "1e", "--1", "Infx", "+NaN"] {
+            assert!(lex(&format!("m {v}")).is_err(), "{v}");
+        }
+    }
+
+    #[test]
+    fn blanks_and_trailing_comma_are_accepted_but_not_canonical() {
+        let s = lex("m { a = \"1\" , } \t 2  ").expect("valid");
+        assert!(!s.canonical);
+        assert_eq!(lex("m{a=\"1\",} 2").map(|s| s.canonical), Ok(false));
+        assert_eq!(lex("m{} 2").map(|s| s.canonical), Ok(true));
+    }
+
+    #[test]
+    fn reserved_duplicate_and_bad_label_names() {
+        assert_eq!(lex(r#"m{__name__="x"} 1"#), Err(LineError::BadLabelName));
+        assert_eq!(lex(r#"m{a="1",a="2"} 1"#), Err(LineError::BadLabelName));
+        assert_eq!(lex(r#"m{1a="1"} 1"#), Err(LineError::BadLabelName));
+        assert_eq!(lex(r#"m{a:b="1"} 1"#), Err(LineError::BadLabelSyntax));
+    }
+
+    #[test]
+    fn unterminated_or_missing_pieces() {
+        assert_eq!(lex(r#"m{a="1} 1"#), Err(LineError::BadLabelSyntax));
+        assert_eq!(lex(r#"m{a="1""#), Err(LineError::BadLabelSyntax));
+        assert_eq!(lex("m"), Err(LineError::BadValue));
+        assert_eq!(lex("m 1 2 3"), Err(LineError::TrailingGarbage));
+        assert_eq!(lex("m 1 1.5"), Err(LineError::BadTimestamp));
+        assert_eq!(lex("m-x 1"), Err(LineError::BadName));
+    }
+
+    #[test]
+    fn timestamps_per_format() {
+        assert!(lex_in("m 1 1.5", Format::OpenMetrics).is_ok());
+        assert_eq!(lex_in("m 1 NaN", Format::OpenMetrics), Err(LineError::BadTimestamp));
+        assert!(lex("m 1 -12").is_ok());
+    }
+
+    #[test]
+    fn exemplars_only_in_openmetrics() {
+        let l = r#"m_bucket{le="1"} 2 # {trace_id="abc"} 0.5 1.6e9"#;
+        let s = lex_in(l, Format::OpenMetrics).expect("valid");
+        assert_eq!(part(l, s.exemplar), r#"# {trace_id="abc"} 0.5 1.6e9"#);
+        assert_eq!(part(l, s.value), "2");
+        assert_eq!(lex(l), Err(LineError::TrailingGarbage));
+    }
+
+    #[test]
+    fn label_hash_ignores_order_and_tracks_added_labels() {
+        let a = lex(r#"m{a="1",b="2"} 1"#).expect("valid");
+        let b = lex(r#"m{b="2",a="1"} 1"#).expect("valid");
+        let c = lex(r#"m{b="1",a="2"} 1"#).expect("valid");
+        assert_eq!(a.labels_hash, b.labels_hash);
+        assert_ne!(a.labels_hash, c.labels_hash);
+        assert_eq!(lex(r#"m{worker_id="w"} 1"#).map(|s| s.present), Ok(1));
+    }
+
+    #[test]
+    fn label_pairs_reads_back_any_accepted_block() {
+        let pairs: Vec<_> = label_pairs(br#" a = "x,\"y" , b="}" ,"#).collect();
+        assert_eq!(pairs, vec![(&b"a"[..], &br#"x,\"y"#[..]), (&b"b"[..], &b"}"[..])]);
+    }
+
+    #[test]
+    fn invalid_utf8_is_rejected() {
+        let line = b"m{a=\"\xff\xfe\"} 1";
+        assert_eq!(lex_sample(line, 0, 1, &opts(Format::Text), &mut Vec::new()), Err(LineError::NotUtf8));
+    }
+
+    #[test]
+    fn comments() {
+        let l = "# HELP vllm:x Some \\\\ help\\n text ";
+        match lex_comment(l.as_bytes(), 0) {
+            Ok(Comment::Help { name, text }) => {
+                assert_eq!(part(l, name), "vllm:x");
+                assert_eq!(part(l, text), "Some \\\\ help\\n text ");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(lex_comment(b"# HELP m", 0), Ok(Comment::Help { name: (7, 8), text: (8, 8) }));
+        assert!(matches!(lex_comment(b"# TYPE m counter", 0), Ok(Comment::Type { .. })));
+        assert_eq!(lex_comment(b"# TYPE m counter x", 0), Err(LineError::BadType));
+        assert_eq!(lex_comment(b"# EOF", 0), Ok(Comment::Eof));
+        assert_eq!(lex_comment(b"# just a comment", 0), Ok(Comment::Other));
+        assert_eq!(lex_comment(b"#HELP", 0), Ok(Comment::Other));
+        assert!(valid_help(b"a \\\\ b \\n", Format::Text));
+        assert!(!valid_help(b"a \\\" b", Format::Text));
+        assert!(valid_help(b"a \\\" b", Format::OpenMetrics));
+    }
+}

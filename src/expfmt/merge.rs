@@ -1,0 +1,268 @@
+//! Several upstreams' expositions → one list of families (contract rules 1 and 4).
+//!
+//! Families are matched by their text 0.0.4 name. The first upstream (in configuration order)
+//! to bring a family decides its TYPE and HELP; a later one with another TYPE is dropped and
+//! counted as a conflict. A series that already appeared (same name, same label set, added
+//! labels included) is dropped and counted as a duplicate.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
+use super::hash::{PairHasher, PassThrough, pair_hash};
+use super::lex::label_pairs;
+use super::{Exposition, Family, Sample};
+
+/// A label sysport adds to every engine series that lacks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddedLabel {
+    name: Vec<u8>,
+    /// The value escaped for the exposition formats (`\\`, `\"`, `\n`).
+    escaped: Vec<u8>,
+}
+
+impl AddedLabel {
+    /// A label from its name and plain value.
+    pub fn new(name: &str, value: &str) -> AddedLabel {
+        let mut escaped = Vec::with_capacity(value.len());
+        for &b in value.as_bytes() {
+            match b {
+                b'\\' => escaped.extend_from_slice(b"\\\\"),
+                b'"' => escaped.extend_from_slice(b"\\\""),
+                b'\n' => escaped.extend_from_slice(b"\\n"),
+                _ => escaped.push(b),
+            }
+        }
+        AddedLabel { name: name.as_bytes().to_vec(), escaped }
+    }
+
+    /// The label name.
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    /// The escaped value.
+    pub fn escaped_value(&self) -> &[u8] {
+        &self.escaped
+    }
+}
+
+/// What to merge and how.
+#[derive(Debug, Clone, Copy)]
+pub struct MergeOptions<'a> {
+    /// Labels added to samples that lack them (the same names passed to the parser, same order).
+    pub added: &'a [AddedLabel],
+    /// Only these families (text 0.0.4 name, or the OpenMetrics name), when given.
+    pub names: Option<&'a [&'a str]>,
+    pub hasher: PairHasher,
+}
+
+/// Per-upstream counts from one merge.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MergeStats {
+    /// Samples written.
+    pub kept: u64,
+    /// Samples dropped because their family's TYPE differs from an earlier upstream's.
+    pub conflict: u64,
+    /// Samples dropped because the same series was already written.
+    pub duplicate: u64,
+}
+
+/// One output family.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OutFamily {
+    /// Where the family's name and metadata come from: the first upstream that brought it.
+    pub first: u32,
+    pub last: u32,
+    /// The part whose HELP is used, if any has one.
+    pub help_from: u32,
+}
+
+/// One upstream's contribution to an output family. Parts form a list through `next`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Part {
+    pub source: u32,
+    pub family: u32,
+    pub next: u32,
+}
+
+pub(crate) const END: u32 = u32::MAX;
+
+/// The merged view of several expositions, ready to be written in either format.
+#[derive(Debug)]
+pub struct Merge<'a> {
+    pub(crate) sources: &'a [&'a Exposition],
+    pub(crate) families: Vec<OutFamily>,
+    pub(crate) parts: Vec<Part>,
+    /// Samples to skip, as `(part, sample index within the family)`, in writing order.
+    pub(crate) skip: Vec<(u32, u32)>,
+    pub(crate) added: &'a [AddedLabel],
+    stats: Vec<MergeStats>,
+}
+
+impl<'a> Merge<'a> {
+    /// Counts per source, in the order the sources were given.
+    pub fn stats(&self) -> &[MergeStats] {
+        &self.stats
+    }
+
+    /// How many families will be written.
+    pub fn family_count(&self) -> usize {
+        self.families.len()
+    }
+
+    pub(crate) fn part_family(&self, p: u32) -> (&'a Exposition, &'a Family) {
+        let part = self.parts[p as usize];
+        let src = self.sources[part.source as usize];
+        (src, &src.families()[part.family as usize])
+    }
+
+    /// The samples of part `p` to leave out (sorted by sample index).
+    pub(crate) fn skips_for(&self, p: u32) -> &[(u32, u32)] {
+        // Parts are numbered in the order they were visited, so `skip` is sorted by part.
+        let start = self.skip.partition_point(|&(sp, _)| sp < p);
+        let end = self.skip.partition_point(|&(sp, _)| sp <= p);
+        &self.skip[start..end]
+    }
+
+    /// Bytes the written output will roughly need.
+    pub fn size_hint(&self) -> usize {
+        let added: usize = self.added.iter().map(|l| l.name.len() + l.escaped.len() + 4).sum();
+        self.sources
+            .iter()
+            .map(|s| s.kept_bytes() + s.all_samples().len() * added + s.families().len() * 128)
+            .sum()
+    }
+}
+
+/// Merges expositions given in upstream order.
+pub fn merge<'a>(sources: &'a [&'a Exposition], opts: &MergeOptions<'a>) -> Merge<'a> {
+    let family_total: usize = sources.iter().map(|s| s.families().len()).sum();
+    let sample_total: usize = sources.iter().map(|s| s.all_samples().len()).sum();
+    let mut m = Merge {
+        sources,
+        families: Vec::with_capacity(family_total),
+        parts: Vec::with_capacity(family_total),
+        skip: Vec::new(),
+        added: opts.added,
+        stats: vec![MergeStats::default(); sources.len()],
+    };
+    // Family names, built once into one buffer.
+    let mut arena = Vec::with_capacity(family_total * 32);
+    let mut ranges = Vec::with_capacity(family_total);
+    for src in sources {
+        for fam in src.families() {
+            let (base, suffix) = src.family_name(fam);
+            let start = arena.len();
+            arena.extend_from_slice(base);
+            arena.extend_from_slice(suffix);
+            ranges.push((start, arena.len()));
+        }
+    }
+    let mut by_name: HashMap<&[u8], u32> = HashMap::with_capacity(family_total);
+    let mut seen: HashMap<u64, (u32, u32), PassThrough> = HashMap::with_capacity_and_hasher(sample_total, PassThrough);
+    let added_hashes: Vec<u64> =
+        opts.added.iter().map(|l| pair_hash(opts.hasher, &l.name, &l.escaped)).collect();
+    let mut r = 0;
+    for (si, src) in sources.iter().enumerate() {
+        for (fi, fam) in src.families().iter().enumerate() {
+            let (start, end) = ranges[r];
+            r += 1;
+            let name = &arena[start..end];
+            if let Some(names) = opts.names {
+                let base = fam.base.of(src.body());
+                if !names.iter().any(|n| n.as_bytes() == name || n.as_bytes() == base) {
+                    continue;
+                }
+            }
+            let part = m.parts.len() as u32;
+            let out = match by_name.entry(name) {
+                Entry::Vacant(v) => {
+                    v.insert(m.families.len() as u32);
+                    m.families.push(OutFamily { first: part, last: part, help_from: END });
+                    m.families.len() - 1
+                }
+                Entry::Occupied(o) => {
+                    let out = *o.get() as usize;
+                    let (_, first) = m.part_family(m.families[out].first);
+                    if first.kind != fam.kind {
+                        m.stats[si].conflict += src.samples(fam).len() as u64;
+                        continue;
+                    }
+                    let last = m.families[out].last;
+                    m.parts[last as usize].next = part;
+                    m.families[out].last = part;
+                    out
+                }
+            };
+            m.parts.push(Part { source: si as u32, family: fi as u32, next: END });
+            if m.families[out].help_from == END && fam.help.is_some() {
+                m.families[out].help_from = part;
+            }
+            for (idx, s) in src.samples(fam).iter().enumerate() {
+                let h = series_hash(opts.hasher, src, fam, s, &added_hashes);
+                match seen.entry(h) {
+                    Entry::Vacant(v) => {
+                        v.insert((part, idx as u32));
+                        m.stats[si].kept += 1;
+                    }
+                    Entry::Occupied(o) => {
+                        let (op, oidx) = *o.get();
+                        let (osrc, ofam) = m.part_family(op);
+                        let other = &osrc.samples(ofam)[oidx as usize];
+                        if same_series((osrc, ofam, other), (src, fam, s), opts.added) {
+                            m.skip.push((part, idx as u32));
+                            m.stats[si].duplicate += 1;
+                        } else {
+                            // A 64-bit collision between different series: keep both.
+                            m.stats[si].kept += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    m
+}
+
+fn series_hash(h: PairHasher, src: &Exposition, fam: &Family, s: &Sample, added: &[u64]) -> u64 {
+    let (a, b) = src.sample_name(fam, s);
+    let name_hash = if b.is_empty() {
+        h.bytes(a)
+    } else if a.len() + b.len() <= 256 {
+        let mut buf = [0u8; 256];
+        buf[..a.len()].copy_from_slice(a);
+        buf[a.len()..a.len() + b.len()].copy_from_slice(b);
+        h.bytes(&buf[..a.len() + b.len()])
+    } else {
+        h.bytes(&[a, b].concat())
+    };
+    let mut sum = name_hash.wrapping_add(s.lex.labels_hash);
+    for (bit, ah) in added.iter().enumerate() {
+        if bit >= 8 || s.lex.present & (1 << bit) == 0 {
+            sum = sum.wrapping_add(*ah);
+        }
+    }
+    sum
+}
+
+type SampleRef<'a> = (&'a Exposition, &'a Family, &'a Sample);
+
+/// Exact comparison behind a hash match: same name and the same set of labels as written.
+fn same_series(a: SampleRef<'_>, b: SampleRef<'_>, added: &[AddedLabel]) -> bool {
+    let name = |(src, fam, s): SampleRef<'_>| {
+        let (x, y) = src.sample_name(fam, s);
+        [x, y].concat()
+    };
+    let labels = |(src, _, s): SampleRef<'_>| {
+        let mut v: Vec<(Vec<u8>, Vec<u8>)> =
+            label_pairs(src.sample_part(s, s.lex.labels)).map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
+        for (bit, l) in added.iter().enumerate() {
+            if bit >= 8 || s.lex.present & (1 << bit) == 0 {
+                v.push((l.name.clone(), l.escaped.clone()));
+            }
+        }
+        v.sort();
+        v
+    };
+    name(a) == name(b) && labels(a) == labels(b)
+}

@@ -1,0 +1,346 @@
+//! The exposition format, pure and I/O-free: bytes in, bytes out.
+//!
+//! - [`parse`] lexes one upstream body (text 0.0.4 or OpenMetrics 1.0) without copying it, keeps
+//!   only the families whose names start with the upstream's `keep` prefixes, and groups samples
+//!   by family. The result, an [`Exposition`], owns the body and refers into it by offsets, so it
+//!   can be cached and shared between concurrent scrapes.
+//! - [`merge`] combines several expositions: one HELP/TYPE per family, TYPE conflicts and
+//!   duplicate series dropped and counted.
+//! - [`write_text`] renders a merge into one pre-sized buffer.
+//!
+//! Families are modelled the way text 0.0.4 names them (a counter `x` is the family `x_total`,
+//! its `x_created` is a gauge family of its own, as `prometheus_client` renders them), because
+//! that is what Prometheus stores and what most scrapers ask for. OpenMetrics input is mapped
+//! into that model when parsed, and OpenMetrics output maps back.
+
+mod hash;
+mod lex;
+mod merge;
+mod parse;
+mod text;
+
+pub use hash::PairHasher;
+pub use lex::{LineError, SampleLex, is_label_name, is_metric_name, valid_float};
+pub use merge::{AddedLabel, Merge, MergeOptions, MergeStats, merge};
+pub use parse::{Limit, ParseError, ParseLimits, ParseOptions, parse};
+pub use text::write_text;
+
+use bytes::Bytes;
+
+/// Content type of text format 0.0.4 as sysport serves it.
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// Content type of OpenMetrics 1.0 as sysport serves it.
+pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// No upstream family may use this prefix: it belongs to sysport's own metrics.
+pub const RESERVED_PREFIX: &[u8] = b"dynamo_sysport_";
+
+/// An exposition format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Prometheus text format 0.0.4.
+    Text,
+    /// OpenMetrics 1.0 text.
+    OpenMetrics,
+}
+
+impl Format {
+    /// The format of an upstream response: its Content-Type, corrected by the content when the
+    /// header says text but the body ends in OpenMetrics' `# EOF` (some engines serve
+    /// OpenMetrics whatever they were asked for, under either header).
+    pub fn detect(content_type: Option<&str>, body: &[u8]) -> Format {
+        let says_om = content_type.is_some_and(|ct| {
+            ct.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/openmetrics-text"))
+        });
+        if says_om || ends_with_eof(body) { Format::OpenMetrics } else { Format::Text }
+    }
+}
+
+fn ends_with_eof(body: &[u8]) -> bool {
+    let mut end = body.len();
+    while end > 0 && matches!(body[end - 1], b'\n' | b'\r' | b' ' | b'\t') {
+        end -= 1;
+    }
+    let body = &body[..end];
+    body.ends_with(b"# EOF") && (body.len() == 5 || body[body.len() - 6] == b'\n')
+}
+
+/// A metric type. Text 0.0.4 has the first five; OpenMetrics adds the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+    Summary,
+    Untyped,
+    Info,
+    StateSet,
+    GaugeHistogram,
+}
+
+impl Kind {
+    /// Reads a `# TYPE` value; both formats' spellings are accepted (`unknown` = `untyped`).
+    pub fn parse(s: &[u8]) -> Option<Kind> {
+        Some(match s {
+            b"counter" => Kind::Counter,
+            b"gauge" => Kind::Gauge,
+            b"histogram" => Kind::Histogram,
+            b"summary" => Kind::Summary,
+            b"untyped" | b"unknown" => Kind::Untyped,
+            b"info" => Kind::Info,
+            b"stateset" => Kind::StateSet,
+            b"gaugehistogram" => Kind::GaugeHistogram,
+            _ => return None,
+        })
+    }
+
+    /// The `# TYPE` word in text 0.0.4.
+    pub fn text_name(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge | Kind::Info | Kind::StateSet => "gauge",
+            Kind::Histogram | Kind::GaugeHistogram => "histogram",
+            Kind::Summary => "summary",
+            Kind::Untyped => "untyped",
+        }
+    }
+
+    /// The `# TYPE` word in OpenMetrics.
+    pub fn openmetrics_name(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+            Kind::Summary => "summary",
+            Kind::Untyped => "unknown",
+            Kind::Info => "info",
+            Kind::StateSet => "stateset",
+            Kind::GaugeHistogram => "gaugehistogram",
+        }
+    }
+}
+
+/// A sample-name suffix relative to a family's declared name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Suffix {
+    None,
+    Total,
+    Created,
+    Bucket,
+    Count,
+    Sum,
+    GCount,
+    GSum,
+    Info,
+}
+
+impl Suffix {
+    /// The suffix text.
+    pub fn as_bytes(self) -> &'static [u8] {
+        match self {
+            Suffix::None => b"",
+            Suffix::Total => b"_total",
+            Suffix::Created => b"_created",
+            Suffix::Bucket => b"_bucket",
+            Suffix::Count => b"_count",
+            Suffix::Sum => b"_sum",
+            Suffix::GCount => b"_gcount",
+            Suffix::GSum => b"_gsum",
+            Suffix::Info => b"_info",
+        }
+    }
+
+    const ALL: [Suffix; 8] = [
+        Suffix::Total,
+        Suffix::Created,
+        Suffix::Bucket,
+        Suffix::Count,
+        Suffix::Sum,
+        Suffix::GCount,
+        Suffix::GSum,
+        Suffix::Info,
+    ];
+
+    /// Reads a suffix exactly.
+    pub fn parse(s: &[u8]) -> Option<Suffix> {
+        if s.is_empty() {
+            return Some(Suffix::None);
+        }
+        Suffix::ALL.into_iter().find(|x| x.as_bytes() == s)
+    }
+}
+
+/// A range of bytes in an upstream body.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Span {
+    pub start: u32,
+    pub end: u32,
+}
+
+impl Span {
+    pub(crate) fn new(start: usize, end: usize) -> Span {
+        Span { start: start as u32, end: end as u32 }
+    }
+
+    /// The bytes this span covers in `body`.
+    #[inline]
+    pub fn of(self, body: &[u8]) -> &[u8] {
+        &body[self.start as usize..self.end as usize]
+    }
+
+    /// Whether the span covers nothing.
+    pub fn is_empty(self) -> bool {
+        self.start == self.end
+    }
+}
+
+/// What a family's samples mean in OpenMetrics terms, so OpenMetrics output can regroup the text
+/// 0.0.4 families an OpenMetrics family was split into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The family itself.
+    Primary,
+    /// The `_created` gauge of a counter, histogram or summary (`base` names that family).
+    Created,
+    /// The `_gcount` gauge of a gauge histogram.
+    GCount,
+    /// The `_gsum` gauge of a gauge histogram.
+    GSum,
+}
+
+/// One family, named and typed as text 0.0.4 has it.
+#[derive(Debug, Clone)]
+pub struct Family {
+    /// The declared name in the body; the text family name is `base` + `suffix`.
+    pub base: Span,
+    /// See `base`.
+    pub suffix: Suffix,
+    /// Type as text 0.0.4 declares it; [`Kind::Untyped`] when there was no TYPE line.
+    pub kind: Kind,
+    /// Whether the upstream declared a type (a `# TYPE` line) for it.
+    pub typed: bool,
+    /// The type the upstream declared, in its own format's terms.
+    pub declared: Kind,
+    /// What this family is in OpenMetrics terms.
+    pub role: Role,
+    /// HELP text as escaped in the upstream's format.
+    pub help: Option<Span>,
+    /// OpenMetrics UNIT, if any.
+    pub unit: Option<Span>,
+    /// This family's samples: `samples[range]` of the exposition.
+    pub samples: (u32, u32),
+}
+
+/// One sample line that was kept.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    /// Start of the line in the body; the lexed offsets below are relative to it.
+    pub line_start: u32,
+    /// End of the line (without `\r\n`).
+    pub line_end: u32,
+    /// Offsets within the line.
+    pub lex: lex::SampleLex,
+    /// When not `None`, the name as written is an escaped form (`vllm_x_total` for `vllm:x`,
+    /// prometheus/client_python#1177) and the real name is the family's `base` + this suffix.
+    pub rename: Option<Suffix>,
+    family: u32,
+}
+
+/// Counts from parsing one upstream body.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ParseStats {
+    /// Sample lines kept.
+    pub kept: u64,
+    /// Sample lines of families the upstream's prefixes do not keep.
+    pub dropped: u64,
+    /// Lines rejected as malformed (samples and HELP/TYPE/UNIT lines of kept families, and
+    /// lines that cannot be read at all).
+    pub malformed: u64,
+    /// Sample names recovered from an escaped form (prometheus/client_python#1177).
+    pub renamed: u64,
+}
+
+/// One upstream body, lexed, filtered and grouped by family.
+#[derive(Debug, Clone)]
+pub struct Exposition {
+    body: Bytes,
+    format: Format,
+    families: Vec<Family>,
+    samples: Vec<Sample>,
+    stats: ParseStats,
+}
+
+impl Exposition {
+    /// An exposition with nothing in it.
+    pub fn empty() -> Exposition {
+        Exposition {
+            body: Bytes::new(),
+            format: Format::Text,
+            families: Vec::new(),
+            samples: Vec::new(),
+            stats: ParseStats::default(),
+        }
+    }
+
+    /// The body the offsets refer to.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The format the body was parsed as.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// Kept families in order of first appearance.
+    pub fn families(&self) -> &[Family] {
+        &self.families
+    }
+
+    /// All kept samples, grouped by family in family order.
+    pub fn all_samples(&self) -> &[Sample] {
+        &self.samples
+    }
+
+    /// The samples of one family.
+    pub fn samples(&self, family: &Family) -> &[Sample] {
+        &self.samples[family.samples.0 as usize..family.samples.1 as usize]
+    }
+
+    /// Parse counts.
+    pub fn stats(&self) -> ParseStats {
+        self.stats
+    }
+
+    /// The family's text 0.0.4 name as two parts, declared name and suffix.
+    pub fn family_name(&self, family: &Family) -> (&[u8], &'static [u8]) {
+        (family.base.of(&self.body), family.suffix.as_bytes())
+    }
+
+    /// The sample's name as written out: its name in the body, or the recovered one.
+    pub fn sample_name(&self, family: &Family, sample: &Sample) -> (&[u8], &'static [u8]) {
+        match sample.rename {
+            Some(suffix) => (family.base.of(&self.body), suffix.as_bytes()),
+            None => (self.sample_part(sample, (sample.lex.name_start, sample.lex.name_end)), b""),
+        }
+    }
+
+    /// A part of a sample line given line-relative offsets.
+    #[inline]
+    pub fn sample_part(&self, sample: &Sample, r: (u32, u32)) -> &[u8] {
+        let s = sample.line_start as usize;
+        &self.body[s + r.0 as usize..s + r.1 as usize]
+    }
+
+    /// The whole sample line.
+    #[inline]
+    pub fn line(&self, sample: &Sample) -> &[u8] {
+        &self.body[sample.line_start as usize..sample.line_end as usize]
+    }
+
+    /// Total bytes of kept sample lines, for sizing output buffers.
+    pub fn kept_bytes(&self) -> usize {
+        self.samples.iter().map(|s| (s.line_end - s.line_start) as usize + 1).sum()
+    }
+}
+#[cfg(test)]
+mod tests;

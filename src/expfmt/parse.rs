@@ -1,0 +1,510 @@
+//! One upstream body → an [`Exposition`]: lex every line, resolve each sample to its family,
+//! keep the families the upstream's prefixes allow, group samples by family.
+//!
+//! Families are resolved the way Prometheus' parser does it: a sample belongs to the family
+//! declared under its exact name, else to the family its name minus a type suffix names
+//! (`h_bucket` → histogram `h`), else to an untyped family of its own. OpenMetrics families are
+//! split into their text 0.0.4 families here (counter `x` → `x_total` and gauge `x_created`).
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use super::lex::{self, Comment, LexOptions, LineError};
+use super::{Exposition, Family, Format, Kind, PairHasher, ParseStats, RESERVED_PREFIX, Role, Sample, Span, Suffix};
+
+/// Limits applied while parsing one body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParseLimits {
+    pub max_line_bytes: usize,
+    pub max_series: usize,
+    pub max_labels: usize,
+    pub max_label_value_bytes: usize,
+}
+
+/// What to keep and how far to go.
+#[derive(Debug, Clone, Copy)]
+pub struct ParseOptions<'a> {
+    /// Family-name prefixes to keep.
+    pub keep: &'a [String],
+    pub limits: ParseLimits,
+    /// Names of the labels sysport adds (so the lexer can note which a line already has).
+    pub added_labels: &'a [&'a [u8]],
+    pub hasher: PairHasher,
+}
+
+/// Which limit a body went over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    LineBytes,
+    Series,
+    Labels,
+    LabelValueBytes,
+}
+
+/// A body that cannot be used at all. Malformed lines are not errors: they are dropped and
+/// counted in [`ParseStats::malformed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("line {line}: over the {limit:?} limit")]
+    TooLarge { limit: Limit, line: usize },
+    #[error("body larger than 4 GiB")]
+    BodyTooLarge,
+}
+
+/// A declared (or implied) name and what the upstream said of it.
+struct Decl {
+    name: Span,
+    kind: Option<Kind>,
+    has_colon: bool,
+    kept: bool,
+    has_samples: bool,
+    /// Text families by [`Role`]: primary, created, gcount, gsum (u32::MAX = not yet made).
+    families: [u32; 4],
+}
+
+const NONE: u32 = u32::MAX;
+
+struct Parser<'b, 'o> {
+    body: &'b [u8],
+    format: Format,
+    opts: &'o ParseOptions<'o>,
+    decls: Vec<Decl>,
+    by_name: HashMap<&'b [u8], u32>,
+    /// Declared names with `:`, under their escaped form (`vllm:x` → `vllm_x`).
+    by_escaped: HashMap<Vec<u8>, u32>,
+    families: Vec<Family>,
+    family_kept: Vec<bool>,
+    samples: Vec<Sample>,
+    stats: ParseStats,
+    current: u32,
+    grouped: bool,
+    last_family: u32,
+    family_seen: Vec<bool>,
+    scratch: Vec<(u32, u32)>,
+}
+
+/// Parses one upstream body. The body is kept, not copied: the result refers into it.
+pub fn parse(body: Bytes, format: Format, opts: &ParseOptions<'_>) -> Result<Exposition, ParseError> {
+    if body.len() > u32::MAX as usize - 1 {
+        return Err(ParseError::BodyTooLarge);
+    }
+    let (families, samples, stats) = {
+        let mut p = Parser {
+            body: &body,
+            format,
+            opts,
+            decls: Vec::new(),
+            by_name: HashMap::new(),
+            by_escaped: HashMap::new(),
+            families: Vec::new(),
+            family_kept: Vec::new(),
+            samples: Vec::with_capacity(body.len() / 96),
+            stats: ParseStats::default(),
+            current: NONE,
+            grouped: true,
+            last_family: NONE,
+            family_seen: Vec::new(),
+            scratch: Vec::with_capacity(16),
+        };
+        p.run()?;
+        p.finish()
+    };
+    Ok(Exposition { body, format, families, samples, stats })
+}
+
+impl<'b> Parser<'b, '_> {
+    fn run(&mut self) -> Result<(), ParseError> {
+        let body = self.body;
+        let lex_opts = LexOptions {
+            format: self.format,
+            max_labels: self.opts.limits.max_labels,
+            max_label_value_bytes: self.opts.limits.max_label_value_bytes,
+            added: self.opts.added_labels,
+            hasher: self.opts.hasher,
+        };
+        let mut start = 0;
+        let mut line_no = 0;
+        let mut eof_seen = false;
+        while start < body.len() {
+            line_no += 1;
+            let nl = memchr::memchr(b'\n', &body[start..]).map_or(body.len(), |i| start + i);
+            let next = nl + 1;
+            let mut end = nl;
+            if end > start && body[end - 1] == b'\r' {
+                end -= 1;
+            }
+            if end - start > self.opts.limits.max_line_bytes {
+                return Err(ParseError::TooLarge { limit: Limit::LineBytes, line: line_no });
+            }
+            let line = &body[start..end];
+            let first = line.iter().position(|&b| b != b' ' && b != b'\t');
+            match first {
+                None => {}
+                Some(i) if line[i] == b'#' => match lex::lex_comment(line, i) {
+                    Ok(Comment::Eof) => {
+                        if eof_seen {
+                            self.stats.malformed += 1;
+                        }
+                        eof_seen = true;
+                    }
+                    Ok(c) => self.comment(line, start, c),
+                    Err(_) => self.stats.malformed += 1,
+                },
+                Some(i) => {
+                    if eof_seen {
+                        // OpenMetrics ends at `# EOF`. Lines after it (two bodies glued
+                        // together) are still read, and the stray `# EOF` counted once.
+                        self.stats.malformed += 1;
+                        eof_seen = false;
+                    }
+                    self.sample(line, start, i, line_no, &lex_opts)?;
+                }
+            }
+            start = next;
+        }
+        Ok(())
+    }
+
+    fn comment(&mut self, line: &[u8], start: usize, c: Comment) {
+        let abs = |r: (u32, u32)| Span::new(start + r.0 as usize, start + r.1 as usize);
+        let (name, what) = match c {
+            Comment::Help { name, .. } | Comment::Type { name, .. } | Comment::Unit { name, .. } => (name, c),
+            Comment::Eof | Comment::Other => return,
+        };
+        let d = self.declare(abs(name));
+        self.current = d;
+        let decl = &self.decls[d as usize];
+        let kept = decl.kept;
+        let primary = decl.families[0] as usize;
+        match what {
+            Comment::Help { text, .. } => {
+                if !kept {
+                    return;
+                }
+                let text_bytes = &line[text.0 as usize..text.1 as usize];
+                if self.families[primary].help.is_some() || !lex::valid_help(text_bytes, self.format) {
+                    self.stats.malformed += kept as u64;
+                } else {
+                    self.families[primary].help = Some(abs(text));
+                }
+            }
+            Comment::Type { kind, .. } => {
+                let parsed = Kind::parse(&line[kind.0 as usize..kind.1 as usize]);
+                match (parsed, decl.kind, decl.has_samples) {
+                    (Some(k), None, false) => self.set_kind(d, k),
+                    _ => self.stats.malformed += kept as u64,
+                }
+            }
+            Comment::Unit { unit, .. } => {
+                if kept && self.format == Format::OpenMetrics && self.families[primary].unit.is_none() {
+                    self.families[primary].unit = Some(abs(unit));
+                } else {
+                    self.stats.malformed += kept as u64;
+                }
+            }
+            Comment::Eof | Comment::Other => {}
+        }
+    }
+
+    /// Finds or creates the declaration for a name.
+    fn declare(&mut self, name: Span) -> u32 {
+        let bytes = name.of(self.body);
+        if let Some(&d) = self.by_name.get(bytes) {
+            return d;
+        }
+        let d = self.decls.len() as u32;
+        let kept = self.keeps(bytes);
+        let has_colon = memchr::memchr(b':', bytes).is_some();
+        if has_colon {
+            let escaped: Vec<u8> = bytes.iter().map(|&b| if b == b':' { b'_' } else { b }).collect();
+            self.by_escaped.entry(escaped).or_insert(d);
+        }
+        let primary = self.new_family(name, Suffix::None, Kind::Untyped, Role::Primary, kept);
+        self.decls.push(Decl {
+            name,
+            kind: None,
+            has_colon,
+            kept,
+            has_samples: false,
+            families: [primary, NONE, NONE, NONE],
+        });
+        self.by_name.insert(bytes, d);
+        d
+    }
+
+    fn keeps(&self, name: &[u8]) -> bool {
+        !name.starts_with(RESERVED_PREFIX) && self.opts.keep.iter().any(|p| name.starts_with(p.as_bytes()))
+    }
+
+    fn new_family(&mut self, base: Span, suffix: Suffix, kind: Kind, role: Role, kept: bool) -> u32 {
+        let f = self.families.len() as u32;
+        self.families.push(Family {
+            base,
+            suffix,
+            kind,
+            typed: false,
+            declared: kind,
+            role,
+            help: None,
+            unit: None,
+            samples: (0, 0),
+        });
+        self.family_kept.push(kept);
+        self.family_seen.push(false);
+        f
+    }
+
+    fn set_kind(&mut self, d: u32, kind: Kind) {
+        let decl = &mut self.decls[d as usize];
+        decl.kind = Some(kind);
+        let fam = &mut self.families[decl.families[0] as usize];
+        fam.typed = true;
+        fam.declared = kind;
+        match self.format {
+            Format::Text => {
+                fam.kind = match kind {
+                    Kind::Info | Kind::StateSet => Kind::Gauge,
+                    Kind::GaugeHistogram => Kind::Histogram,
+                    k => k,
+                };
+            }
+            Format::OpenMetrics => {
+                // prometheus_client's own mapping from OpenMetrics types to text 0.0.4.
+                let (suffix, text_kind) = match kind {
+                    Kind::Counter => (Suffix::Total, Kind::Counter),
+                    Kind::Info => (Suffix::Info, Kind::Gauge),
+                    Kind::StateSet => (Suffix::None, Kind::Gauge),
+                    Kind::GaugeHistogram => (Suffix::None, Kind::Histogram),
+                    k => (Suffix::None, k),
+                };
+                fam.suffix = suffix;
+                fam.kind = text_kind;
+            }
+        }
+    }
+
+    /// Which suffixes a declaration's samples may carry, in the upstream's format.
+    fn suffix_allowed(&self, kind: Option<Kind>, suffix: Suffix) -> bool {
+        use Suffix as S;
+        match (self.format, kind) {
+            (Format::Text, Some(Kind::Histogram | Kind::GaugeHistogram)) => {
+                matches!(suffix, S::Bucket | S::Count | S::Sum)
+            }
+            (Format::Text, Some(Kind::Summary)) => matches!(suffix, S::None | S::Count | S::Sum),
+            (Format::Text, _) => suffix == S::None,
+            (Format::OpenMetrics, Some(Kind::Counter)) => matches!(suffix, S::Total | S::Created),
+            (Format::OpenMetrics, Some(Kind::Histogram)) => {
+                matches!(suffix, S::Bucket | S::Count | S::Sum | S::Created)
+            }
+            (Format::OpenMetrics, Some(Kind::Summary)) => matches!(suffix, S::None | S::Count | S::Sum | S::Created),
+            (Format::OpenMetrics, Some(Kind::GaugeHistogram)) => matches!(suffix, S::Bucket | S::GCount | S::GSum),
+            (Format::OpenMetrics, Some(Kind::Info)) => suffix == S::Info,
+            (Format::OpenMetrics, _) => suffix == S::None,
+        }
+    }
+
+    /// Does `name` belong to declaration `d`? Returns the suffix and whether the name was the
+    /// escaped form of the declared one.
+    fn matches(&self, d: u32, name: &[u8]) -> Option<(Suffix, bool)> {
+        let decl = &self.decls[d as usize];
+        let base = decl.name.of(self.body);
+        if name.len() < base.len() {
+            return None;
+        }
+        let (head, tail) = name.split_at(base.len());
+        let escaped = if head == base {
+            false
+        } else if decl.has_colon && escaped_eq(head, base) {
+            true
+        } else {
+            return None;
+        };
+        let suffix = Suffix::parse(tail)?;
+        self.suffix_allowed(decl.kind, suffix).then_some((suffix, escaped))
+    }
+
+    /// Resolves a sample name to its declaration.
+    fn resolve(&mut self, name_span: Span) -> (u32, Suffix, bool) {
+        let name = name_span.of(self.body);
+        if self.current != NONE
+            && let Some((s, e)) = self.matches(self.current, name)
+        {
+            return (self.current, s, e);
+        }
+        if let Some(&d) = self.by_name.get(name)
+            && let Some((s, e)) = self.matches(d, name)
+        {
+            return (d, s, e);
+        }
+        for suffix in Suffix::ALL {
+            if let Some(base) = name.strip_suffix(suffix.as_bytes()) {
+                if let Some(&d) = self.by_name.get(base)
+                    && let Some((s, e)) = self.matches(d, name)
+                {
+                    return (d, s, e);
+                }
+                if let Some(&d) = self.by_escaped.get(base)
+                    && let Some((s, e)) = self.matches(d, name)
+                {
+                    return (d, s, e);
+                }
+            }
+        }
+        if let Some(&d) = self.by_escaped.get(name)
+            && let Some((s, e)) = self.matches(d, name)
+        {
+            return (d, s, e);
+        }
+        // A name of its own: an untyped family with no HELP.
+        (self.declare(name_span), Suffix::None, false)
+    }
+
+    /// The text family a sample of `d` with `suffix` goes to, made on first use.
+    fn family_for(&mut self, d: u32, suffix: Suffix) -> u32 {
+        let decl = &self.decls[d as usize];
+        let (slot, role) = match (self.format, suffix) {
+            (Format::OpenMetrics, Suffix::Created) => (1, Role::Created),
+            (Format::OpenMetrics, Suffix::GCount) => (2, Role::GCount),
+            (Format::OpenMetrics, Suffix::GSum) => (3, Role::GSum),
+            _ => return decl.families[0],
+        };
+        if decl.families[slot] != NONE {
+            return decl.families[slot];
+        }
+        let (name, kept, primary) = (decl.name, decl.kept, decl.families[0] as usize);
+        let help = self.families[primary].help;
+        let f = self.new_family(name, suffix, Kind::Gauge, role, kept);
+        let fam = &mut self.families[f as usize];
+        fam.typed = true;
+        fam.help = help;
+        self.decls[d as usize].families[slot] = f;
+        f
+    }
+
+    fn sample(
+        &mut self,
+        line: &[u8],
+        start: usize,
+        first: usize,
+        line_no: usize,
+        lex_opts: &LexOptions<'_>,
+    ) -> Result<(), ParseError> {
+        let name_len = lex::metric_name_len(&line[first..]);
+        if name_len == 0 {
+            self.stats.malformed += 1;
+            return Ok(());
+        }
+        let name = Span::new(start + first, start + first + name_len);
+        let (d, suffix, escaped) = self.resolve(name);
+        self.current = d;
+        self.decls[d as usize].has_samples = true;
+        if !self.decls[d as usize].kept {
+            self.stats.dropped += 1;
+            return Ok(());
+        }
+        let lexed = match lex::lex_sample(line, first, first + name_len, lex_opts, &mut self.scratch) {
+            Ok(l) => l,
+            Err(LineError::TooManyLabels) => {
+                return Err(ParseError::TooLarge { limit: Limit::Labels, line: line_no });
+            }
+            Err(LineError::LabelValueTooLong) => {
+                return Err(ParseError::TooLarge { limit: Limit::LabelValueBytes, line: line_no });
+            }
+            Err(_) => {
+                self.stats.malformed += 1;
+                return Ok(());
+            }
+        };
+        if self.samples.len() >= self.opts.limits.max_series {
+            return Err(ParseError::TooLarge { limit: Limit::Series, line: line_no });
+        }
+        let family = self.family_for(d, suffix);
+        if family != self.last_family {
+            if self.family_seen[family as usize] {
+                self.grouped = false;
+            }
+            self.family_seen[family as usize] = true;
+            self.last_family = family;
+        }
+        let rename = if escaped {
+            self.stats.renamed += 1;
+            let fam = &self.families[family as usize];
+            // The written name is `base` + the family's own suffix + the sample's suffix.
+            Some(match (fam.suffix, suffix) {
+                (Suffix::None, s) => s,
+                (fs, _) => fs,
+            })
+        } else {
+            None
+        };
+        self.samples.push(Sample {
+            line_start: start as u32,
+            line_end: (start + line.len()) as u32,
+            lex: lexed,
+            rename,
+            family,
+        });
+        Ok(())
+    }
+
+    /// Drops families that are not kept, orders samples by family.
+    fn finish(mut self) -> (Vec<Family>, Vec<Sample>, ParseStats) {
+        let mut remap = vec![NONE; self.families.len()];
+        let mut kept_families = Vec::with_capacity(self.families.len());
+        for (i, fam) in self.families.iter().enumerate() {
+            let reserved = fam.base.of(self.body).starts_with(RESERVED_PREFIX) || {
+                let mut full = fam.base.of(self.body).to_vec();
+                full.extend_from_slice(fam.suffix.as_bytes());
+                full.starts_with(RESERVED_PREFIX)
+            };
+            if self.family_kept[i] && !reserved {
+                remap[i] = kept_families.len() as u32;
+                kept_families.push(fam.clone());
+            }
+        }
+        let before = self.samples.len();
+        self.samples.retain(|s| remap[s.family as usize] != NONE);
+        let reserved_samples = (before - self.samples.len()) as u64;
+        self.stats.dropped += reserved_samples;
+        for s in &mut self.samples {
+            s.family = remap[s.family as usize];
+        }
+        let sorted = self.grouped && self.samples.windows(2).all(|w| w[0].family <= w[1].family);
+        let samples = if sorted {
+            self.samples
+        } else {
+            // Counting sort by family: stable, O(n), one allocation.
+            let mut starts = vec![0u32; kept_families.len() + 1];
+            for s in &self.samples {
+                starts[s.family as usize + 1] += 1;
+            }
+            for i in 1..starts.len() {
+                starts[i] += starts[i - 1];
+            }
+            let mut next = starts.clone();
+            let mut out = vec![self.samples[0]; self.samples.len()];
+            for s in &self.samples {
+                let slot = &mut next[s.family as usize];
+                out[*slot as usize] = *s;
+                *slot += 1;
+            }
+            out
+        };
+        let mut i = 0usize;
+        for (f, fam) in kept_families.iter_mut().enumerate() {
+            let start = i;
+            while i < samples.len() && samples[i].family as usize == f {
+                i += 1;
+            }
+            fam.samples = (start as u32, i as u32);
+        }
+        self.stats.kept = samples.len() as u64;
+        (kept_families, samples, self.stats)
+    }
+}
+
+/// `a` equals `b` where `b` may have `:` and `a` has `_` in its place.
+fn escaped_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| x == y || (y == b':' && x == b'_'))
+}

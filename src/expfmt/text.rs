@@ -1,0 +1,180 @@
+//! Text format 0.0.4 output (contract rules 1, 2 and 3).
+//!
+//! A kept sample from a text upstream is copied byte for byte when its line is already in the
+//! canonical shape and needs no added label: one `memcpy` per line. Anything else is written
+//! token by token from the lexed offsets, so values, timestamps and label order never change.
+
+use std::io::Write as _;
+
+use super::lex::label_pairs;
+use super::merge::{END, Merge};
+use super::{Exposition, Family, Format, Sample};
+
+/// Writes a merge as text format 0.0.4, appending to `out`.
+pub fn write_text(m: &Merge<'_>, out: &mut Vec<u8>) {
+    for fam in &m.families {
+        let (src, first) = m.part_family(fam.first);
+        let (base, suffix) = src.family_name(first);
+        if fam.help_from != END {
+            let (hsrc, hfam) = m.part_family(fam.help_from);
+            let help = hfam.help.expect("help_from points at a family with HELP").of(hsrc.body());
+            out.extend_from_slice(b"# HELP ");
+            out.extend_from_slice(base);
+            out.extend_from_slice(suffix);
+            out.push(b' ');
+            write_help_as_text(help, hsrc.format(), out);
+            out.push(b'\n');
+        }
+        if m.families_typed(fam) {
+            out.extend_from_slice(b"# TYPE ");
+            out.extend_from_slice(base);
+            out.extend_from_slice(suffix);
+            out.push(b' ');
+            out.extend_from_slice(first.kind.text_name().as_bytes());
+            out.push(b'\n');
+        }
+        let mut p = fam.first;
+        while p != END {
+            let (src, family) = m.part_family(p);
+            let mut skip = m.skips_for(p).iter().map(|&(_, i)| i as usize).peekable();
+            for (idx, s) in src.samples(family).iter().enumerate() {
+                if skip.next_if_eq(&idx).is_some() {
+                    continue;
+                }
+                write_sample(src, family, s, m, out);
+            }
+            p = m.parts[p as usize].next;
+        }
+    }
+}
+
+impl Merge<'_> {
+    /// A family gets a TYPE line when any upstream declared one for it.
+    pub(crate) fn families_typed(&self, fam: &super::merge::OutFamily) -> bool {
+        let mut p = fam.first;
+        while p != END {
+            if self.part_family(p).1.typed {
+                return true;
+            }
+            p = self.parts[p as usize].next;
+        }
+        false
+    }
+}
+
+/// OpenMetrics escapes `"` in HELP; text 0.0.4 does not and would reject `\"`.
+fn write_help_as_text(help: &[u8], from: Format, out: &mut Vec<u8>) {
+    if from == Format::Text || memchr::memmem::find(help, b"\\\"").is_none() {
+        out.extend_from_slice(help);
+        return;
+    }
+    let mut i = 0;
+    while i < help.len() {
+        if help[i] == b'\\' && i + 1 < help.len() {
+            if help[i + 1] != b'"' {
+                out.push(b'\\');
+            }
+            out.push(help[i + 1]);
+            i += 2;
+        } else {
+            out.push(help[i]);
+            i += 1;
+        }
+    }
+}
+
+fn write_sample(src: &Exposition, fam: &Family, s: &Sample, m: &Merge<'_>, out: &mut Vec<u8>) {
+    let missing = missing_added(s, m.added.len());
+    let plain = src.format() == Format::Text || (s.lex.timestamp.0 == s.lex.timestamp.1 && s.lex.exemplar.0 == s.lex.exemplar.1);
+    if s.lex.canonical && s.rename.is_none() && missing == 0 && plain {
+        out.extend_from_slice(src.line(s));
+        out.push(b'\n');
+        return;
+    }
+    let (a, b) = src.sample_name(fam, s);
+    out.extend_from_slice(a);
+    out.extend_from_slice(b);
+    write_labels(src, s, m, missing, out);
+    out.push(b' ');
+    out.extend_from_slice(src.sample_part(s, s.lex.value));
+    if s.lex.timestamp.0 != s.lex.timestamp.1 {
+        let ts = src.sample_part(s, s.lex.timestamp);
+        out.push(b' ');
+        match src.format() {
+            Format::Text => out.extend_from_slice(ts),
+            Format::OpenMetrics => write_seconds_as_millis(ts, out),
+        }
+    }
+    out.push(b'\n');
+}
+
+/// Bit mask of the added labels this sample lacks.
+#[inline]
+pub(crate) fn missing_added(s: &Sample, n: usize) -> u16 {
+    let all: u16 = if n >= 8 { 0xff } else { (1u16 << n) - 1 };
+    all & !(s.lex.present as u16)
+}
+
+/// `{labels,added}` in canonical form, or nothing when there are no labels at all.
+pub(crate) fn write_labels(src: &Exposition, s: &Sample, m: &Merge<'_>, missing: u16, out: &mut Vec<u8>) {
+    let block = src.sample_part(s, s.lex.labels);
+    if block.is_empty() && missing == 0 {
+        return;
+    }
+    out.push(b'{');
+    let mut any = false;
+    if s.lex.canonical {
+        out.extend_from_slice(block);
+        any = !block.is_empty();
+    } else {
+        for (name, value) in label_pairs(block) {
+            if any {
+                out.push(b',');
+            }
+            any = true;
+            out.extend_from_slice(name);
+            out.extend_from_slice(b"=\"");
+            out.extend_from_slice(value);
+            out.push(b'"');
+        }
+    }
+    for (bit, label) in m.added.iter().enumerate().take(8) {
+        if missing & (1 << bit) != 0 {
+            if any {
+                out.push(b',');
+            }
+            any = true;
+            out.extend_from_slice(label.name());
+            out.extend_from_slice(b"=\"");
+            out.extend_from_slice(label.escaped_value());
+            out.push(b'"');
+        }
+    }
+    out.push(b'}');
+}
+
+/// prometheus_client renders an OpenMetrics timestamp `t` (seconds) in text 0.0.4 as
+/// `int(float(t) * 1000)`; so does this.
+fn write_seconds_as_millis(ts: &[u8], out: &mut Vec<u8>) {
+    let secs: f64 = std::str::from_utf8(ts).ok().and_then(|t| t.parse().ok()).unwrap_or(0.0);
+    let _ = write!(out, "{}", (secs * 1000.0) as i64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openmetrics_help_loses_only_the_quote_escape() {
+        let mut out = Vec::new();
+        write_help_as_text(br#"say \"hi\" \\ and \n"#, Format::OpenMetrics, &mut out);
+        assert_eq!(out, br#"say "hi" \\ and \n"#);
+    }
+
+    #[test]
+    fn timestamps_convert_like_prometheus_client() {
+        let mut out = Vec::new();
+        write_seconds_as_millis(b"1700000000.123", &mut out);
+        assert_eq!(out, b"1700000000123");
+    }
+}

@@ -1,0 +1,243 @@
+//! Readiness: background checks of every upstream, and the state `/health` reports.
+//!
+//! Each upstream is checked every `health.interval`: its `health_url` when it has one (any 2xx
+//! is healthy), else a scrape of its metrics URL (shared with `/metrics` through the scraper's
+//! single-flight). sysport is ready when every `required` upstream is healthy. Before an
+//! upstream's first check its state is `DYN_SYSTEM_STARTING_HEALTH_STATUS`. Once shutdown begins
+//! it is never ready again. `/live` never looks at any of this.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value, json};
+
+use crate::config::{HealthConfig, StartingStatus, UpstreamConfig};
+use crate::scrape::Scraper;
+use crate::telemetry::Telemetry;
+
+/// One upstream's last check.
+#[derive(Debug, Clone, Default)]
+struct Check {
+    /// `None` until the first check finishes.
+    healthy: Option<bool>,
+    last_error: Option<String>,
+    last_check: Option<SystemTime>,
+}
+
+/// The readiness state machine, written by the check task and read by `/health`.
+#[derive(Debug)]
+pub struct Readiness {
+    starting: StartingStatus,
+    upstreams: Vec<(String, bool, bool)>,
+    checks: Mutex<Vec<Check>>,
+    shutting_down: AtomicBool,
+    ready: AtomicBool,
+}
+
+impl Readiness {
+    /// A state for these upstreams, none checked yet.
+    pub fn new(health: &HealthConfig, upstreams: &[UpstreamConfig]) -> Readiness {
+        let r = Readiness {
+            starting: health.starting_status,
+            upstreams: upstreams.iter().map(|u| (u.name.clone(), u.required, u.health_url.is_some())).collect(),
+            checks: Mutex::new(vec![Check::default(); upstreams.len()]),
+            shutting_down: AtomicBool::new(false),
+            ready: AtomicBool::new(false),
+        };
+        r.ready.store(r.compute(&r.checks.lock().expect("checks lock")), Ordering::Release);
+        r
+    }
+
+    /// Whether `/health` answers 200.
+    pub fn is_ready(&self) -> bool {
+        !self.shutting_down.load(Ordering::Acquire) && self.ready.load(Ordering::Acquire)
+    }
+
+    /// From now on never ready (SIGTERM).
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+    }
+
+    /// Whether shutdown has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
+    }
+
+    fn upstream_ready(&self, check: &Check) -> bool {
+        check.healthy.unwrap_or(self.starting == StartingStatus::Ready)
+    }
+
+    fn compute(&self, checks: &[Check]) -> bool {
+        self.upstreams.iter().zip(checks).all(|((_, required, _), c)| !required || self.upstream_ready(c))
+    }
+
+    /// Records a check of upstream `i`; returns the new overall readiness.
+    pub fn record(&self, i: usize, result: Result<(), String>) -> bool {
+        let mut checks = self.checks.lock().expect("checks lock");
+        let c = &mut checks[i];
+        let healthy = result.is_ok();
+        if c.healthy != Some(healthy) {
+            let name = &self.upstreams[i].0;
+            match &result {
+                Ok(()) => tracing::info!(upstream = %name, "upstream healthy"),
+                Err(e) => tracing::warn!(upstream = %name, error = %e, "upstream not healthy"),
+            }
+        }
+        c.healthy = Some(healthy);
+        c.last_check = Some(SystemTime::now());
+        if let Err(e) = result {
+            c.last_error = Some(e);
+        }
+        let ready = self.compute(&checks);
+        if self.ready.swap(ready, Ordering::AcqRel) != ready {
+            tracing::info!(ready, "readiness changed");
+        }
+        ready
+    }
+
+    /// The `/health` body: Dynamo's `status`, `uptime`, `endpoints`, plus per-upstream detail.
+    pub fn report(&self, uptime_seconds: f64) -> (bool, Value) {
+        let ready = self.is_ready();
+        let checks = self.checks.lock().expect("checks lock");
+        let mut endpoints = Map::new();
+        let mut detail = Map::new();
+        for ((name, required, has_url), c) in self.upstreams.iter().zip(checks.iter()) {
+            let status = if self.upstream_ready(c) { "ready" } else { "notready" };
+            endpoints.insert(name.clone(), Value::from(status));
+            detail.insert(
+                name.clone(),
+                json!({
+                    "status": status,
+                    "required": required,
+                    "checked": c.healthy.is_some(),
+                    "check": if *has_url { "health_url" } else { "scrape" },
+                    "last_check_unix_seconds": c.last_check.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_secs_f64()),
+                    "last_error": c.last_error,
+                }),
+            );
+        }
+        let mut body = json!({
+            "status": if ready { "ready" } else { "notready" },
+            "uptime": uptime_seconds,
+            "endpoints": endpoints,
+            "upstreams": detail,
+        });
+        if self.is_shutting_down() {
+            body["reason"] = Value::from("shutting down");
+        }
+        (ready, body)
+    }
+}
+
+/// Checks every upstream once, concurrently, and records the results.
+pub async fn check_all(scraper: &Scraper, readiness: &Readiness, client: &reqwest::Client, telemetry: &Telemetry) {
+    let checks = scraper.upstreams().iter().enumerate().map(|(i, u)| async move {
+        let result = match &u.health_url {
+            Some(url) => match client.get(url.clone()).timeout(u.timeout).send().await {
+                Ok(resp) if resp.status().is_success() => Ok(()),
+                Ok(resp) => Err(format!("health check answered HTTP {}", resp.status().as_u16())),
+                Err(e) => Err(format!("health check failed: {}", crate::scrape::ScrapeError::from_reqwest(e, u.timeout))),
+            },
+            None => match scraper.scrape(&[i], None).await.pop() {
+                Some(Ok(_)) => Ok(()),
+                Some(Err(e)) => Err(format!("scrape failed: {e}")),
+                None => Err("no scrape result".to_string()),
+            },
+        };
+        (i, result)
+    });
+    for (i, result) in futures_util::future::join_all(checks).await {
+        readiness.record(i, result);
+    }
+    telemetry.health_ready.set(readiness.is_ready() as i64);
+}
+
+/// Runs [`check_all`] every `interval` until `stop` fires.
+pub async fn run(
+    scraper: std::sync::Arc<Scraper>,
+    readiness: std::sync::Arc<Readiness>,
+    client: reqwest::Client,
+    telemetry: Telemetry,
+    interval: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        tokio::select! {
+            _ = check_all(&scraper, &readiness, &client, &telemetry) => {}
+            _ = stop.changed() => return,
+        }
+        if *stop.borrow() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Url;
+
+    fn upstream(name: &str, required: bool) -> UpstreamConfig {
+        UpstreamConfig {
+            name: name.into(),
+            url: Url::parse("http://127.0.0.1:1/metrics").expect("valid"),
+            keep: vec!["vllm:".into()],
+            timeout: Duration::from_secs(1),
+            health_url: None,
+            required,
+            min_interval: Duration::ZERO,
+        }
+    }
+
+    fn health(starting: StartingStatus) -> HealthConfig {
+        HealthConfig {
+            path: "/health".into(),
+            live_path: "/live".into(),
+            starting_status: starting,
+            interval: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn starting_status_decides_until_the_first_check() {
+        let ups = [upstream("vllm", true)];
+        assert!(!Readiness::new(&health(StartingStatus::NotReady), &ups).is_ready());
+        let r = Readiness::new(&health(StartingStatus::Ready), &ups);
+        assert!(r.is_ready());
+        assert!(!r.record(0, Err("down".into())));
+        assert!(r.record(0, Ok(())));
+    }
+
+    #[test]
+    fn only_required_upstreams_gate_readiness() {
+        let ups = [upstream("vllm", true), upstream("lmcache", false)];
+        let r = Readiness::new(&health(StartingStatus::NotReady), &ups);
+        assert!(!r.record(1, Ok(())));
+        assert!(r.record(0, Ok(())));
+        assert!(r.record(1, Err("gone".into())));
+        let (ready, body) = r.report(1.5);
+        assert!(ready);
+        assert_eq!(body["status"], "ready");
+        assert_eq!(body["endpoints"]["lmcache"], "notready");
+        assert_eq!(body["upstreams"]["lmcache"]["last_error"], "gone");
+        assert_eq!(body["uptime"], 1.5);
+    }
+
+    #[test]
+    fn shutdown_is_never_ready_again() {
+        let r = Readiness::new(&health(StartingStatus::Ready), &[upstream("vllm", true)]);
+        r.begin_shutdown();
+        assert!(!r.is_ready());
+        r.record(0, Ok(()));
+        let (ready, body) = r.report(0.0);
+        assert!(!ready);
+        assert_eq!(body["reason"], "shutting down");
+    }
+}

@@ -1,0 +1,244 @@
+//! `sysport`: command line only; everything else is in the library.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use sysport::config::{self, Overrides, ProcessEnv};
+use sysport::server::{Handle, Sysport};
+
+/// System-port sidecar for LLM inference workers: one /metrics, /health and /live.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// YAML configuration file (also `SYSPORT_CONFIG`).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Address to listen on (also `DYN_SYSTEM_HOST`; default 0.0.0.0).
+    #[arg(long)]
+    host: Option<IpAddr>,
+    /// Port to listen on (also `DYN_SYSTEM_PORT`; default 8081).
+    #[arg(long)]
+    port: Option<u16>,
+    /// An upstream as NAME=URL; repeatable. Replaces the file's upstream list.
+    #[arg(long = "upstream", value_name = "NAME=URL")]
+    upstreams: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate a configuration file and print the effective configuration.
+    CheckConfig,
+    /// Run simulated vLLM and LMCache endpoints in-process with sysport in front of them.
+    Demo {
+        /// Port for sysport (the simulated engines take free ports).
+        #[arg(long, default_value_t = 8081)]
+        port: u16,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: IpAddr,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("sysport: cannot start the async runtime: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(run(cli))
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SYSPORT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_ansi(ansi).with_writer(std::io::stderr).init();
+}
+
+async fn run(cli: Cli) -> ExitCode {
+    let overrides = Overrides { config: cli.config.clone(), host: cli.host, port: cli.port, upstreams: cli.upstreams.clone() };
+    match cli.command {
+        Some(Command::CheckConfig) => match config::load(&overrides, &ProcessEnv) {
+            Ok(config) => {
+                print!("{config}");
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("{err}");
+                ExitCode::from(2)
+            }
+        },
+        Some(Command::Demo { port, host }) => demo(host, port).await,
+        None => {
+            let config = match config::load(&overrides, &ProcessEnv) {
+                Ok(c) => c,
+                Err(err) => {
+                    eprintln!("{err}");
+                    return ExitCode::from(2);
+                }
+            };
+            serve(config).await
+        }
+    }
+}
+
+async fn serve(config: config::Config) -> ExitCode {
+    let upstreams: Vec<String> = config.upstreams.iter().map(|u| format!("{}={}", u.name, u.url)).collect();
+    let sysport = match Sysport::bind(config).await {
+        Ok(s) => s,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot listen");
+            return ExitCode::from(1);
+        }
+    };
+    let addr = sysport.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    tracing::info!(%addr, upstreams = ?upstreams, "sysport listening");
+    let handle = sysport.handle();
+    tokio::spawn(reload_on_sighup(handle.clone()));
+    match sysport.run(signals(handle)).await {
+        Ok(()) => {
+            tracing::info!("stopped");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "server failed");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Resolves on the first SIGTERM or SIGINT; a second one exits at once.
+async fn signals(_handle: Handle) {
+    wait_for_signal().await;
+    tokio::spawn(async {
+        wait_for_signal().await;
+        tracing::warn!("second signal: exiting now");
+        std::process::exit(130);
+    });
+}
+
+#[cfg(unix)]
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+#[cfg(not(unix))]
+async fn wait_for_signal() {
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(unix)]
+async fn reload_on_sighup(handle: Handle) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
+    while hup.recv().await.is_some() {
+        let current = handle.config();
+        let Some(path) = current.source.clone() else {
+            tracing::warn!("SIGHUP ignored: sysport was started without a configuration file");
+            handle.reload_failed();
+            continue;
+        };
+        match config::load_file(&path, &ProcessEnv) {
+            Ok(mut new) => {
+                // Flags given on the command line keep their precedence over the file.
+                new.listen = current.listen.clone();
+                handle.reload(new);
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "configuration reload refused; the previous configuration stays");
+                handle.reload_failed();
+            }
+        }
+    }
+}
+
+#[cfg(not(unix))]
+async fn reload_on_sighup(_handle: Handle) {}
+
+async fn demo(host: IpAddr, port: u16) -> ExitCode {
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let engines = match sysport::demo::DemoUpstreams::start(host, async {
+        let _ = stop_rx.await;
+    })
+    .await
+    {
+        Ok(e) => e,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot start the simulated engines");
+            return ExitCode::from(1);
+        }
+    };
+    let config = demo_config(&engines, host, port);
+    let sysport = match Sysport::bind(config).await {
+        Ok(s) => s,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot listen");
+            return ExitCode::from(1);
+        }
+    };
+    let addr = sysport.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    println!("sysport demo: simulated vLLM at {} and LMCache at {}", engines.vllm_metrics_url(), engines.lmcache_metrics_url());
+    println!("  metrics:   http://{addr}/metrics");
+    println!("  readiness: http://{addr}/health");
+    println!("  liveness:  http://{addr}/live");
+    println!("  a gateway-style read: http://{addr}/metrics?name=vllm:num_requests_waiting&name=vllm:kv_cache_usage_perc");
+    println!("Ctrl-C stops it.");
+    let handle = sysport.handle();
+    let result = sysport.run(signals(handle)).await;
+    let _ = stop_tx.send(());
+    engines.wait().await;
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!(error = %err, "server failed");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// sysport in front of the simulated engines: vLLM required (with its health URL), LMCache not.
+fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) -> config::Config {
+    use config::{Config, HealthConfig, Limits, Listen, ShutdownConfig, StartingStatus, UpstreamConfig, Url};
+    use std::time::Duration;
+    let url = |s: String| Url::parse(&s).expect("the demo servers have valid URLs");
+    let upstream = |name: &str, metrics: String, keep: &str, health: Option<String>, required: bool| UpstreamConfig {
+        name: name.to_string(),
+        url: url(metrics),
+        keep: vec![keep.to_string()],
+        timeout: Duration::from_secs(2),
+        health_url: health.map(url),
+        required,
+        min_interval: Duration::ZERO,
+    };
+    Config {
+        listen: Listen { host, port },
+        health: HealthConfig {
+            path: "/health".into(),
+            live_path: "/live".into(),
+            starting_status: StartingStatus::NotReady,
+            interval: Duration::from_secs(2),
+        },
+        labels: vec![("worker_id".into(), "demo-0".into())],
+        upstreams: vec![
+            upstream("vllm", engines.vllm_metrics_url(), "vllm:", Some(engines.vllm_health_url()), true),
+            upstream("lmcache", engines.lmcache_metrics_url(), "lmcache:", None, false),
+        ],
+        limits: Limits::default(),
+        shutdown: ShutdownConfig { drain_delay: Duration::ZERO },
+        source: None,
+    }
+}

@@ -1,0 +1,445 @@
+//! Fetching upstreams: each distinct URL once per scrape, all concurrently, single-flight.
+//!
+//! A fetch runs in a task of its own and is shared by every request that arrives while it is in
+//! flight, so a burst of scrapers costs the engine one request. The task also parses the body for
+//! each upstream on that URL (each with its own `keep` prefixes), so the parse is shared too.
+//! Requests wait for the shared result with their own deadline, derived from Prometheus'
+//! `X-Prometheus-Scrape-Timeout-Seconds`, so sysport answers before its scraper gives up.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use futures_util::FutureExt;
+use futures_util::future::{BoxFuture, Shared};
+
+use crate::config::{Config, Url, UpstreamConfig};
+use crate::expfmt::{self, AddedLabel, Exposition, Format, PairHasher, ParseError, ParseLimits, ParseOptions};
+use crate::telemetry::Telemetry;
+
+/// Why an upstream could not be used for a scrape. `reason()` is the `result` label.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ScrapeError {
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    #[error("HTTP status {0}")]
+    Status(u16),
+    #[error("too many redirects")]
+    Redirect,
+    #[error("response over the {limit} limit")]
+    TooLarge { limit: &'static str },
+    #[error("reading the response failed: {0}")]
+    Body(String),
+    #[error("request failed: {0}")]
+    Request(String),
+}
+
+impl ScrapeError {
+    /// The `result` label value of `dynamo_sysport_upstream_scrapes_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ScrapeError::Timeout(_) => "timeout",
+            ScrapeError::Connect(_) => "connect_error",
+            ScrapeError::Status(_) => "http_status",
+            ScrapeError::Redirect => "redirect",
+            ScrapeError::TooLarge { .. } => "too_large",
+            ScrapeError::Body(_) => "body_error",
+            ScrapeError::Request(_) => "request_error",
+        }
+    }
+
+    /// Classifies a client error.
+    pub fn from_reqwest(err: reqwest::Error, timeout: Duration) -> ScrapeError {
+        if err.is_timeout() {
+            ScrapeError::Timeout(timeout)
+        } else if err.is_connect() {
+            ScrapeError::Connect(root_cause(&err))
+        } else if err.is_redirect() {
+            ScrapeError::Redirect
+        } else if err.is_body() || err.is_decode() {
+            ScrapeError::Body(root_cause(&err))
+        } else {
+            ScrapeError::Request(root_cause(&err))
+        }
+    }
+}
+
+fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut e = err;
+    while let Some(next) = e.source() {
+        e = next;
+    }
+    e.to_string()
+}
+
+/// What one upstream got from one fetch.
+pub type UpstreamResult = Result<Arc<Exposition>, ScrapeError>;
+
+/// One completed fetch of a URL, parsed for every upstream that shares it.
+#[derive(Debug)]
+pub struct Fetch {
+    /// When the fetch finished.
+    pub at: Instant,
+    /// Per upstream of the target, in the order of `Target::upstreams`.
+    pub results: Vec<UpstreamResult>,
+}
+
+type SharedFetch = Shared<BoxFuture<'static, Arc<Fetch>>>;
+
+#[derive(Default)]
+struct TargetState {
+    last: Option<Arc<Fetch>>,
+    inflight: Option<SharedFetch>,
+}
+
+/// A distinct URL and the upstreams that read it.
+struct Target {
+    url: Url,
+    timeout: Duration,
+    min_interval: Duration,
+    /// Indexes into `Scraper::upstreams`.
+    upstreams: Vec<usize>,
+    state: Mutex<TargetState>,
+}
+
+/// Per upstream state, for logging state changes once.
+#[derive(Debug, Default)]
+struct UpstreamState {
+    up: Option<bool>,
+    last_error: Option<String>,
+    last_success: Option<Instant>,
+}
+
+/// The state of an upstream as the last fetch left it.
+#[derive(Debug, Clone, Default)]
+pub struct UpstreamStatus {
+    /// `None` before the first fetch finished.
+    pub up: Option<bool>,
+    pub last_error: Option<String>,
+}
+
+struct Inner {
+    client: reqwest::Client,
+    telemetry: Telemetry,
+    upstreams: Vec<UpstreamConfig>,
+    keep: Vec<Vec<String>>,
+    states: Vec<Mutex<UpstreamState>>,
+    limits: crate::config::Limits,
+    added_names: Vec<Vec<u8>>,
+    hasher: PairHasher,
+}
+
+/// Fetches and parses upstreams for one configuration.
+pub struct Scraper {
+    inner: Arc<Inner>,
+    targets: Vec<Arc<Target>>,
+    /// Upstream index → (target index, position within the target).
+    position: Vec<(usize, usize)>,
+    added: Vec<AddedLabel>,
+}
+
+impl std::fmt::Debug for Scraper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scraper").field("upstreams", &self.inner.upstreams.len()).finish_non_exhaustive()
+    }
+}
+
+/// The HTTP client sysport uses for upstreams and health checks.
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .user_agent(concat!("sysport/", env!("CARGO_PKG_VERSION")))
+        .no_proxy()
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(2))
+        .pool_idle_timeout(Duration::from_secs(60))
+        .redirect(reqwest::redirect::Policy::limited(3))
+        .build()
+        .expect("the HTTP client builds with static settings")
+}
+
+impl Scraper {
+    /// A scraper for the upstreams of `config`.
+    pub fn new(config: &Config, client: reqwest::Client, telemetry: Telemetry) -> Scraper {
+        let mut targets: Vec<Target> = Vec::new();
+        let mut position = Vec::with_capacity(config.upstreams.len());
+        for (i, u) in config.upstreams.iter().enumerate() {
+            telemetry.register_upstream(&u.name);
+            match targets.iter_mut().position(|t| t.url == u.url) {
+                Some(t) => {
+                    let target = &mut targets[t];
+                    target.timeout = target.timeout.max(u.timeout);
+                    target.min_interval = target.min_interval.min(u.min_interval);
+                    position.push((t, target.upstreams.len()));
+                    target.upstreams.push(i);
+                }
+                None => {
+                    position.push((targets.len(), 0));
+                    targets.push(Target {
+                        url: u.url.clone(),
+                        timeout: u.timeout,
+                        min_interval: u.min_interval,
+                        upstreams: vec![i],
+                        state: Mutex::new(TargetState::default()),
+                    });
+                }
+            }
+        }
+        let added: Vec<AddedLabel> = config.labels.iter().map(|(k, v)| AddedLabel::new(k, v)).collect();
+        Scraper {
+            inner: Arc::new(Inner {
+                client,
+                telemetry,
+                upstreams: config.upstreams.clone(),
+                keep: config.upstreams.iter().map(|u| u.keep.clone()).collect(),
+                states: config.upstreams.iter().map(|_| Mutex::new(UpstreamState::default())).collect(),
+                limits: config.limits.clone(),
+                added_names: added.iter().map(|a| a.name().to_vec()).collect(),
+                hasher: PairHasher::random(),
+            }),
+            targets: targets.into_iter().map(Arc::new).collect(),
+            position,
+            added,
+        }
+    }
+
+    /// The labels added to engine series.
+    pub fn added_labels(&self) -> &[AddedLabel] {
+        &self.added
+    }
+
+    /// The key for series hashes of this scraper's expositions.
+    pub fn hasher(&self) -> PairHasher {
+        self.inner.hasher
+    }
+
+    /// The configured upstreams.
+    pub fn upstreams(&self) -> &[UpstreamConfig] {
+        &self.inner.upstreams
+    }
+
+    /// What the last fetch of upstream `i` left.
+    pub fn status(&self, i: usize) -> UpstreamStatus {
+        let s = self.inner.states[i].lock().expect("upstream state lock");
+        UpstreamStatus { up: s.up, last_error: s.last_error.clone() }
+    }
+
+    /// When upstream `i` last answered successfully.
+    pub fn last_success(&self, i: usize) -> Option<Instant> {
+        self.inner.states[i].lock().expect("upstream state lock").last_success
+    }
+
+    /// Scrapes the given upstreams concurrently (each distinct URL once), each bounded by its own
+    /// timeout and by `budget`; results come back in the order asked.
+    pub async fn scrape(&self, which: &[usize], budget: Option<Duration>) -> Vec<UpstreamResult> {
+        let mut targets: Vec<usize> = which.iter().map(|&u| self.position[u].0).collect();
+        targets.sort_unstable();
+        targets.dedup();
+        let fetches = futures_util::future::join_all(targets.iter().map(|&t| self.fetch(t, budget))).await;
+        which
+            .iter()
+            .map(|&u| {
+                let (t, pos) = self.position[u];
+                let k = targets.binary_search(&t).expect("every asked target was fetched");
+                match &fetches[k] {
+                    Some(fetch) => fetch.results[pos].clone(),
+                    None => {
+                        // This request's deadline came before the shared fetch finished.
+                        let limit = budget.unwrap_or(self.inner.upstreams[u].timeout);
+                        let err = ScrapeError::Timeout(limit);
+                        let name = &self.inner.upstreams[u].name;
+                        self.inner.telemetry.scrapes.with_label_values(&[name, err.reason()]).inc();
+                        self.inner.telemetry.upstream_up.with_label_values(&[name]).set(0);
+                        Err(err)
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Joins or starts the fetch of target `t`; `None` when `budget` ran out first.
+    async fn fetch(&self, t: usize, budget: Option<Duration>) -> Option<Arc<Fetch>> {
+        let target = &self.targets[t];
+        let shared = {
+            let mut state = target.state.lock().expect("target state lock");
+            if let Some(last) = &state.last
+                && !target.min_interval.is_zero()
+                && last.at.elapsed() < target.min_interval
+            {
+                return Some(last.clone());
+            }
+            match &state.inflight {
+                Some(f) => f.clone(),
+                None => {
+                    let timeout = budget.map_or(target.timeout, |b| b.min(target.timeout));
+                    let task = tokio::spawn(run_fetch(self.inner.clone(), target.clone(), timeout));
+                    let f = async move {
+                        task.await.unwrap_or_else(|err| {
+                            tracing::error!(error = %err, "upstream fetch task failed");
+                            Arc::new(Fetch { at: Instant::now(), results: Vec::new() })
+                        })
+                    }
+                    .boxed()
+                    .shared();
+                    state.inflight = Some(f.clone());
+                    f
+                }
+            }
+        };
+        let wait = budget.map_or(target.timeout, |b| b.min(target.timeout)) + Duration::from_millis(50);
+        match tokio::time::timeout(wait, shared).await {
+            Ok(fetch) if fetch.results.len() == target.upstreams.len() => Some(fetch),
+            _ => None,
+        }
+    }
+}
+
+/// Fetches a target once, parses it for each of its upstreams, records the outcome.
+async fn run_fetch(inner: Arc<Inner>, target: Arc<Target>, timeout: Duration) -> Arc<Fetch> {
+    let started = Instant::now();
+    let max_body = inner.limits.max_body_bytes;
+    let fetched = match tokio::time::timeout(timeout, get(&inner.client, &target.url, timeout, max_body)).await {
+        Ok(r) => r,
+        Err(_) => Err(ScrapeError::Timeout(timeout)),
+    };
+    let elapsed = started.elapsed();
+    let results: Vec<UpstreamResult> = match fetched {
+        Ok((body, format)) => {
+            let body_len = body.len();
+            let inner2 = inner.clone();
+            let ups = target.upstreams.clone();
+            // Parsing a large body is CPU work: keep it off the I/O threads.
+            let parsed = tokio::task::spawn_blocking(move || {
+                ups.iter().map(|&u| parse_for(&inner2, u, body.clone(), format)).collect::<Vec<_>>()
+            })
+            .await;
+            match parsed {
+                Ok(results) => {
+                    for &u in &target.upstreams {
+                        inner.telemetry.response_bytes.with_label_values(&[&inner.upstreams[u].name]).set(body_len as i64);
+                    }
+                    results
+                }
+                Err(err) => {
+                    let e = ScrapeError::Body(format!("parser failed: {err}"));
+                    target.upstreams.iter().map(|_| Err(e.clone())).collect()
+                }
+            }
+        }
+        Err(e) => target.upstreams.iter().map(|_| Err(e.clone())).collect(),
+    };
+    for (&u, result) in target.upstreams.iter().zip(&results) {
+        record(&inner, u, result, elapsed);
+    }
+    let fetch = Arc::new(Fetch { at: Instant::now(), results });
+    let mut state = target.state.lock().expect("target state lock");
+    state.last = Some(fetch.clone());
+    state.inflight = None;
+    fetch
+}
+
+fn parse_for(inner: &Inner, u: usize, body: Bytes, format: Format) -> UpstreamResult {
+    let added: Vec<&[u8]> = inner.added_names.iter().map(|n| n.as_slice()).collect();
+    let limits = &inner.limits;
+    let opts = ParseOptions {
+        keep: &inner.keep[u],
+        limits: ParseLimits {
+            max_line_bytes: limits.max_line_bytes,
+            max_series: limits.max_series,
+            max_labels: limits.max_labels,
+            max_label_value_bytes: limits.max_label_value_bytes,
+        },
+        added_labels: &added,
+        hasher: inner.hasher,
+    };
+    match expfmt::parse(body, format, &opts) {
+        Ok(exp) => Ok(Arc::new(exp)),
+        Err(ParseError::TooLarge { limit, line }) => {
+            let limit = match limit {
+                expfmt::Limit::LineBytes => "line length",
+                expfmt::Limit::Series => "series",
+                expfmt::Limit::Labels => "label count",
+                expfmt::Limit::LabelValueBytes => "label value length",
+            };
+            tracing::debug!(line, limit, "upstream body over a limit");
+            Err(ScrapeError::TooLarge { limit })
+        }
+        Err(ParseError::BodyTooLarge) => Err(ScrapeError::TooLarge { limit: "body size" }),
+    }
+}
+
+/// Updates metrics and logs a line when the upstream changes state.
+fn record(inner: &Inner, u: usize, result: &UpstreamResult, elapsed: Duration) {
+    let t = &inner.telemetry;
+    let name = inner.upstreams[u].name.as_str();
+    t.scrape_duration.with_label_values(&[name]).observe(elapsed.as_secs_f64());
+    let up = result.is_ok();
+    match result {
+        Ok(exp) => {
+            let s = exp.stats();
+            t.scrapes.with_label_values(&[name, "success"]).inc();
+            t.series.with_label_values(&[name, "dropped"]).set(s.dropped as i64);
+            t.series.with_label_values(&[name, "malformed"]).set(s.malformed as i64);
+            if s.malformed > 0 {
+                tracing::debug!(upstream = name, malformed = s.malformed, "malformed lines dropped");
+            }
+        }
+        Err(e) => {
+            t.scrapes.with_label_values(&[name, e.reason()]).inc();
+            for outcome in crate::telemetry::SERIES_OUTCOMES {
+                t.series.with_label_values(&[name, outcome]).set(0);
+            }
+        }
+    }
+    t.upstream_up.with_label_values(&[name]).set(up as i64);
+    let mut state = inner.states[u].lock().expect("upstream state lock");
+    let error = result.as_ref().err().map(|e| e.to_string());
+    if state.up != Some(up) {
+        match &error {
+            None => tracing::info!(upstream = name, url = %inner.upstreams[u].url, "upstream is up"),
+            Some(err) => tracing::warn!(upstream = name, url = %inner.upstreams[u].url, error = %err, "upstream is down"),
+        }
+    }
+    state.up = Some(up);
+    if up {
+        state.last_success = Some(Instant::now());
+    } else {
+        state.last_error = error;
+    }
+}
+
+/// One GET of an upstream's metrics, body read up to `max_body` decoded bytes.
+async fn get(client: &reqwest::Client, url: &Url, timeout: Duration, max_body: usize) -> Result<(Bytes, Format), ScrapeError> {
+    let mut resp = client
+        .get(url.clone())
+        // Never forward the scraper's Accept: prometheus_client mis-renders names with `:` as
+        // OpenMetrics (client_python#1177), so ask for the text format.
+        .header(reqwest::header::ACCEPT, "text/plain;version=0.0.4;q=1,*/*;q=0.1")
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(|e| ScrapeError::from_reqwest(e, timeout))?;
+    let status = resp.status();
+    if !status.is_success() {
+        return Err(ScrapeError::Status(status.as_u16()));
+    }
+    if resp.content_length().is_some_and(|n| n > max_body as u64) {
+        return Err(ScrapeError::TooLarge { limit: "body size" });
+    }
+    let content_type = resp
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let mut buf = BytesMut::with_capacity(resp.content_length().map_or(64 << 10, |n| n as usize));
+    while let Some(chunk) = resp.chunk().await.map_err(|e| ScrapeError::from_reqwest(e, timeout))? {
+        if buf.len() + chunk.len() > max_body {
+            return Err(ScrapeError::TooLarge { limit: "body size" });
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    let body = buf.freeze();
+    let format = Format::detect(content_type.as_deref(), &body);
+    Ok((body, format))
+}

@@ -1,0 +1,371 @@
+//! The system port: `/metrics`, `/health`, `/live`, graceful shutdown and reload.
+//!
+//! Start-up is staged so a bad address fails before anything runs:
+//! [`Sysport::bind`] (or [`Sysport::from_listener`] for tests on port 0) → [`Sysport::run`].
+//! A [`Handle`] reloads the configuration or starts shutdown from outside.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tower_http::compression::CompressionLayer;
+
+use crate::config::Config;
+use crate::expfmt::{self, MergeOptions, TEXT_CONTENT_TYPE};
+use crate::health::{self, Readiness};
+use crate::scrape::{self, Scraper};
+use crate::telemetry::Telemetry;
+
+/// How long in-flight requests may take to finish once the listener has closed.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Everything that a configuration determines; replaced whole on reload.
+struct Runtime {
+    config: Config,
+    scraper: Arc<Scraper>,
+    readiness: Arc<Readiness>,
+    stop_checks: watch::Sender<bool>,
+}
+
+impl Runtime {
+    fn start(config: Config, client: &reqwest::Client, telemetry: &Telemetry) -> Runtime {
+        let scraper = Arc::new(Scraper::new(&config, client.clone(), telemetry.clone()));
+        let readiness = Arc::new(Readiness::new(&config.health, &config.upstreams));
+        telemetry.health_ready.set(readiness.is_ready() as i64);
+        let (stop_checks, stop) = watch::channel(false);
+        tokio::spawn(health::run(
+            scraper.clone(),
+            readiness.clone(),
+            client.clone(),
+            telemetry.clone(),
+            config.health.interval,
+            stop,
+        ));
+        Runtime { config, scraper, readiness, stop_checks }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        let _ = self.stop_checks.send(true);
+    }
+}
+
+struct App {
+    runtime: RwLock<Arc<Runtime>>,
+    telemetry: Telemetry,
+    client: reqwest::Client,
+    shutting_down: watch::Sender<bool>,
+}
+
+impl App {
+    fn current(&self) -> Arc<Runtime> {
+        self.runtime.read().expect("runtime lock").clone()
+    }
+}
+
+/// Controls a running sysport from outside: reload, shutdown.
+#[derive(Clone)]
+pub struct Handle {
+    app: Arc<App>,
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle").finish_non_exhaustive()
+    }
+}
+
+impl Handle {
+    /// Replaces the configuration atomically: requests already running finish with the old one.
+    /// Listen address changes need a restart and are ignored with a warning.
+    pub fn reload(&self, config: Config) {
+        let old = self.app.current();
+        if old.config.listen != config.listen {
+            tracing::warn!("listen address changes take effect only after a restart");
+        }
+        for u in &old.config.upstreams {
+            if !config.upstreams.iter().any(|n| n.name == u.name) {
+                self.app.telemetry.forget_upstream(&u.name);
+            }
+        }
+        let new = Arc::new(Runtime::start(config, &self.app.client, &self.app.telemetry));
+        if old.readiness.is_shutting_down() {
+            new.readiness.begin_shutdown();
+        }
+        *self.app.runtime.write().expect("runtime lock") = new;
+        self.app.telemetry.config_reloads.with_label_values(&["success"]).inc();
+        tracing::info!("configuration reloaded");
+    }
+
+    /// Counts a reload that was refused (the caller logs why).
+    pub fn reload_failed(&self) {
+        self.app.telemetry.config_reloads.with_label_values(&["failure"]).inc();
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> Config {
+        self.app.current().config.clone()
+    }
+
+    /// Starts shutdown: `/health` turns 503 at once; the listener closes after the drain delay.
+    pub fn shutdown(&self) {
+        self.app.shutting_down.send_replace(true);
+    }
+}
+
+/// A bound, not yet running sysport.
+pub struct Sysport {
+    listener: TcpListener,
+    app: Arc<App>,
+}
+
+impl Sysport {
+    /// Binds the configured address.
+    pub async fn bind(config: Config) -> std::io::Result<Sysport> {
+        let addr = SocketAddr::new(config.listen.host, config.listen.port);
+        let listener = TcpListener::bind(addr).await?;
+        Ok(Sysport::from_listener(listener, config))
+    }
+
+    /// Uses an already bound listener (tests bind 127.0.0.1:0). Must be called in a runtime.
+    pub fn from_listener(listener: TcpListener, config: Config) -> Sysport {
+        let telemetry = Telemetry::new();
+        let client = scrape::http_client();
+        let runtime = Runtime::start(config, &client, &telemetry);
+        let app = Arc::new(App {
+            runtime: RwLock::new(Arc::new(runtime)),
+            telemetry,
+            client,
+            shutting_down: watch::channel(false).0,
+        });
+        Sysport { listener, app }
+    }
+
+    /// The address actually bound.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// A handle for reload and shutdown.
+    pub fn handle(&self) -> Handle {
+        Handle { app: self.app.clone() }
+    }
+
+    /// Serves until `shutdown` resolves (or [`Handle::shutdown`] is called), then drains:
+    /// `/health` answers 503 at once, the listener stays open for the drain delay so endpoint
+    /// controllers notice, then it closes and in-flight requests finish (bounded).
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+        let app = self.app.clone();
+        let mut stopping = app.shutting_down.subscribe();
+        let signal_app = app.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            signal_app.shutting_down.send_replace(true);
+        });
+        let (closed_tx, mut closed_rx) = watch::channel(false);
+        let drain_app = app.clone();
+        let drain = async move {
+            let _ = stopping.wait_for(|&s| s).await;
+            let runtime = drain_app.current();
+            runtime.readiness.begin_shutdown();
+            drain_app.telemetry.health_ready.set(0);
+            let delay = runtime.config.shutdown.drain_delay;
+            tracing::info!(drain_delay = ?delay, "shutting down: /health is 503, draining");
+            tokio::time::sleep(delay).await;
+            closed_tx.send_replace(true);
+        };
+        let server = axum::serve(self.listener, router(app.clone())).with_graceful_shutdown(drain);
+        let server = std::pin::pin!(server.into_future());
+        let mut server = server;
+        tokio::select! {
+            r = &mut server => return r,
+            _ = closed_rx.wait_for(|&c| c) => {}
+        }
+        match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
+            Ok(r) => r,
+            Err(_) => {
+                tracing::warn!("in-flight requests did not finish in {SHUTDOWN_GRACE:?}; exiting");
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Serves `config` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    Sysport::from_listener(listener, config).run(shutdown).await
+}
+
+fn router(app: Arc<App>) -> Router {
+    Router::new().fallback(dispatch).with_state(app).layer(CompressionLayer::new().gzip(true).no_br().no_deflate().no_zstd())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Metrics,
+    Health,
+    Live,
+}
+
+async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
+    let runtime = app.current();
+    let path = req.uri().path();
+    let route = if path == "/metrics" {
+        Some(Route::Metrics)
+    } else if path == runtime.config.health.path {
+        Some(Route::Health)
+    } else if path == runtime.config.health.live_path {
+        Some(Route::Live)
+    } else {
+        None
+    };
+    let label = match route {
+        Some(Route::Metrics) => "/metrics",
+        Some(Route::Health) => "health",
+        Some(Route::Live) => "live",
+        None => "other",
+    };
+    let response = match route {
+        None => (StatusCode::NOT_FOUND, "not found\n").into_response(),
+        Some(_) if req.method() != Method::GET && req.method() != Method::HEAD => {
+            let mut r = (StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n").into_response();
+            r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            r
+        }
+        Some(Route::Live) => live(&runtime),
+        Some(Route::Health) => health(&app, &runtime),
+        Some(Route::Metrics) => metrics(&app, &runtime, req.uri().query(), req.headers()).await,
+    };
+    let path_label = match route {
+        Some(Route::Health) => runtime.config.health.path.as_str(),
+        Some(Route::Live) => runtime.config.health.live_path.as_str(),
+        _ => label,
+    };
+    app.telemetry.http_requests.with_label_values(&[path_label, response.status().as_str()]).inc();
+    response
+}
+
+fn live(runtime: &Runtime) -> Response {
+    if runtime.readiness.is_shutting_down() {
+        json_response(StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"shutting down"}"#.into())
+    } else {
+        json_response(StatusCode::OK, r#"{"status":"live"}"#.into())
+    }
+}
+
+fn health(app: &App, runtime: &Runtime) -> Response {
+    let (ready, body) = runtime.readiness.report(app.telemetry.uptime_seconds());
+    let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    json_response(code, body.to_string())
+}
+
+fn json_response(code: StatusCode, body: String) -> Response {
+    let mut r = (code, body).into_response();
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// The time an upstream may take for this request: Prometheus' scrape timeout minus a margin
+/// for merging and sending, so the answer arrives before the scraper gives up.
+fn budget(headers: &HeaderMap) -> Option<Duration> {
+    let secs: f64 = headers.get("x-prometheus-scrape-timeout-seconds")?.to_str().ok()?.trim().parse().ok()?;
+    if !secs.is_finite() || secs <= 0.0 {
+        return None;
+    }
+    let margin = (secs * 0.1).clamp(0.05, 0.5);
+    Some(Duration::from_secs_f64((secs - margin).max(0.01)))
+}
+
+/// `?name=a&name=b` → the requested family names (percent-decoded).
+fn requested_names(query: Option<&str>) -> Option<Vec<String>> {
+    let query = query?;
+    let names: Vec<String> = reqwest::Url::parse("http://q/")
+        .ok()?
+        .join(&format!("?{query}"))
+        .ok()?
+        .query_pairs()
+        .filter(|(k, _)| k == "name")
+        .map(|(_, v)| v.into_owned())
+        .collect();
+    (!names.is_empty()).then_some(names)
+}
+
+async fn metrics(app: &App, runtime: &Runtime, query: Option<&str>, headers: &HeaderMap) -> Response {
+    let names = requested_names(query);
+    let name_refs: Option<Vec<&str>> = names.as_ref().map(|n| n.iter().map(String::as_str).collect());
+    let upstreams = runtime.scraper.upstreams();
+    // With `?name=`, only upstreams whose prefixes could hold one of the names are fetched.
+    let which: Vec<usize> = (0..upstreams.len())
+        .filter(|&i| match &name_refs {
+            None => true,
+            Some(ns) => ns.iter().any(|n| upstreams[i].keep.iter().any(|k| n.starts_with(k.as_str()))),
+        })
+        .collect();
+    let results = runtime.scraper.scrape(&which, budget(headers)).await;
+    let ok: Vec<&expfmt::Exposition> = results.iter().filter_map(|r| r.as_ref().ok().map(|e| &**e)).collect();
+    let merged = expfmt::merge(
+        &ok,
+        &MergeOptions {
+            added: runtime.scraper.added_labels(),
+            names: name_refs.as_deref(),
+            hasher: runtime.scraper.hasher(),
+        },
+    );
+    let oks = which.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(&i, _)| i);
+    for (i, stats) in oks.zip(merged.stats()) {
+        let name = upstreams[i].name.as_str();
+        let t = &app.telemetry;
+        if name_refs.is_none() {
+            t.series.with_label_values(&[name, "kept"]).set(stats.kept as i64);
+            t.series.with_label_values(&[name, "conflict"]).set(stats.conflict as i64);
+            t.series.with_label_values(&[name, "duplicate"]).set(stats.duplicate as i64);
+        }
+    }
+    let mut out = Vec::with_capacity(merged.size_hint() + (16 << 10));
+    expfmt::write_text(&merged, &mut out);
+    app.telemetry.render_text(name_refs.as_deref(), &mut out);
+    let mut r = Response::new(Body::from(out));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(TEXT_CONTENT_TYPE));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_leaves_a_margin_below_prometheus_timeout() {
+        let mut h = HeaderMap::new();
+        assert_eq!(budget(&h), None);
+        h.insert("x-prometheus-scrape-timeout-seconds", HeaderValue::from_static("10"));
+        assert_eq!(budget(&h), Some(Duration::from_secs_f64(9.5)));
+        h.insert("x-prometheus-scrape-timeout-seconds", HeaderValue::from_static("1"));
+        assert_eq!(budget(&h), Some(Duration::from_secs_f64(0.9)));
+        h.insert("x-prometheus-scrape-timeout-seconds", HeaderValue::from_static("junk"));
+        assert_eq!(budget(&h), None);
+    }
+
+    #[test]
+    fn names_are_percent_decoded_and_repeatable() {
+        assert_eq!(
+            requested_names(Some("name=vllm%3Anum_requests_running&x=1&name=vllm:kv_cache_usage_perc")),
+            Some(vec!["vllm:num_requests_running".to_string(), "vllm:kv_cache_usage_perc".to_string()])
+        );
+        assert_eq!(requested_names(Some("x=1")), None);
+        assert_eq!(requested_names(None), None);
+    }
+}
