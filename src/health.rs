@@ -40,12 +40,18 @@ impl Readiness {
     pub fn new(health: &HealthConfig, upstreams: &[UpstreamConfig]) -> Readiness {
         let r = Readiness {
             starting: health.starting_status,
-            upstreams: upstreams.iter().map(|u| (u.name.clone(), u.required, u.health_url.is_some())).collect(),
+            upstreams: upstreams
+                .iter()
+                .map(|u| (u.name.clone(), u.required, u.health_url.is_some()))
+                .collect(),
             checks: Mutex::new(vec![Check::default(); upstreams.len()]),
             shutting_down: AtomicBool::new(false),
             ready: AtomicBool::new(false),
         };
-        r.ready.store(r.compute(&r.checks.lock().expect("checks lock")), Ordering::Release);
+        r.ready.store(
+            r.compute(&r.checks.lock().expect("checks lock")),
+            Ordering::Release,
+        );
         r
     }
 
@@ -65,11 +71,16 @@ impl Readiness {
     }
 
     fn upstream_ready(&self, check: &Check) -> bool {
-        check.healthy.unwrap_or(self.starting == StartingStatus::Ready)
+        check
+            .healthy
+            .unwrap_or(self.starting == StartingStatus::Ready)
     }
 
     fn compute(&self, checks: &[Check]) -> bool {
-        self.upstreams.iter().zip(checks).all(|((_, required, _), c)| !required || self.upstream_ready(c))
+        self.upstreams
+            .iter()
+            .zip(checks)
+            .all(|((_, required, _), c)| !required || self.upstream_ready(c))
     }
 
     /// Records a check of upstream `i`; returns the new overall readiness.
@@ -103,7 +114,11 @@ impl Readiness {
         let mut endpoints = Map::new();
         let mut detail = Map::new();
         for ((name, required, has_url), c) in self.upstreams.iter().zip(checks.iter()) {
-            let status = if self.upstream_ready(c) { "ready" } else { "notready" };
+            let status = if self.upstream_ready(c) {
+                "ready"
+            } else {
+                "notready"
+            };
             endpoints.insert(name.clone(), Value::from(status));
             detail.insert(
                 name.clone(),
@@ -131,22 +146,37 @@ impl Readiness {
 }
 
 /// Checks every upstream once, concurrently, and records the results.
-pub async fn check_all(scraper: &Scraper, readiness: &Readiness, client: &reqwest::Client, telemetry: &Telemetry) {
-    let checks = scraper.upstreams().iter().enumerate().map(|(i, u)| async move {
-        let result = match &u.health_url {
-            Some(url) => match client.get(url.clone()).timeout(u.timeout).send().await {
-                Ok(resp) if resp.status().is_success() => Ok(()),
-                Ok(resp) => Err(format!("health check answered HTTP {}", resp.status().as_u16())),
-                Err(e) => Err(format!("health check failed: {}", crate::scrape::ScrapeError::from_reqwest(e, u.timeout))),
-            },
-            None => match scraper.scrape(&[i], None).await.pop() {
-                Some(Ok(_)) => Ok(()),
-                Some(Err(e)) => Err(format!("scrape failed: {e}")),
-                None => Err("no scrape result".to_string()),
-            },
-        };
-        (i, result)
-    });
+pub async fn check_all(
+    scraper: &Scraper,
+    readiness: &Readiness,
+    client: &reqwest::Client,
+    telemetry: &Telemetry,
+) {
+    let checks = scraper
+        .upstreams()
+        .iter()
+        .enumerate()
+        .map(|(i, u)| async move {
+            let result = match &u.health_url {
+                Some(url) => match client.get(url.clone()).timeout(u.timeout).send().await {
+                    Ok(resp) if resp.status().is_success() => Ok(()),
+                    Ok(resp) => Err(format!(
+                        "health check answered HTTP {}",
+                        resp.status().as_u16()
+                    )),
+                    Err(e) => Err(format!(
+                        "health check failed: {}",
+                        crate::scrape::ScrapeError::from_reqwest(e, u.timeout)
+                    )),
+                },
+                None => match scraper.scrape(&[i], None).await.pop() {
+                    Some(Ok(_)) => Ok(()),
+                    Some(Err(e)) => Err(format!("scrape failed: {e}")),
+                    None => Err("no scrape result".to_string()),
+                },
+            };
+            (i, result)
+        });
     for (i, result) in futures_util::future::join_all(checks).await {
         readiness.record(i, result);
     }

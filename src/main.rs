@@ -46,7 +46,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("sysport: cannot start the async runtime: {err}");
@@ -60,11 +63,21 @@ fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SYSPORT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_ansi(ansi).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 async fn run(cli: Cli) -> ExitCode {
-    let overrides = Overrides { config: cli.config.clone(), host: cli.host, port: cli.port, upstreams: cli.upstreams.clone() };
+    let overrides = Overrides {
+        config: cli.config.clone(),
+        host: cli.host,
+        port: cli.port,
+        upstreams: cli.upstreams.clone(),
+    };
     match cli.command {
         Some(Command::CheckConfig) => match config::load(&overrides, &ProcessEnv) {
             Ok(config) => {
@@ -85,13 +98,17 @@ async fn run(cli: Cli) -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            serve(config).await
+            serve(config, overrides).await
         }
     }
 }
 
-async fn serve(config: config::Config) -> ExitCode {
-    let upstreams: Vec<String> = config.upstreams.iter().map(|u| format!("{}={}", u.name, u.url)).collect();
+async fn serve(config: config::Config, overrides: Overrides) -> ExitCode {
+    let upstreams: Vec<String> = config
+        .upstreams
+        .iter()
+        .map(|u| format!("{}={}", u.name, u.url))
+        .collect();
     let sysport = match Sysport::bind(config).await {
         Ok(s) => s,
         Err(err) => {
@@ -99,10 +116,13 @@ async fn serve(config: config::Config) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let addr = sysport.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let addr = sysport
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     tracing::info!(%addr, upstreams = ?upstreams, "sysport listening");
     let handle = sysport.handle();
-    tokio::spawn(reload_on_sighup(handle.clone()));
+    tokio::spawn(reload_on_sighup(handle.clone(), overrides));
     match sysport.run(signals(handle)).await {
         Ok(()) => {
             tracing::info!("stopped");
@@ -141,23 +161,22 @@ async fn wait_for_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
+/// SIGHUP re-reads the configuration file with the same flags and environment; an invalid file
+/// is refused and the running configuration stays.
 #[cfg(unix)]
-async fn reload_on_sighup(handle: Handle) {
+async fn reload_on_sighup(handle: Handle, overrides: Overrides) {
     use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
     while hup.recv().await.is_some() {
-        let current = handle.config();
-        let Some(path) = current.source.clone() else {
+        if handle.config().source.is_none() {
             tracing::warn!("SIGHUP ignored: sysport was started without a configuration file");
             handle.reload_failed();
             continue;
-        };
-        match config::load_file(&path, &ProcessEnv) {
-            Ok(mut new) => {
-                // Flags given on the command line keep their precedence over the file.
-                new.listen = current.listen.clone();
-                handle.reload(new);
-            }
+        }
+        match config::load(&overrides, &ProcessEnv) {
+            Ok(new) => handle.reload(new),
             Err(err) => {
                 tracing::error!(error = %err, "configuration reload refused; the previous configuration stays");
                 handle.reload_failed();
@@ -167,7 +186,7 @@ async fn reload_on_sighup(handle: Handle) {
 }
 
 #[cfg(not(unix))]
-async fn reload_on_sighup(_handle: Handle) {}
+async fn reload_on_sighup(_handle: Handle, _overrides: Overrides) {}
 
 async fn demo(host: IpAddr, port: u16) -> ExitCode {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -190,12 +209,21 @@ async fn demo(host: IpAddr, port: u16) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let addr = sysport.local_addr().map(|a| a.to_string()).unwrap_or_default();
-    println!("sysport demo: simulated vLLM at {} and LMCache at {}", engines.vllm_metrics_url(), engines.lmcache_metrics_url());
+    let addr = sysport
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    println!(
+        "sysport demo: simulated vLLM at {} and LMCache at {}",
+        engines.vllm_metrics_url(),
+        engines.lmcache_metrics_url()
+    );
     println!("  metrics:   http://{addr}/metrics");
     println!("  readiness: http://{addr}/health");
     println!("  liveness:  http://{addr}/live");
-    println!("  a gateway-style read: http://{addr}/metrics?name=vllm:num_requests_waiting&name=vllm:kv_cache_usage_perc");
+    println!(
+        "  a gateway-style read: http://{addr}/metrics?name=vllm:num_requests_waiting&name=vllm:kv_cache_usage_perc"
+    );
     println!("Ctrl-C stops it.");
     let handle = sysport.handle();
     let result = sysport.run(signals(handle)).await;
@@ -212,18 +240,23 @@ async fn demo(host: IpAddr, port: u16) -> ExitCode {
 
 /// sysport in front of the simulated engines: vLLM required (with its health URL), LMCache not.
 fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) -> config::Config {
-    use config::{Config, HealthConfig, Limits, Listen, ShutdownConfig, StartingStatus, UpstreamConfig, Url};
+    use config::{
+        Config, HealthConfig, Limits, Listen, ShutdownConfig, StartingStatus, UpstreamConfig, Url,
+    };
     use std::time::Duration;
     let url = |s: String| Url::parse(&s).expect("the demo servers have valid URLs");
-    let upstream = |name: &str, metrics: String, keep: &str, health: Option<String>, required: bool| UpstreamConfig {
-        name: name.to_string(),
-        url: url(metrics),
-        keep: vec![keep.to_string()],
-        timeout: Duration::from_secs(2),
-        health_url: health.map(url),
-        required,
-        min_interval: Duration::ZERO,
-    };
+    let upstream =
+        |name: &str, metrics: String, keep: &str, health: Option<String>, required: bool| {
+            UpstreamConfig {
+                name: name.to_string(),
+                url: url(metrics),
+                keep: vec![keep.to_string()],
+                timeout: Duration::from_secs(2),
+                health_url: health.map(url),
+                required,
+                min_interval: Duration::ZERO,
+            }
+        };
     Config {
         listen: Listen { host, port },
         health: HealthConfig {
@@ -234,11 +267,25 @@ fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) 
         },
         labels: vec![("worker_id".into(), "demo-0".into())],
         upstreams: vec![
-            upstream("vllm", engines.vllm_metrics_url(), "vllm:", Some(engines.vllm_health_url()), true),
-            upstream("lmcache", engines.lmcache_metrics_url(), "lmcache:", None, false),
+            upstream(
+                "vllm",
+                engines.vllm_metrics_url(),
+                "vllm:",
+                Some(engines.vllm_health_url()),
+                true,
+            ),
+            upstream(
+                "lmcache",
+                engines.lmcache_metrics_url(),
+                "lmcache:",
+                None,
+                false,
+            ),
         ],
         limits: Limits::default(),
-        shutdown: ShutdownConfig { drain_delay: Duration::ZERO },
+        shutdown: ShutdownConfig {
+            drain_delay: Duration::ZERO,
+        },
         source: None,
     }
 }

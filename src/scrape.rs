@@ -13,8 +13,10 @@ use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, Shared};
 
-use crate::config::{Config, Url, UpstreamConfig};
-use crate::expfmt::{self, AddedLabel, Exposition, Format, PairHasher, ParseError, ParseLimits, ParseOptions};
+use crate::config::{Config, UpstreamConfig, Url};
+use crate::expfmt::{
+    self, AddedLabel, Exposition, Format, PairHasher, ParseError, ParseLimits, ParseOptions,
+};
 use crate::telemetry::Telemetry;
 
 /// Why an upstream could not be used for a scrape. `reason()` is the `result` label.
@@ -142,7 +144,9 @@ pub struct Scraper {
 
 impl std::fmt::Debug for Scraper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scraper").field("upstreams", &self.inner.upstreams.len()).finish_non_exhaustive()
+        f.debug_struct("Scraper")
+            .field("upstreams", &self.inner.upstreams.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -186,14 +190,22 @@ impl Scraper {
                 }
             }
         }
-        let added: Vec<AddedLabel> = config.labels.iter().map(|(k, v)| AddedLabel::new(k, v)).collect();
+        let added: Vec<AddedLabel> = config
+            .labels
+            .iter()
+            .map(|(k, v)| AddedLabel::new(k, v))
+            .collect();
         Scraper {
             inner: Arc::new(Inner {
                 client,
                 telemetry,
                 upstreams: config.upstreams.clone(),
                 keep: config.upstreams.iter().map(|u| u.keep.clone()).collect(),
-                states: config.upstreams.iter().map(|_| Mutex::new(UpstreamState::default())).collect(),
+                states: config
+                    .upstreams
+                    .iter()
+                    .map(|_| Mutex::new(UpstreamState::default()))
+                    .collect(),
                 limits: config.limits.clone(),
                 added_names: added.iter().map(|a| a.name().to_vec()).collect(),
                 hasher: PairHasher::random(),
@@ -222,12 +234,18 @@ impl Scraper {
     /// What the last fetch of upstream `i` left.
     pub fn status(&self, i: usize) -> UpstreamStatus {
         let s = self.inner.states[i].lock().expect("upstream state lock");
-        UpstreamStatus { up: s.up, last_error: s.last_error.clone() }
+        UpstreamStatus {
+            up: s.up,
+            last_error: s.last_error.clone(),
+        }
     }
 
     /// When upstream `i` last answered successfully.
     pub fn last_success(&self, i: usize) -> Option<Instant> {
-        self.inner.states[i].lock().expect("upstream state lock").last_success
+        self.inner.states[i]
+            .lock()
+            .expect("upstream state lock")
+            .last_success
     }
 
     /// Scrapes the given upstreams concurrently (each distinct URL once), each bounded by its own
@@ -236,12 +254,15 @@ impl Scraper {
         let mut targets: Vec<usize> = which.iter().map(|&u| self.position[u].0).collect();
         targets.sort_unstable();
         targets.dedup();
-        let fetches = futures_util::future::join_all(targets.iter().map(|&t| self.fetch(t, budget))).await;
+        let fetches =
+            futures_util::future::join_all(targets.iter().map(|&t| self.fetch(t, budget))).await;
         which
             .iter()
             .map(|&u| {
                 let (t, pos) = self.position[u];
-                let k = targets.binary_search(&t).expect("every asked target was fetched");
+                let k = targets
+                    .binary_search(&t)
+                    .expect("every asked target was fetched");
                 match &fetches[k] {
                     Some(fetch) => fetch.results[pos].clone(),
                     None => {
@@ -249,8 +270,16 @@ impl Scraper {
                         let limit = budget.unwrap_or(self.inner.upstreams[u].timeout);
                         let err = ScrapeError::Timeout(limit);
                         let name = &self.inner.upstreams[u].name;
-                        self.inner.telemetry.scrapes.with_label_values(&[name, err.reason()]).inc();
-                        self.inner.telemetry.upstream_up.with_label_values(&[name]).set(0);
+                        self.inner
+                            .telemetry
+                            .scrapes
+                            .with_label_values(&[name, err.reason()])
+                            .inc();
+                        self.inner
+                            .telemetry
+                            .upstream_up
+                            .with_label_values(&[name])
+                            .set(0);
                         Err(err)
                     }
                 }
@@ -277,7 +306,10 @@ impl Scraper {
                     let f = async move {
                         task.await.unwrap_or_else(|err| {
                             tracing::error!(error = %err, "upstream fetch task failed");
-                            Arc::new(Fetch { at: Instant::now(), results: Vec::new() })
+                            Arc::new(Fetch {
+                                at: Instant::now(),
+                                results: Vec::new(),
+                            })
                         })
                     }
                     .boxed()
@@ -287,7 +319,8 @@ impl Scraper {
                 }
             }
         };
-        let wait = budget.map_or(target.timeout, |b| b.min(target.timeout)) + Duration::from_millis(50);
+        let wait =
+            budget.map_or(target.timeout, |b| b.min(target.timeout)) + Duration::from_millis(50);
         match tokio::time::timeout(wait, shared).await {
             Ok(fetch) if fetch.results.len() == target.upstreams.len() => Some(fetch),
             _ => None,
@@ -299,10 +332,13 @@ impl Scraper {
 async fn run_fetch(inner: Arc<Inner>, target: Arc<Target>, timeout: Duration) -> Arc<Fetch> {
     let started = Instant::now();
     let max_body = inner.limits.max_body_bytes;
-    let fetched = match tokio::time::timeout(timeout, get(&inner.client, &target.url, timeout, max_body)).await {
-        Ok(r) => r,
-        Err(_) => Err(ScrapeError::Timeout(timeout)),
-    };
+    let fetched =
+        match tokio::time::timeout(timeout, get(&inner.client, &target.url, timeout, max_body))
+            .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(ScrapeError::Timeout(timeout)),
+        };
     let elapsed = started.elapsed();
     let results: Vec<UpstreamResult> = match fetched {
         Ok((body, format)) => {
@@ -311,13 +347,19 @@ async fn run_fetch(inner: Arc<Inner>, target: Arc<Target>, timeout: Duration) ->
             let ups = target.upstreams.clone();
             // Parsing a large body is CPU work: keep it off the I/O threads.
             let parsed = tokio::task::spawn_blocking(move || {
-                ups.iter().map(|&u| parse_for(&inner2, u, body.clone(), format)).collect::<Vec<_>>()
+                ups.iter()
+                    .map(|&u| parse_for(&inner2, u, body.clone(), format))
+                    .collect::<Vec<_>>()
             })
             .await;
             match parsed {
                 Ok(results) => {
                     for &u in &target.upstreams {
-                        inner.telemetry.response_bytes.with_label_values(&[&inner.upstreams[u].name]).set(body_len as i64);
+                        inner
+                            .telemetry
+                            .response_bytes
+                            .with_label_values(&[&inner.upstreams[u].name])
+                            .set(body_len as i64);
                     }
                     results
                 }
@@ -332,7 +374,10 @@ async fn run_fetch(inner: Arc<Inner>, target: Arc<Target>, timeout: Duration) ->
     for (&u, result) in target.upstreams.iter().zip(&results) {
         record(&inner, u, result, elapsed);
     }
-    let fetch = Arc::new(Fetch { at: Instant::now(), results });
+    let fetch = Arc::new(Fetch {
+        at: Instant::now(),
+        results,
+    });
     let mut state = target.state.lock().expect("target state lock");
     state.last = Some(fetch.clone());
     state.inflight = None;
@@ -352,6 +397,7 @@ fn parse_for(inner: &Inner, u: usize, body: Bytes, format: Format) -> UpstreamRe
         },
         added_labels: &added,
         hasher: inner.hasher,
+        allow_reserved: false,
     };
     match expfmt::parse(body, format, &opts) {
         Ok(exp) => Ok(Arc::new(exp)),
@@ -373,16 +419,26 @@ fn parse_for(inner: &Inner, u: usize, body: Bytes, format: Format) -> UpstreamRe
 fn record(inner: &Inner, u: usize, result: &UpstreamResult, elapsed: Duration) {
     let t = &inner.telemetry;
     let name = inner.upstreams[u].name.as_str();
-    t.scrape_duration.with_label_values(&[name]).observe(elapsed.as_secs_f64());
+    t.scrape_duration
+        .with_label_values(&[name])
+        .observe(elapsed.as_secs_f64());
     let up = result.is_ok();
     match result {
         Ok(exp) => {
             let s = exp.stats();
             t.scrapes.with_label_values(&[name, "success"]).inc();
-            t.series.with_label_values(&[name, "dropped"]).set(s.dropped as i64);
-            t.series.with_label_values(&[name, "malformed"]).set(s.malformed as i64);
+            t.series
+                .with_label_values(&[name, "dropped"])
+                .set(s.dropped as i64);
+            t.series
+                .with_label_values(&[name, "malformed"])
+                .set(s.malformed as i64);
             if s.malformed > 0 {
-                tracing::debug!(upstream = name, malformed = s.malformed, "malformed lines dropped");
+                tracing::debug!(
+                    upstream = name,
+                    malformed = s.malformed,
+                    "malformed lines dropped"
+                );
             }
         }
         Err(e) => {
@@ -397,8 +453,12 @@ fn record(inner: &Inner, u: usize, result: &UpstreamResult, elapsed: Duration) {
     let error = result.as_ref().err().map(|e| e.to_string());
     if state.up != Some(up) {
         match &error {
-            None => tracing::info!(upstream = name, url = %inner.upstreams[u].url, "upstream is up"),
-            Some(err) => tracing::warn!(upstream = name, url = %inner.upstreams[u].url, error = %err, "upstream is down"),
+            None => {
+                tracing::info!(upstream = name, url = %inner.upstreams[u].url, "upstream is up")
+            }
+            Some(err) => {
+                tracing::warn!(upstream = name, url = %inner.upstreams[u].url, error = %err, "upstream is down")
+            }
         }
     }
     state.up = Some(up);
@@ -410,12 +470,20 @@ fn record(inner: &Inner, u: usize, result: &UpstreamResult, elapsed: Duration) {
 }
 
 /// One GET of an upstream's metrics, body read up to `max_body` decoded bytes.
-async fn get(client: &reqwest::Client, url: &Url, timeout: Duration, max_body: usize) -> Result<(Bytes, Format), ScrapeError> {
+async fn get(
+    client: &reqwest::Client,
+    url: &Url,
+    timeout: Duration,
+    max_body: usize,
+) -> Result<(Bytes, Format), ScrapeError> {
     let mut resp = client
         .get(url.clone())
         // Never forward the scraper's Accept: prometheus_client mis-renders names with `:` as
         // OpenMetrics (client_python#1177), so ask for the text format.
-        .header(reqwest::header::ACCEPT, "text/plain;version=0.0.4;q=1,*/*;q=0.1")
+        .header(
+            reqwest::header::ACCEPT,
+            "text/plain;version=0.0.4;q=1,*/*;q=0.1",
+        )
         .timeout(timeout)
         .send()
         .await
@@ -433,7 +501,11 @@ async fn get(client: &reqwest::Client, url: &Url, timeout: Duration, max_body: u
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let mut buf = BytesMut::with_capacity(resp.content_length().map_or(64 << 10, |n| n as usize));
-    while let Some(chunk) = resp.chunk().await.map_err(|e| ScrapeError::from_reqwest(e, timeout))? {
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| ScrapeError::from_reqwest(e, timeout))?
+    {
         if buf.len() + chunk.len() > max_body {
             return Err(ScrapeError::TooLarge { limit: "body size" });
         }

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tower_http::compression::CompressionLayer;
 
 use crate::config::Config;
-use crate::expfmt::{self, MergeOptions, TEXT_CONTENT_TYPE};
+use crate::expfmt::{self, MergeOptions, ParseLimits, ParseOptions, TEXT_CONTENT_TYPE};
 use crate::health::{self, Readiness};
 use crate::scrape::{self, Scraper};
 use crate::telemetry::Telemetry;
@@ -49,7 +49,12 @@ impl Runtime {
             config.health.interval,
             stop,
         ));
-        Runtime { config, scraper, readiness, stop_checks }
+        Runtime {
+            config,
+            scraper,
+            readiness,
+            stop_checks,
+        }
     }
 }
 
@@ -97,18 +102,30 @@ impl Handle {
                 self.app.telemetry.forget_upstream(&u.name);
             }
         }
-        let new = Arc::new(Runtime::start(config, &self.app.client, &self.app.telemetry));
+        let new = Arc::new(Runtime::start(
+            config,
+            &self.app.client,
+            &self.app.telemetry,
+        ));
         if old.readiness.is_shutting_down() {
             new.readiness.begin_shutdown();
         }
         *self.app.runtime.write().expect("runtime lock") = new;
-        self.app.telemetry.config_reloads.with_label_values(&["success"]).inc();
+        self.app
+            .telemetry
+            .config_reloads
+            .with_label_values(&["success"])
+            .inc();
         tracing::info!("configuration reloaded");
     }
 
     /// Counts a reload that was refused (the caller logs why).
     pub fn reload_failed(&self) {
-        self.app.telemetry.config_reloads.with_label_values(&["failure"]).inc();
+        self.app
+            .telemetry
+            .config_reloads
+            .with_label_values(&["failure"])
+            .inc();
     }
 
     /// The configuration in use.
@@ -157,13 +174,18 @@ impl Sysport {
 
     /// A handle for reload and shutdown.
     pub fn handle(&self) -> Handle {
-        Handle { app: self.app.clone() }
+        Handle {
+            app: self.app.clone(),
+        }
     }
 
     /// Serves until `shutdown` resolves (or [`Handle::shutdown`] is called), then drains:
     /// `/health` answers 503 at once, the listener stays open for the drain delay so endpoint
     /// controllers notice, then it closes and in-flight requests finish (bounded).
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
         let app = self.app.clone();
         let mut stopping = app.shutting_down.subscribe();
         let signal_app = app.clone();
@@ -210,7 +232,13 @@ pub async fn serve(
 }
 
 fn router(app: Arc<App>) -> Router {
-    Router::new().fallback(dispatch).with_state(app).layer(CompressionLayer::new().gzip(true).no_br().no_deflate().no_zstd())
+    Router::new().fallback(dispatch).with_state(app).layer(
+        CompressionLayer::new()
+            .gzip(true)
+            .no_br()
+            .no_deflate()
+            .no_zstd(),
+    )
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -242,7 +270,8 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
         None => (StatusCode::NOT_FOUND, "not found\n").into_response(),
         Some(_) if req.method() != Method::GET && req.method() != Method::HEAD => {
             let mut r = (StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n").into_response();
-            r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            r.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
             r
         }
         Some(Route::Live) => live(&runtime),
@@ -254,13 +283,19 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
         Some(Route::Live) => runtime.config.health.live_path.as_str(),
         _ => label,
     };
-    app.telemetry.http_requests.with_label_values(&[path_label, response.status().as_str()]).inc();
+    app.telemetry
+        .http_requests
+        .with_label_values(&[path_label, response.status().as_str()])
+        .inc();
     response
 }
 
 fn live(runtime: &Runtime) -> Response {
     if runtime.readiness.is_shutting_down() {
-        json_response(StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"shutting down"}"#.into())
+        json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            r#"{"status":"shutting down"}"#.into(),
+        )
     } else {
         json_response(StatusCode::OK, r#"{"status":"live"}"#.into())
     }
@@ -268,21 +303,35 @@ fn live(runtime: &Runtime) -> Response {
 
 fn health(app: &App, runtime: &Runtime) -> Response {
     let (ready, body) = runtime.readiness.report(app.telemetry.uptime_seconds());
-    let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let code = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     json_response(code, body.to_string())
 }
 
 fn json_response(code: StatusCode, body: String) -> Response {
     let mut r = (code, body).into_response();
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
 }
 
 /// The time an upstream may take for this request: Prometheus' scrape timeout minus a margin
 /// for merging and sending, so the answer arrives before the scraper gives up.
 fn budget(headers: &HeaderMap) -> Option<Duration> {
-    let secs: f64 = headers.get("x-prometheus-scrape-timeout-seconds")?.to_str().ok()?.trim().parse().ok()?;
+    let secs: f64 = headers
+        .get("x-prometheus-scrape-timeout-seconds")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
     if !secs.is_finite() || secs <= 0.0 {
         return None;
     }
@@ -304,43 +353,143 @@ fn requested_names(query: Option<&str>) -> Option<Vec<String>> {
     (!names.is_empty()).then_some(names)
 }
 
-async fn metrics(app: &App, runtime: &Runtime, query: Option<&str>, headers: &HeaderMap) -> Response {
+async fn metrics(
+    app: &App,
+    runtime: &Runtime,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Response {
     let names = requested_names(query);
-    let name_refs: Option<Vec<&str>> = names.as_ref().map(|n| n.iter().map(String::as_str).collect());
+    let name_refs: Option<Vec<&str>> = names
+        .as_ref()
+        .map(|n| n.iter().map(String::as_str).collect());
     let upstreams = runtime.scraper.upstreams();
     // With `?name=`, only upstreams whose prefixes could hold one of the names are fetched.
     let which: Vec<usize> = (0..upstreams.len())
         .filter(|&i| match &name_refs {
             None => true,
-            Some(ns) => ns.iter().any(|n| upstreams[i].keep.iter().any(|k| n.starts_with(k.as_str()))),
+            Some(ns) => ns
+                .iter()
+                .any(|n| upstreams[i].keep.iter().any(|k| n.starts_with(k.as_str()))),
         })
         .collect();
     let results = runtime.scraper.scrape(&which, budget(headers)).await;
-    let ok: Vec<&expfmt::Exposition> = results.iter().filter_map(|r| r.as_ref().ok().map(|e| &**e)).collect();
-    let merged = expfmt::merge(
-        &ok,
-        &MergeOptions {
-            added: runtime.scraper.added_labels(),
-            names: name_refs.as_deref(),
-            hasher: runtime.scraper.hasher(),
-        },
-    );
-    let oks = which.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(&i, _)| i);
-    for (i, stats) in oks.zip(merged.stats()) {
-        let name = upstreams[i].name.as_str();
-        let t = &app.telemetry;
-        if name_refs.is_none() {
-            t.series.with_label_values(&[name, "kept"]).set(stats.kept as i64);
-            t.series.with_label_values(&[name, "conflict"]).set(stats.conflict as i64);
-            t.series.with_label_values(&[name, "duplicate"]).set(stats.duplicate as i64);
+    let engines: Vec<&expfmt::Exposition> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok().map(|e| &**e))
+        .collect();
+    let opts = MergeOptions {
+        added: runtime.scraper.added_labels(),
+        names: name_refs.as_deref(),
+        hasher: runtime.scraper.hasher(),
+    };
+    let merged = expfmt::merge(&engines, &opts);
+    if name_refs.is_none() {
+        let oks = which
+            .iter()
+            .zip(&results)
+            .filter(|(_, r)| r.is_ok())
+            .map(|(&i, _)| i);
+        for (i, stats) in oks.zip(merged.stats()) {
+            let name = upstreams[i].name.as_str();
+            let t = &app.telemetry;
+            t.series
+                .with_label_values(&[name, "kept"])
+                .set(stats.kept as i64);
+            t.series
+                .with_label_values(&[name, "conflict"])
+                .set(stats.conflict as i64);
+            t.series
+                .with_label_values(&[name, "duplicate"])
+                .set(stats.duplicate as i64);
         }
     }
-    let mut out = Vec::with_capacity(merged.size_hint() + (16 << 10));
-    expfmt::write_text(&merged, &mut out);
-    app.telemetry.render_text(name_refs.as_deref(), &mut out);
+    // Rendered after the engine merge, so the series counts above are this scrape's.
+    let own = own_metrics(app, runtime, name_refs.as_deref());
+    let own_sources = [&own];
+    let own_merged = expfmt::merge(&own_sources, &MergeOptions { added: &[], ..opts });
+    let mut out = Vec::with_capacity(merged.size_hint() + own.body().len() + 4096);
+    let content_type = if wants_openmetrics(headers) {
+        let stats = expfmt::write_openmetrics(&merged, &mut out);
+        expfmt::write_openmetrics(&own_merged, &mut out);
+        out.extend_from_slice(expfmt::OPENMETRICS_EOF);
+        if stats.dropped_samples > 0 {
+            app.telemetry
+                .openmetrics_dropped
+                .inc_by(stats.dropped_samples);
+            tracing::debug!(
+                families = stats.dropped_families,
+                "families OpenMetrics cannot express were left out"
+            );
+        }
+        expfmt::OPENMETRICS_CONTENT_TYPE
+    } else {
+        expfmt::write_text(&merged, &mut out);
+        expfmt::write_text(&own_merged, &mut out);
+        TEXT_CONTENT_TYPE
+    };
     let mut r = Response::new(Body::from(out));
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(TEXT_CONTENT_TYPE));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     r
+}
+
+/// sysport's own metrics, read back like an upstream so `?name=` and both output formats treat
+/// them like any family.
+fn own_metrics(app: &App, runtime: &Runtime, names: Option<&[&str]>) -> expfmt::Exposition {
+    let mut text = Vec::with_capacity(16 << 10);
+    app.telemetry.render_text(names, &mut text);
+    let keep = [String::from_utf8_lossy(expfmt::RESERVED_PREFIX).into_owned()];
+    let opts = ParseOptions {
+        keep: &keep,
+        limits: ParseLimits {
+            max_line_bytes: 1 << 20,
+            max_series: 1 << 20,
+            max_labels: 64,
+            max_label_value_bytes: 1 << 20,
+        },
+        added_labels: &[],
+        hasher: runtime.scraper.hasher(),
+        allow_reserved: true,
+    };
+    expfmt::parse(text.into(), expfmt::Format::Text, &opts).unwrap_or_else(|err| {
+        tracing::error!(error = %err, "could not read back sysport's own metrics");
+        expfmt::Exposition::empty()
+    })
+}
+
+/// Whether the Accept header prefers OpenMetrics to the text format (q-values honoured; a
+/// wildcard alone means text, which every Prometheus-compatible scraper reads).
+fn wants_openmetrics(headers: &HeaderMap) -> bool {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let (mut q_om, mut q_text) = (0.0f32, 0.0f32);
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("").to_ascii_lowercase();
+        let mut q = 1.0f32;
+        let mut version = None;
+        for p in parts {
+            if let Some((k, v)) = p.split_once('=') {
+                match k.trim().to_ascii_lowercase().as_str() {
+                    "q" => q = v.trim().parse().unwrap_or(0.0),
+                    "version" => version = Some(v.trim().to_string()),
+                    _ => {}
+                }
+            }
+        }
+        match media.as_str() {
+            "application/openmetrics-text"
+                if matches!(version.as_deref(), None | Some("1.0.0") | Some("0.0.1")) =>
+            {
+                q_om = q_om.max(q)
+            }
+            "text/plain" => q_text = q_text.max(q),
+            _ => {}
+        }
+    }
+    q_om > 0.0 && q_om > q_text
 }
 
 #[cfg(test)]
@@ -351,19 +500,53 @@ mod tests {
     fn budget_leaves_a_margin_below_prometheus_timeout() {
         let mut h = HeaderMap::new();
         assert_eq!(budget(&h), None);
-        h.insert("x-prometheus-scrape-timeout-seconds", HeaderValue::from_static("10"));
+        h.insert(
+            "x-prometheus-scrape-timeout-seconds",
+            HeaderValue::from_static("10"),
+        );
         assert_eq!(budget(&h), Some(Duration::from_secs_f64(9.5)));
-        h.insert("x-prometheus-scrape-timeout-seconds", HeaderValue::from_static("1"));
+        h.insert(
+            "x-prometheus-scrape-timeout-seconds",
+            HeaderValue::from_static("1"),
+        );
         assert_eq!(budget(&h), Some(Duration::from_secs_f64(0.9)));
-        h.insert("x-prometheus-scrape-timeout-seconds", HeaderValue::from_static("junk"));
+        h.insert(
+            "x-prometheus-scrape-timeout-seconds",
+            HeaderValue::from_static("junk"),
+        );
         assert_eq!(budget(&h), None);
+    }
+
+    #[test]
+    fn accept_negotiation_follows_q_values() {
+        let accept = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::ACCEPT, HeaderValue::from_static(v));
+            wants_openmetrics(&h)
+        };
+        assert!(accept(
+            "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+        ));
+        assert!(accept("application/openmetrics-text"));
+        assert!(!accept(
+            "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;q=0.5"
+        ));
+        assert!(!accept("*/*"));
+        assert!(!accept("application/openmetrics-text;q=0"));
+        assert!(!accept("application/openmetrics-text;version=2.0.0"));
+        assert!(!wants_openmetrics(&HeaderMap::new()));
     }
 
     #[test]
     fn names_are_percent_decoded_and_repeatable() {
         assert_eq!(
-            requested_names(Some("name=vllm%3Anum_requests_running&x=1&name=vllm:kv_cache_usage_perc")),
-            Some(vec!["vllm:num_requests_running".to_string(), "vllm:kv_cache_usage_perc".to_string()])
+            requested_names(Some(
+                "name=vllm%3Anum_requests_running&x=1&name=vllm:kv_cache_usage_perc"
+            )),
+            Some(vec![
+                "vllm:num_requests_running".to_string(),
+                "vllm:kv_cache_usage_perc".to_string()
+            ])
         );
         assert_eq!(requested_names(Some("x=1")), None);
         assert_eq!(requested_names(None), None);

@@ -6,7 +6,8 @@
 use std::time::Instant;
 
 use prometheus::{
-    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 
 /// Namespace of every metric here.
@@ -37,6 +38,8 @@ pub struct Telemetry {
     pub http_requests: IntCounterVec,
     /// `config_reloads_total{result}`.
     pub config_reloads: IntCounterVec,
+    /// `openmetrics_dropped_series_total`: series OpenMetrics output could not express.
+    pub openmetrics_dropped: IntCounter,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -53,47 +56,82 @@ impl Telemetry {
     /// Registers every metric.
     pub fn new() -> Telemetry {
         let registry = Registry::new();
-        let uptime = Gauge::with_opts(opts("uptime_seconds", "Seconds since sysport started.")).expect("valid metric");
-        let build_info =
-            IntGaugeVec::new(opts("build_info", "sysport build information."), &["version"]).expect("valid metric");
-        build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        let uptime = Gauge::with_opts(opts("uptime_seconds", "Seconds since sysport started."))
+            .expect("valid metric");
+        let build_info = IntGaugeVec::new(
+            opts("build_info", "sysport build information."),
+            &["version"],
+        )
+        .expect("valid metric");
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
         let upstream_up = IntGaugeVec::new(
-            opts("upstream_up", "1 if the last scrape of the upstream succeeded, else 0."),
+            opts(
+                "upstream_up",
+                "1 if the last scrape of the upstream succeeded, else 0.",
+            ),
             &["upstream"],
         )
         .expect("valid metric");
         let scrape_duration = HistogramVec::new(
-            HistogramOpts::from(opts("upstream_scrape_duration_seconds", "Time to fetch an upstream's metrics."))
-                .buckets(vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+            HistogramOpts::from(opts(
+                "upstream_scrape_duration_seconds",
+                "Time to fetch an upstream's metrics.",
+            ))
+            .buckets(vec![
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
             &["upstream"],
         )
         .expect("valid metric");
         let scrapes = IntCounterVec::new(
-            opts("upstream_scrapes_total", "Upstream scrapes by result (success or the reason it failed)."),
+            opts(
+                "upstream_scrapes_total",
+                "Upstream scrapes by result (success or the reason it failed).",
+            ),
             &["upstream", "result"],
         )
         .expect("valid metric");
         let response_bytes = IntGaugeVec::new(
-            opts("upstream_response_bytes", "Decoded size of the upstream's last successful response."),
+            opts(
+                "upstream_response_bytes",
+                "Decoded size of the upstream's last successful response.",
+            ),
             &["upstream"],
         )
         .expect("valid metric");
         let series = IntGaugeVec::new(
-            opts("upstream_series", "Series of the upstream in the last scrape, by what became of them."),
+            opts(
+                "upstream_series",
+                "Series of the upstream in the last scrape, by what became of them.",
+            ),
             &["upstream", "outcome"],
         )
         .expect("valid metric");
         let health_ready =
-            IntGauge::with_opts(opts("health_ready", "1 if /health reports ready, else 0.")).expect("valid metric");
+            IntGauge::with_opts(opts("health_ready", "1 if /health reports ready, else 0."))
+                .expect("valid metric");
         let http_requests = IntCounterVec::new(
-            opts("http_requests_total", "HTTP requests served by sysport, by route and status code."),
+            opts(
+                "http_requests_total",
+                "HTTP requests served by sysport, by route and status code.",
+            ),
             &["path", "code"],
         )
         .expect("valid metric");
         let config_reloads = IntCounterVec::new(
-            opts("config_reloads_total", "Configuration reloads (SIGHUP) by result."),
+            opts(
+                "config_reloads_total",
+                "Configuration reloads (SIGHUP) by result.",
+            ),
             &["result"],
         )
+        .expect("valid metric");
+        let openmetrics_dropped = IntCounter::with_opts(opts(
+            "openmetrics_dropped_series_total",
+            "Series left out of OpenMetrics responses because OpenMetrics cannot express their family.",
+        ))
         .expect("valid metric");
         for c in [
             Box::new(uptime.clone()) as Box<dyn prometheus::core::Collector>,
@@ -106,15 +144,18 @@ impl Telemetry {
             Box::new(health_ready.clone()),
             Box::new(http_requests.clone()),
             Box::new(config_reloads.clone()),
+            Box::new(openmetrics_dropped.clone()),
         ] {
             registry.register(c).expect("metric names are unique");
         }
         #[cfg(target_os = "linux")]
         registry
-            .register(Box::new(prometheus::process_collector::ProcessCollector::new(
-                std::process::id() as i32,
-                NAMESPACE,
-            )))
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::new(
+                    std::process::id() as i32,
+                    NAMESPACE,
+                ),
+            ))
             .expect("process metrics register once");
         Telemetry {
             registry,
@@ -128,6 +169,7 @@ impl Telemetry {
             health_ready,
             http_requests,
             config_reloads,
+            openmetrics_dropped,
         }
     }
 

@@ -127,9 +127,9 @@ async fn serve(
     app: Router,
     mut stop: watch::Receiver<bool>,
 ) {
-    // A dropped sender also means stop: nothing can resolve the shutdown future any more.
     let signal = async move {
-        let _ = stop.wait_for(|stopped| *stopped).await.is_ok();
+        // An error means the sender is gone, so nothing can signal shutdown any more: stop too.
+        let _ = stop.wait_for(|stopped| *stopped).await;
     };
     if let Err(err) = axum::serve(listener, app)
         .with_graceful_shutdown(signal)

@@ -17,9 +17,9 @@ use super::process::{ApiServer, ProcessStats};
 use super::rng::Rng;
 
 pub(super) const MODEL: &str = "demo-model";
-pub(super) const BLOCK_SIZE: u32 = 16;
-pub(super) const NUM_GPU_BLOCKS: u32 = 2048;
-pub(super) const MAX_MODEL_LEN: u32 = 8192;
+const BLOCK_SIZE: u32 = 16;
+const NUM_GPU_BLOCKS: u32 = 2048;
+const MAX_MODEL_LEN: u32 = 8192;
 const MAX_NUM_SEQS: usize = 32;
 const STEP_SECONDS: f64 = 0.05;
 /// A scrape after a long pause simulates at most this much; the rest of the pause is skipped.
@@ -30,26 +30,26 @@ const STOP: usize = 0;
 const LENGTH: usize = 1;
 const ABORT: usize = 2;
 
-pub(super) const TTFT_BUCKETS: &[f64] = &[
+const TTFT_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 ];
-pub(super) const ITL_BUCKETS: &[f64] = &[
+const ITL_BUCKETS: &[f64] = &[
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
     40.0, 80.0,
 ];
-pub(super) const REQUEST_LATENCY_BUCKETS: &[f64] = &[
+const REQUEST_LATENCY_BUCKETS: &[f64] = &[
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
     480.0, 960.0, 1920.0, 7680.0,
 ];
-pub(super) const ITERATION_TOKEN_BUCKETS: &[f64] = &[
+const ITERATION_TOKEN_BUCKETS: &[f64] = &[
     1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
 ];
 /// `build_1_2_5_buckets(MAX_MODEL_LEN)`.
-pub(super) const TOKEN_BUCKETS: &[f64] = &[
+const TOKEN_BUCKETS: &[f64] = &[
     1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0,
 ];
-pub(super) const PARAMS_N_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0];
+const PARAMS_N_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0];
 
 /// Everything both endpoints report, advanced together.
 pub(super) struct Sim {

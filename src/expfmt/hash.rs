@@ -42,7 +42,9 @@ impl PairHasher {
         if !rest.is_empty() {
             let mut buf = [0u8; 8];
             buf[..rest.len()].copy_from_slice(rest);
-            h = (h ^ u64::from_le_bytes(buf)).wrapping_mul(K).rotate_left(29);
+            h = (h ^ u64::from_le_bytes(buf))
+                .wrapping_mul(K)
+                .rotate_left(29);
         }
         fmix(h)
     }

@@ -42,7 +42,10 @@ const fn name_table(colon: bool, digits: bool) -> [bool; 256] {
     let mut b = 0;
     while b < 256 {
         let c = b as u8;
-        t[b] = c.is_ascii_alphabetic() || c == b'_' || (colon && c == b':') || (digits && c.is_ascii_digit());
+        t[b] = c.is_ascii_alphabetic()
+            || c == b'_'
+            || (colon && c == b':')
+            || (digits && c.is_ascii_digit());
         b += 1;
     }
     t
@@ -158,7 +161,11 @@ pub(crate) fn lex_sample(
     // Value: one or more blanks, then a token.
     let j = skip_blanks(line, i);
     if j == i {
-        return Err(if i == line.len() { LineError::BadValue } else { LineError::BadName });
+        return Err(if i == line.len() {
+            LineError::BadValue
+        } else {
+            LineError::BadName
+        });
     }
     if j - i != 1 || line[i] != b' ' {
         out.canonical = false;
@@ -209,14 +216,22 @@ pub(crate) fn lex_sample(
 }
 
 /// ` # {labels} value [timestamp]` after an OpenMetrics sample. Kept as one span.
-fn lex_exemplar(line: &[u8], hash: usize, opts: &LexOptions<'_>, mut out: SampleLex) -> Result<SampleLex, LineError> {
+fn lex_exemplar(
+    line: &[u8],
+    hash: usize,
+    opts: &LexOptions<'_>,
+    mut out: SampleLex,
+) -> Result<SampleLex, LineError> {
     let i = skip_blanks(line, hash + 1);
     if i == hash + 1 || i >= line.len() || line[i] != b'{' {
         return Err(LineError::TrailingGarbage);
     }
     let mut scratch = SampleLex::default();
     let mut seen = Vec::new();
-    let ex_opts = LexOptions { added: &[], ..*opts };
+    let ex_opts = LexOptions {
+        added: &[],
+        ..*opts
+    };
     let close = lex_labels(line, i + 1, &ex_opts, &mut seen, &mut scratch)?;
     let j = skip_blanks(line, close + 1);
     let (vs, ve) = token(line, j);
@@ -280,7 +295,10 @@ fn lex_labels(
         if name.starts_with(b"__") {
             return Err(LineError::BadLabelName);
         }
-        if seen.iter().any(|&(s, e)| &line[s as usize..e as usize] == name) {
+        if seen
+            .iter()
+            .any(|&(s, e)| &line[s as usize..e as usize] == name)
+        {
             return Err(LineError::BadLabelName);
         }
         if seen.len() >= opts.max_labels {
@@ -514,14 +532,20 @@ pub(crate) fn lex_comment(line: &[u8], hash: usize) -> Result<Comment, LineError
     // HELP text starts after exactly one blank; the rest, trailing blanks included, is the text.
     let rest_start = if ne < line.len() { ne + 1 } else { ne };
     match which {
-        0 => Ok(Comment::Help { name, text: (rest_start as u32, line.len() as u32) }),
+        0 => Ok(Comment::Help {
+            name,
+            text: (rest_start as u32, line.len() as u32),
+        }),
         1 => {
             let ts = skip_blanks(line, ne);
             let (ts, te) = token(line, ts);
             if ts == te || skip_blanks(line, te) != line.len() {
                 return Err(LineError::BadType);
             }
-            Ok(Comment::Type { name, kind: (ts as u32, te as u32) })
+            Ok(Comment::Type {
+                name,
+                kind: (ts as u32, te as u32),
+            })
         }
         _ => {
             let us = skip_blanks(line, ne);
@@ -529,7 +553,10 @@ pub(crate) fn lex_comment(line: &[u8], hash: usize) -> Result<Comment, LineError
             if skip_blanks(line, ue) != line.len() {
                 return Err(LineError::TrailingGarbage);
             }
-            Ok(Comment::Unit { name, unit: (us as u32, ue as u32) })
+            Ok(Comment::Unit {
+                name,
+                unit: (us as u32, ue as u32),
+            })
         }
     }
 }
@@ -580,7 +607,10 @@ mod tests {
     fn label_values_may_hold_separators_and_escapes() {
         let l = r#"m{a="x,y=z}",b="q\"uo\\te\nnl # not a comment"} 1"#;
         let s = lex(l).expect("valid");
-        assert_eq!(part(l, s.labels), r#"a="x,y=z}",b="q\"uo\\te\nnl # not a comment""#);
+        assert_eq!(
+            part(l, s.labels),
+            r#"a="x,y=z}",b="q\"uo\\te\nnl # not a comment""#
+        );
         assert_eq!(part(l, s.value), "1");
     }
 
@@ -591,7 +621,9 @@ mod tests {
 
     #[test]
     fn special_values() {
-        for v in ["NaN", "+Inf", "-Inf", "Inf", "nan", "1e+06", "-0.5", ".5", "5.", "1E-3"] {
+        for v in [
+            "NaN", "+Inf", "-Inf", "Inf", "nan", "1e+06", "-0.5", ".5", "5.", "1E-3",
+        ] {
             assert!(lex(&format!("m {v}")).is_ok(), "{v}");
         }
         for v in ["0x10", "1_000", "", "e5", "1e", "--1", "Infx", "+NaN"] {
@@ -628,7 +660,10 @@ mod tests {
     #[test]
     fn timestamps_per_format() {
         assert!(lex_in("m 1 1.5", Format::OpenMetrics).is_ok());
-        assert_eq!(lex_in("m 1 NaN", Format::OpenMetrics), Err(LineError::BadTimestamp));
+        assert_eq!(
+            lex_in("m 1 NaN", Format::OpenMetrics),
+            Err(LineError::BadTimestamp)
+        );
         assert!(lex("m 1 -12").is_ok());
     }
 
@@ -654,13 +689,19 @@ mod tests {
     #[test]
     fn label_pairs_reads_back_any_accepted_block() {
         let pairs: Vec<_> = label_pairs(br#" a = "x,\"y" , b="}" ,"#).collect();
-        assert_eq!(pairs, vec![(&b"a"[..], &br#"x,\"y"#[..]), (&b"b"[..], &b"}"[..])]);
+        assert_eq!(
+            pairs,
+            vec![(&b"a"[..], &br#"x,\"y"#[..]), (&b"b"[..], &b"}"[..])]
+        );
     }
 
     #[test]
     fn invalid_utf8_is_rejected() {
         let line = b"m{a=\"\xff\xfe\"} 1";
-        assert_eq!(lex_sample(line, 0, 1, &opts(Format::Text), &mut Vec::new()), Err(LineError::NotUtf8));
+        assert_eq!(
+            lex_sample(line, 0, 1, &opts(Format::Text), &mut Vec::new()),
+            Err(LineError::NotUtf8)
+        );
     }
 
     #[test]
@@ -673,9 +714,21 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(lex_comment(b"# HELP m", 0), Ok(Comment::Help { name: (7, 8), text: (8, 8) }));
-        assert!(matches!(lex_comment(b"# TYPE m counter", 0), Ok(Comment::Type { .. })));
-        assert_eq!(lex_comment(b"# TYPE m counter x", 0), Err(LineError::BadType));
+        assert_eq!(
+            lex_comment(b"# HELP m", 0),
+            Ok(Comment::Help {
+                name: (7, 8),
+                text: (8, 8)
+            })
+        );
+        assert!(matches!(
+            lex_comment(b"# TYPE m counter", 0),
+            Ok(Comment::Type { .. })
+        ));
+        assert_eq!(
+            lex_comment(b"# TYPE m counter x", 0),
+            Err(LineError::BadType)
+        );
         assert_eq!(lex_comment(b"# EOF", 0), Ok(Comment::Eof));
         assert_eq!(lex_comment(b"# just a comment", 0), Ok(Comment::Other));
         assert_eq!(lex_comment(b"#HELP", 0), Ok(Comment::Other));

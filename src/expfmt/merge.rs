@@ -32,7 +32,10 @@ impl AddedLabel {
                 _ => escaped.push(b),
             }
         }
-        AddedLabel { name: name.as_bytes().to_vec(), escaped }
+        AddedLabel {
+            name: name.as_bytes().to_vec(),
+            escaped,
+        }
     }
 
     /// The label name.
@@ -70,6 +73,8 @@ pub struct MergeStats {
 /// One output family.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct OutFamily {
+    /// The text 0.0.4 family name, as a range of `Merge::names`.
+    pub name: (u32, u32),
     /// Where the family's name and metadata come from: the first upstream that brought it.
     pub first: u32,
     pub last: u32,
@@ -96,6 +101,9 @@ pub struct Merge<'a> {
     /// Samples to skip, as `(part, sample index within the family)`, in writing order.
     pub(crate) skip: Vec<(u32, u32)>,
     pub(crate) added: &'a [AddedLabel],
+    pub(crate) hasher: PairHasher,
+    /// Every family name, concatenated.
+    names: Vec<u8>,
     stats: Vec<MergeStats>,
 }
 
@@ -103,6 +111,11 @@ impl<'a> Merge<'a> {
     /// Counts per source, in the order the sources were given.
     pub fn stats(&self) -> &[MergeStats] {
         &self.stats
+    }
+
+    /// The text 0.0.4 name of an output family.
+    pub(crate) fn name(&self, fam: &OutFamily) -> &[u8] {
+        &self.names[fam.name.0 as usize..fam.name.1 as usize]
     }
 
     /// How many families will be written.
@@ -126,7 +139,11 @@ impl<'a> Merge<'a> {
 
     /// Bytes the written output will roughly need.
     pub fn size_hint(&self) -> usize {
-        let added: usize = self.added.iter().map(|l| l.name.len() + l.escaped.len() + 4).sum();
+        let added: usize = self
+            .added
+            .iter()
+            .map(|l| l.name.len() + l.escaped.len() + 4)
+            .sum();
         self.sources
             .iter()
             .map(|s| s.kept_bytes() + s.all_samples().len() * added + s.families().len() * 128)
@@ -144,6 +161,8 @@ pub fn merge<'a>(sources: &'a [&'a Exposition], opts: &MergeOptions<'a>) -> Merg
         parts: Vec::with_capacity(family_total),
         skip: Vec::new(),
         added: opts.added,
+        hasher: opts.hasher,
+        names: Vec::new(),
         stats: vec![MergeStats::default(); sources.len()],
     };
     // Family names, built once into one buffer.
@@ -159,9 +178,13 @@ pub fn merge<'a>(sources: &'a [&'a Exposition], opts: &MergeOptions<'a>) -> Merg
         }
     }
     let mut by_name: HashMap<&[u8], u32> = HashMap::with_capacity(family_total);
-    let mut seen: HashMap<u64, (u32, u32), PassThrough> = HashMap::with_capacity_and_hasher(sample_total, PassThrough);
-    let added_hashes: Vec<u64> =
-        opts.added.iter().map(|l| pair_hash(opts.hasher, &l.name, &l.escaped)).collect();
+    let mut seen: HashMap<u64, (u32, u32), PassThrough> =
+        HashMap::with_capacity_and_hasher(sample_total, PassThrough);
+    let added_hashes: Vec<u64> = opts
+        .added
+        .iter()
+        .map(|l| pair_hash(opts.hasher, &l.name, &l.escaped))
+        .collect();
     let mut r = 0;
     for (si, src) in sources.iter().enumerate() {
         for (fi, fam) in src.families().iter().enumerate() {
@@ -170,7 +193,10 @@ pub fn merge<'a>(sources: &'a [&'a Exposition], opts: &MergeOptions<'a>) -> Merg
             let name = &arena[start..end];
             if let Some(names) = opts.names {
                 let base = fam.base.of(src.body());
-                if !names.iter().any(|n| n.as_bytes() == name || n.as_bytes() == base) {
+                if !names
+                    .iter()
+                    .any(|n| n.as_bytes() == name || n.as_bytes() == base)
+                {
                     continue;
                 }
             }
@@ -178,7 +204,12 @@ pub fn merge<'a>(sources: &'a [&'a Exposition], opts: &MergeOptions<'a>) -> Merg
             let out = match by_name.entry(name) {
                 Entry::Vacant(v) => {
                     v.insert(m.families.len() as u32);
-                    m.families.push(OutFamily { first: part, last: part, help_from: END });
+                    m.families.push(OutFamily {
+                        name: (start as u32, end as u32),
+                        first: part,
+                        last: part,
+                        help_from: END,
+                    });
                     m.families.len() - 1
                 }
                 Entry::Occupied(o) => {
@@ -194,7 +225,11 @@ pub fn merge<'a>(sources: &'a [&'a Exposition], opts: &MergeOptions<'a>) -> Merg
                     out
                 }
             };
-            m.parts.push(Part { source: si as u32, family: fi as u32, next: END });
+            m.parts.push(Part {
+                source: si as u32,
+                family: fi as u32,
+                next: END,
+            });
             if m.families[out].help_from == END && fam.help.is_some() {
                 m.families[out].help_from = part;
             }
@@ -221,6 +256,8 @@ pub fn merge<'a>(sources: &'a [&'a Exposition], opts: &MergeOptions<'a>) -> Merg
             }
         }
     }
+    drop(by_name);
+    m.names = arena;
     m
 }
 
@@ -254,8 +291,9 @@ fn same_series(a: SampleRef<'_>, b: SampleRef<'_>, added: &[AddedLabel]) -> bool
         [x, y].concat()
     };
     let labels = |(src, _, s): SampleRef<'_>| {
-        let mut v: Vec<(Vec<u8>, Vec<u8>)> =
-            label_pairs(src.sample_part(s, s.lex.labels)).map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
+        let mut v: Vec<(Vec<u8>, Vec<u8>)> = label_pairs(src.sample_part(s, s.lex.labels))
+            .map(|(n, v)| (n.to_vec(), v.to_vec()))
+            .collect();
         for (bit, l) in added.iter().enumerate() {
             if bit >= 8 || s.lex.present & (1 << bit) == 0 {
                 v.push((l.name.clone(), l.escaped.clone()));

@@ -6,7 +6,7 @@
 //!   can be cached and shared between concurrent scrapes.
 //! - [`merge`] combines several expositions: one HELP/TYPE per family, TYPE conflicts and
 //!   duplicate series dropped and counted.
-//! - [`write_text`] renders a merge into one pre-sized buffer.
+//! - [`write_text`] and [`write_openmetrics`] render a merge into one pre-sized buffer.
 //!
 //! Families are modelled the way text 0.0.4 names them (a counter `x` is the family `x_total`,
 //! its `x_created` is a gauge family of its own, as `prometheus_client` renders them), because
@@ -16,12 +16,14 @@
 mod hash;
 mod lex;
 mod merge;
+mod openmetrics;
 mod parse;
 mod text;
 
 pub use hash::PairHasher;
 pub use lex::{LineError, SampleLex, is_label_name, is_metric_name, valid_float};
 pub use merge::{AddedLabel, Merge, MergeOptions, MergeStats, merge};
+pub use openmetrics::{OPENMETRICS_EOF, OpenMetricsStats, write_openmetrics};
 pub use parse::{Limit, ParseError, ParseLimits, ParseOptions, parse};
 pub use text::write_text;
 
@@ -30,7 +32,8 @@ use bytes::Bytes;
 /// Content type of text format 0.0.4 as sysport serves it.
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Content type of OpenMetrics 1.0 as sysport serves it.
-pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// No upstream family may use this prefix: it belongs to sysport's own metrics.
 pub const RESERVED_PREFIX: &[u8] = b"dynamo_sysport_";
 
@@ -49,9 +52,16 @@ impl Format {
     /// OpenMetrics whatever they were asked for, under either header).
     pub fn detect(content_type: Option<&str>, body: &[u8]) -> Format {
         let says_om = content_type.is_some_and(|ct| {
-            ct.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/openmetrics-text"))
+            ct.split(';').next().is_some_and(|m| {
+                m.trim()
+                    .eq_ignore_ascii_case("application/openmetrics-text")
+            })
         });
-        if says_om || ends_with_eof(body) { Format::OpenMetrics } else { Format::Text }
+        if says_om || ends_with_eof(body) {
+            Format::OpenMetrics
+        } else {
+            Format::Text
+        }
     }
 }
 
@@ -178,7 +188,10 @@ pub struct Span {
 
 impl Span {
     pub(crate) fn new(start: usize, end: usize) -> Span {
-        Span { start: start as u32, end: end as u32 }
+        Span {
+            start: start as u32,
+            end: end as u32,
+        }
     }
 
     /// The bytes this span covers in `body`.
@@ -320,7 +333,10 @@ impl Exposition {
     pub fn sample_name(&self, family: &Family, sample: &Sample) -> (&[u8], &'static [u8]) {
         match sample.rename {
             Some(suffix) => (family.base.of(&self.body), suffix.as_bytes()),
-            None => (self.sample_part(sample, (sample.lex.name_start, sample.lex.name_end)), b""),
+            None => (
+                self.sample_part(sample, (sample.lex.name_start, sample.lex.name_end)),
+                b"",
+            ),
         }
     }
 
@@ -339,7 +355,10 @@ impl Exposition {
 
     /// Total bytes of kept sample lines, for sizing output buffers.
     pub fn kept_bytes(&self) -> usize {
-        self.samples.iter().map(|s| (s.line_end - s.line_start) as usize + 1).sum()
+        self.samples
+            .iter()
+            .map(|s| (s.line_end - s.line_start) as usize + 1)
+            .sum()
     }
 }
 #[cfg(test)]

@@ -11,7 +11,10 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 use super::lex::{self, Comment, LexOptions, LineError};
-use super::{Exposition, Family, Format, Kind, PairHasher, ParseStats, RESERVED_PREFIX, Role, Sample, Span, Suffix};
+use super::{
+    Exposition, Family, Format, Kind, PairHasher, ParseStats, RESERVED_PREFIX, Role, Sample, Span,
+    Suffix,
+};
 
 /// Limits applied while parsing one body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,9 +31,12 @@ pub struct ParseOptions<'a> {
     /// Family-name prefixes to keep.
     pub keep: &'a [String],
     pub limits: ParseLimits,
-    /// Names of the labels sysport adds (so the lexer can note which a line already has).
+    /// Names of the labels sysport adds to this body's series (so the lexer can note which a
+    /// line already has). Empty: add none to these series (sysport's own metrics).
     pub added_labels: &'a [&'a [u8]],
     pub hasher: PairHasher,
+    /// Keep families under [`RESERVED_PREFIX`] (only for sysport's own metrics).
+    pub allow_reserved: bool,
 }
 
 /// Which limit a body went over.
@@ -85,7 +91,11 @@ struct Parser<'b, 'o> {
 }
 
 /// Parses one upstream body. The body is kept, not copied: the result refers into it.
-pub fn parse(body: Bytes, format: Format, opts: &ParseOptions<'_>) -> Result<Exposition, ParseError> {
+pub fn parse(
+    body: Bytes,
+    format: Format,
+    opts: &ParseOptions<'_>,
+) -> Result<Exposition, ParseError> {
     if body.len() > u32::MAX as usize - 1 {
         return Err(ParseError::BodyTooLarge);
     }
@@ -110,7 +120,13 @@ pub fn parse(body: Bytes, format: Format, opts: &ParseOptions<'_>) -> Result<Exp
         p.run()?;
         p.finish()
     };
-    Ok(Exposition { body, format, families, samples, stats })
+    Ok(Exposition {
+        body,
+        format,
+        families,
+        samples,
+        stats,
+    })
 }
 
 impl<'b> Parser<'b, '_> {
@@ -135,7 +151,10 @@ impl<'b> Parser<'b, '_> {
                 end -= 1;
             }
             if end - start > self.opts.limits.max_line_bytes {
-                return Err(ParseError::TooLarge { limit: Limit::LineBytes, line: line_no });
+                return Err(ParseError::TooLarge {
+                    limit: Limit::LineBytes,
+                    line: line_no,
+                });
             }
             let line = &body[start..end];
             let first = line.iter().position(|&b| b != b' ' && b != b'\t');
@@ -169,7 +188,9 @@ impl<'b> Parser<'b, '_> {
     fn comment(&mut self, line: &[u8], start: usize, c: Comment) {
         let abs = |r: (u32, u32)| Span::new(start + r.0 as usize, start + r.1 as usize);
         let (name, what) = match c {
-            Comment::Help { name, .. } | Comment::Type { name, .. } | Comment::Unit { name, .. } => (name, c),
+            Comment::Help { name, .. }
+            | Comment::Type { name, .. }
+            | Comment::Unit { name, .. } => (name, c),
             Comment::Eof | Comment::Other => return,
         };
         let d = self.declare(abs(name));
@@ -183,7 +204,9 @@ impl<'b> Parser<'b, '_> {
                     return;
                 }
                 let text_bytes = &line[text.0 as usize..text.1 as usize];
-                if self.families[primary].help.is_some() || !lex::valid_help(text_bytes, self.format) {
+                if self.families[primary].help.is_some()
+                    || !lex::valid_help(text_bytes, self.format)
+                {
                     self.stats.malformed += kept as u64;
                 } else {
                     self.families[primary].help = Some(abs(text));
@@ -197,7 +220,10 @@ impl<'b> Parser<'b, '_> {
                 }
             }
             Comment::Unit { unit, .. } => {
-                if kept && self.format == Format::OpenMetrics && self.families[primary].unit.is_none() {
+                if kept
+                    && self.format == Format::OpenMetrics
+                    && self.families[primary].unit.is_none()
+                {
                     self.families[primary].unit = Some(abs(unit));
                 } else {
                     self.stats.malformed += kept as u64;
@@ -217,7 +243,10 @@ impl<'b> Parser<'b, '_> {
         let kept = self.keeps(bytes);
         let has_colon = memchr::memchr(b':', bytes).is_some();
         if has_colon {
-            let escaped: Vec<u8> = bytes.iter().map(|&b| if b == b':' { b'_' } else { b }).collect();
+            let escaped: Vec<u8> = bytes
+                .iter()
+                .map(|&b| if b == b':' { b'_' } else { b })
+                .collect();
             self.by_escaped.entry(escaped).or_insert(d);
         }
         let primary = self.new_family(name, Suffix::None, Kind::Untyped, Role::Primary, kept);
@@ -234,10 +263,22 @@ impl<'b> Parser<'b, '_> {
     }
 
     fn keeps(&self, name: &[u8]) -> bool {
-        !name.starts_with(RESERVED_PREFIX) && self.opts.keep.iter().any(|p| name.starts_with(p.as_bytes()))
+        (self.opts.allow_reserved || !name.starts_with(RESERVED_PREFIX))
+            && self
+                .opts
+                .keep
+                .iter()
+                .any(|p| name.starts_with(p.as_bytes()))
     }
 
-    fn new_family(&mut self, base: Span, suffix: Suffix, kind: Kind, role: Role, kept: bool) -> u32 {
+    fn new_family(
+        &mut self,
+        base: Span,
+        suffix: Suffix,
+        kind: Kind,
+        role: Role,
+        kept: bool,
+    ) -> u32 {
         let f = self.families.len() as u32;
         self.families.push(Family {
             base,
@@ -297,8 +338,12 @@ impl<'b> Parser<'b, '_> {
             (Format::OpenMetrics, Some(Kind::Histogram)) => {
                 matches!(suffix, S::Bucket | S::Count | S::Sum | S::Created)
             }
-            (Format::OpenMetrics, Some(Kind::Summary)) => matches!(suffix, S::None | S::Count | S::Sum | S::Created),
-            (Format::OpenMetrics, Some(Kind::GaugeHistogram)) => matches!(suffix, S::Bucket | S::GCount | S::GSum),
+            (Format::OpenMetrics, Some(Kind::Summary)) => {
+                matches!(suffix, S::None | S::Count | S::Sum | S::Created)
+            }
+            (Format::OpenMetrics, Some(Kind::GaugeHistogram)) => {
+                matches!(suffix, S::Bucket | S::GCount | S::GSum)
+            }
             (Format::OpenMetrics, Some(Kind::Info)) => suffix == S::Info,
             (Format::OpenMetrics, _) => suffix == S::None,
         }
@@ -321,7 +366,8 @@ impl<'b> Parser<'b, '_> {
             return None;
         };
         let suffix = Suffix::parse(tail)?;
-        self.suffix_allowed(decl.kind, suffix).then_some((suffix, escaped))
+        self.suffix_allowed(decl.kind, suffix)
+            .then_some((suffix, escaped))
     }
 
     /// Resolves a sample name to its declaration.
@@ -403,21 +449,35 @@ impl<'b> Parser<'b, '_> {
             self.stats.dropped += 1;
             return Ok(());
         }
-        let lexed = match lex::lex_sample(line, first, first + name_len, lex_opts, &mut self.scratch) {
-            Ok(l) => l,
-            Err(LineError::TooManyLabels) => {
-                return Err(ParseError::TooLarge { limit: Limit::Labels, line: line_no });
-            }
-            Err(LineError::LabelValueTooLong) => {
-                return Err(ParseError::TooLarge { limit: Limit::LabelValueBytes, line: line_no });
-            }
-            Err(_) => {
-                self.stats.malformed += 1;
-                return Ok(());
-            }
-        };
+        let lexed =
+            match lex::lex_sample(line, first, first + name_len, lex_opts, &mut self.scratch) {
+                Ok(l) if self.opts.added_labels.is_empty() => lex::SampleLex {
+                    present: u8::MAX,
+                    ..l
+                },
+                Ok(l) => l,
+                Err(LineError::TooManyLabels) => {
+                    return Err(ParseError::TooLarge {
+                        limit: Limit::Labels,
+                        line: line_no,
+                    });
+                }
+                Err(LineError::LabelValueTooLong) => {
+                    return Err(ParseError::TooLarge {
+                        limit: Limit::LabelValueBytes,
+                        line: line_no,
+                    });
+                }
+                Err(_) => {
+                    self.stats.malformed += 1;
+                    return Ok(());
+                }
+            };
         if self.samples.len() >= self.opts.limits.max_series {
-            return Err(ParseError::TooLarge { limit: Limit::Series, line: line_no });
+            return Err(ParseError::TooLarge {
+                limit: Limit::Series,
+                line: line_no,
+            });
         }
         let family = self.family_for(d, suffix);
         if family != self.last_family {
@@ -453,11 +513,12 @@ impl<'b> Parser<'b, '_> {
         let mut remap = vec![NONE; self.families.len()];
         let mut kept_families = Vec::with_capacity(self.families.len());
         for (i, fam) in self.families.iter().enumerate() {
-            let reserved = fam.base.of(self.body).starts_with(RESERVED_PREFIX) || {
-                let mut full = fam.base.of(self.body).to_vec();
-                full.extend_from_slice(fam.suffix.as_bytes());
-                full.starts_with(RESERVED_PREFIX)
-            };
+            let reserved = !self.opts.allow_reserved
+                && concat_starts_with(
+                    fam.base.of(self.body),
+                    fam.suffix.as_bytes(),
+                    RESERVED_PREFIX,
+                );
             if self.family_kept[i] && !reserved {
                 remap[i] = kept_families.len() as u32;
                 kept_families.push(fam.clone());
@@ -504,7 +565,19 @@ impl<'b> Parser<'b, '_> {
     }
 }
 
+/// Whether `a` followed by `b` starts with `prefix`.
+fn concat_starts_with(a: &[u8], b: &[u8], prefix: &[u8]) -> bool {
+    if a.len() >= prefix.len() {
+        a.starts_with(prefix)
+    } else {
+        prefix.starts_with(a) && b.starts_with(&prefix[a.len()..])
+    }
+}
+
 /// `a` equals `b` where `b` may have `:` and `a` has `_` in its place.
 fn escaped_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| x == y || (y == b':' && x == b'_'))
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(&x, &y)| x == y || (y == b':' && x == b'_'))
 }

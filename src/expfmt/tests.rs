@@ -3,9 +3,14 @@
 use bytes::Bytes;
 
 use super::*;
+use crate::expfmt::openmetrics::OpenMetricsStats;
 
-pub(crate) const LIMITS: ParseLimits =
-    ParseLimits { max_line_bytes: 1 << 20, max_series: 100_000, max_labels: 64, max_label_value_bytes: 1 << 20 };
+pub(crate) const LIMITS: ParseLimits = ParseLimits {
+    max_line_bytes: 1 << 20,
+    max_series: 100_000,
+    max_labels: 64,
+    max_label_value_bytes: 1 << 20,
+};
 
 pub(crate) struct Up<'a> {
     pub body: &'a [u8],
@@ -14,24 +19,52 @@ pub(crate) struct Up<'a> {
 }
 
 pub(crate) fn up<'a>(body: &'a str, keep: &'a [&'a str]) -> Up<'a> {
-    Up { body: body.as_bytes(), format: Format::Text, keep }
+    Up {
+        body: body.as_bytes(),
+        format: Format::Text,
+        keep,
+    }
 }
 
-pub(crate) fn parse_one(u: &Up<'_>, added: &[AddedLabel], limits: ParseLimits) -> Result<Exposition, ParseError> {
+pub(crate) fn parse_one(
+    u: &Up<'_>,
+    added: &[AddedLabel],
+    limits: ParseLimits,
+) -> Result<Exposition, ParseError> {
     let keep: Vec<String> = u.keep.iter().map(|s| s.to_string()).collect();
     let names: Vec<&[u8]> = added.iter().map(|a| a.name()).collect();
-    let opts = ParseOptions { keep: &keep, limits, added_labels: &names, hasher: PairHasher::new(99) };
+    let opts = ParseOptions {
+        keep: &keep,
+        limits,
+        added_labels: &names,
+        hasher: PairHasher::new(99),
+        allow_reserved: false,
+    };
     parse(Bytes::copy_from_slice(u.body), u.format, &opts)
 }
 
 /// Parses, merges and writes text; returns the output and per-upstream (parse, merge) stats.
 pub(crate) fn run(ups: &[Up<'_>], added: &[AddedLabel]) -> (String, Vec<(ParseStats, MergeStats)>) {
-    let exps: Vec<Exposition> = ups.iter().map(|u| parse_one(u, added, LIMITS).expect("within limits")).collect();
+    let exps: Vec<Exposition> = ups
+        .iter()
+        .map(|u| parse_one(u, added, LIMITS).expect("within limits"))
+        .collect();
     let refs: Vec<&Exposition> = exps.iter().collect();
-    let m = merge(&refs, &MergeOptions { added, names: None, hasher: PairHasher::new(99) });
+    let m = merge(
+        &refs,
+        &MergeOptions {
+            added,
+            names: None,
+            hasher: PairHasher::new(99),
+        },
+    );
     let mut out = Vec::with_capacity(m.size_hint());
     write_text(&m, &mut out);
-    let stats = exps.iter().map(|e| e.stats()).zip(m.stats().iter().copied()).collect();
+    let stats = exps
+        .iter()
+        .map(|e| e.stats())
+        .zip(m.stats().iter().copied())
+        .collect();
     (String::from_utf8(out).expect("output is UTF-8"), stats)
 }
 
@@ -45,9 +78,19 @@ fn rule1_interleaved_families_come_out_once_and_contiguous() {
     let (out, stats) = run(&[up(input, &["vllm:"])], &[]);
     assert_eq!(
         lines(&out),
-        ["# HELP vllm:a A", "# TYPE vllm:a gauge", "vllm:a{x=\"1\"} 1", "vllm:a{x=\"2\"} 3", "# TYPE vllm:b gauge", "vllm:b 2"]
+        [
+            "# HELP vllm:a A",
+            "# TYPE vllm:a gauge",
+            "vllm:a{x=\"1\"} 1",
+            "vllm:a{x=\"2\"} 3",
+            "# TYPE vllm:b gauge",
+            "vllm:b 2"
+        ]
     );
-    assert_eq!(stats[0].0.malformed, 1, "the second HELP is dropped and counted");
+    assert_eq!(
+        stats[0].0.malformed, 1,
+        "the second HELP is dropped and counted"
+    );
 }
 
 #[test]
@@ -61,7 +104,14 @@ fn rule2_kept_lines_are_byte_for_byte() {
 fn rule2_text_format_edge_cases_are_read_exactly() {
     let input = "vllm:x{a=\"q\\\"u,o=t}e#\\\\\\n\"} NaN\r\n\r\n# a comment\r\n   \nvllm:y +Inf -5\nvllm:z -Inf";
     let (out, stats) = run(&[up(input, &["vllm:"])], &[]);
-    assert_eq!(lines(&out), ["vllm:x{a=\"q\\\"u,o=t}e#\\\\\\n\"} NaN", "vllm:y +Inf -5", "vllm:z -Inf"]);
+    assert_eq!(
+        lines(&out),
+        [
+            "vllm:x{a=\"q\\\"u,o=t}e#\\\\\\n\"} NaN",
+            "vllm:y +Inf -5",
+            "vllm:z -Inf"
+        ]
+    );
     assert_eq!(stats[0].0.kept, 3);
     assert_eq!(stats[0].0.malformed, 0);
 }
@@ -86,11 +136,24 @@ fn an_upstream_cannot_inject_sysport_series() {
     let input = "# TYPE dynamo_sysport_upstream_up gauge\ndynamo_sysport_upstream_up{upstream=\"x\"} 1\ndynamo_sysport_x 1\n# TYPE dynamo_sysport counter\ndynamo_other 1\n";
     let (out, stats) = run(&[up(input, &["dynamo_", ""])], &[]);
     // `dynamo_sysport` itself is not under the reserved `dynamo_sysport_` prefix.
-    assert_eq!(lines(&out), ["# TYPE dynamo_sysport counter", "dynamo_other 1"]);
+    assert_eq!(
+        lines(&out),
+        ["# TYPE dynamo_sysport counter", "dynamo_other 1"]
+    );
     assert_eq!(stats[0].0.dropped, 2);
     let om = "# TYPE dynamo_sysport counter\ndynamo_sysport_total 1\n# EOF\n";
-    let (out, _) = run(&[Up { body: om.as_bytes(), format: Format::OpenMetrics, keep: &["dynamo"] }], &[]);
-    assert_eq!(out, "", "an OpenMetrics counter must not become dynamo_sysport_total");
+    let (out, _) = run(
+        &[Up {
+            body: om.as_bytes(),
+            format: Format::OpenMetrics,
+            keep: &["dynamo"],
+        }],
+        &[],
+    );
+    assert_eq!(
+        out, "",
+        "an OpenMetrics counter must not become dynamo_sysport_total"
+    );
 }
 
 #[test]
@@ -98,7 +161,15 @@ fn rule4_same_family_from_two_upstreams_merges_under_one_header() {
     let a = "# HELP vllm:r Running.\n# TYPE vllm:r gauge\nvllm:r{engine=\"0\"} 1\n";
     let b = "# HELP vllm:r Other help.\n# TYPE vllm:r gauge\nvllm:r{engine=\"1\"} 2\n";
     let (out, stats) = run(&[up(a, &["vllm:"]), up(b, &["vllm:"])], &[]);
-    assert_eq!(lines(&out), ["# HELP vllm:r Running.", "# TYPE vllm:r gauge", "vllm:r{engine=\"0\"} 1", "vllm:r{engine=\"1\"} 2"]);
+    assert_eq!(
+        lines(&out),
+        [
+            "# HELP vllm:r Running.",
+            "# TYPE vllm:r gauge",
+            "vllm:r{engine=\"0\"} 1",
+            "vllm:r{engine=\"1\"} 2"
+        ]
+    );
     assert_eq!(stats[1].1.kept, 1);
 }
 
@@ -107,7 +178,15 @@ fn rule4_type_conflict_keeps_the_first_and_counts_the_other() {
     let a = "# TYPE vllm:r gauge\nvllm:r 1\n";
     let b = "# TYPE vllm:r counter\nvllm:r 2\nvllm:r{x=\"1\"} 3\n# TYPE vllm:s gauge\nvllm:s 4\n";
     let (out, stats) = run(&[up(a, &["vllm:"]), up(b, &["vllm:"])], &[]);
-    assert_eq!(lines(&out), ["# TYPE vllm:r gauge", "vllm:r 1", "# TYPE vllm:s gauge", "vllm:s 4"]);
+    assert_eq!(
+        lines(&out),
+        [
+            "# TYPE vllm:r gauge",
+            "vllm:r 1",
+            "# TYPE vllm:s gauge",
+            "vllm:s 4"
+        ]
+    );
     assert_eq!(stats[1].1.conflict, 2);
     assert_eq!(stats[1].1.kept, 1);
 }
@@ -117,7 +196,14 @@ fn rule4_exact_duplicate_series_is_dropped_and_counted() {
     let a = "# TYPE vllm:r gauge\nvllm:r{a=\"1\",b=\"2\"} 1\n";
     let b = "# TYPE vllm:r gauge\nvllm:r{b=\"2\",a=\"1\"} 9\nvllm:r{a=\"1\",b=\"3\"} 2\nvllm:r{a=\"1\",b=\"3\"} 2\n";
     let (out, stats) = run(&[up(a, &["vllm:"]), up(b, &["vllm:"])], &[]);
-    assert_eq!(lines(&out), ["# TYPE vllm:r gauge", "vllm:r{a=\"1\",b=\"2\"} 1", "vllm:r{a=\"1\",b=\"3\"} 2"]);
+    assert_eq!(
+        lines(&out),
+        [
+            "# TYPE vllm:r gauge",
+            "vllm:r{a=\"1\",b=\"2\"} 1",
+            "vllm:r{a=\"1\",b=\"3\"} 2"
+        ]
+    );
     assert_eq!(stats[1].1.duplicate, 2);
     assert_eq!(stats[0].1.kept + stats[1].1.kept, 2);
 }
@@ -136,7 +222,14 @@ fn rule4_duplicates_account_for_added_labels() {
 fn rule5_malformed_lines_are_dropped_and_the_rest_flows() {
     let input = "# TYPE vllm:g gauge\nvllm:g{a=\"1\"} 1\nvllm:g{a=\"2} 2\nvllm:g{a=\"3\"} x\nvllm:g{a=\"4\"} 4 5 6\n\u{1}\u{2}garbage\n{a=\"1\"} 3\nvllm:g{a=\"\\q\"} 5\nvllm:g{a=\"5\"} 5\n# TYPE vllm:g counter\n";
     let (out, stats) = run(&[up(input, &["vllm:"])], &[]);
-    assert_eq!(lines(&out), ["# TYPE vllm:g gauge", "vllm:g{a=\"1\"} 1", "vllm:g{a=\"5\"} 5"]);
+    assert_eq!(
+        lines(&out),
+        [
+            "# TYPE vllm:g gauge",
+            "vllm:g{a=\"1\"} 1",
+            "vllm:g{a=\"5\"} 5"
+        ]
+    );
     assert_eq!(stats[0].0.malformed, 7);
     assert_eq!(stats[0].0.kept, 2);
 }
@@ -146,7 +239,11 @@ fn invalid_utf8_in_a_label_value_drops_only_that_line() {
     let mut input = b"vllm:g{a=\"".to_vec();
     input.extend_from_slice(&[0xff, 0xc3]);
     input.extend_from_slice(b"\"} 1\nvllm:g{a=\"ok\"} 2\n");
-    let u = Up { body: &input, format: Format::Text, keep: &["vllm:"] };
+    let u = Up {
+        body: &input,
+        format: Format::Text,
+        keep: &["vllm:"],
+    };
     let e = parse_one(&u, &[], LIMITS).expect("parses");
     assert_eq!(e.stats().malformed, 1);
     assert_eq!(e.stats().kept, 1);
@@ -154,8 +251,12 @@ fn invalid_utf8_in_a_label_value_drops_only_that_line() {
 
 #[test]
 fn added_labels_are_appended_escaped_and_never_doubled() {
-    let input = "vllm:a 1\nvllm:b{x=\"1\"} 2\nvllm:c{pod=\"mine\",x=\"1\"} 3\nvllm:d{ x=\"1\" } 4 1000\n";
-    let added = [AddedLabel::new("pod", "p\"0\\\n"), AddedLabel::new("ns", "default")];
+    let input =
+        "vllm:a 1\nvllm:b{x=\"1\"} 2\nvllm:c{pod=\"mine\",x=\"1\"} 3\nvllm:d{ x=\"1\" } 4 1000\n";
+    let added = [
+        AddedLabel::new("pod", "p\"0\\\n"),
+        AddedLabel::new("ns", "default"),
+    ];
     let (out, _) = run(&[up(input, &["vllm:"])], &added);
     assert_eq!(
         lines(&out),
@@ -171,18 +272,44 @@ fn added_labels_are_appended_escaped_and_never_doubled() {
 #[test]
 fn limits_turn_the_upstream_away_before_memory_is_spent() {
     let long = format!("vllm:a{{x=\"{}\"}} 1\n", "y".repeat(2000));
-    let small = ParseLimits { max_line_bytes: 1000, max_series: 2, max_labels: 2, max_label_value_bytes: 100 };
+    let small = ParseLimits {
+        max_line_bytes: 1000,
+        max_series: 2,
+        max_labels: 2,
+        max_label_value_bytes: 100,
+    };
     let err = parse_one(&up(&long, &["vllm:"]), &[], small).expect_err("line too long");
-    assert_eq!(err, ParseError::TooLarge { limit: Limit::LineBytes, line: 1 });
+    assert_eq!(
+        err,
+        ParseError::TooLarge {
+            limit: Limit::LineBytes,
+            line: 1
+        }
+    );
     let many = "vllm:a 1\nvllm:b 1\nvllm:c 1\n";
     let err = parse_one(&up(many, &["vllm:"]), &[], small).expect_err("too many series");
-    assert_eq!(err, ParseError::TooLarge { limit: Limit::Series, line: 3 });
+    assert_eq!(
+        err,
+        ParseError::TooLarge {
+            limit: Limit::Series,
+            line: 3
+        }
+    );
     let labels = "vllm:a{a=\"1\",b=\"2\",c=\"3\"} 1\n";
-    assert!(matches!(parse_one(&up(labels, &["vllm:"]), &[], small), Err(ParseError::TooLarge { limit: Limit::Labels, .. })));
+    assert!(matches!(
+        parse_one(&up(labels, &["vllm:"]), &[], small),
+        Err(ParseError::TooLarge {
+            limit: Limit::Labels,
+            ..
+        })
+    ));
     let value = format!("vllm:a{{a=\"{}\"}} 1\n", "v".repeat(101));
     assert!(matches!(
         parse_one(&up(&value, &["vllm:"]), &[], small),
-        Err(ParseError::TooLarge { limit: Limit::LabelValueBytes, .. })
+        Err(ParseError::TooLarge {
+            limit: Limit::LabelValueBytes,
+            ..
+        })
     ));
     // Dropped families do not count towards the series limit.
     let dropped = "other 1\nother 2\nother 3\nvllm:a 1\n";
@@ -190,7 +317,11 @@ fn limits_turn_the_upstream_away_before_memory_is_spent() {
 }
 
 fn om<'a>(body: &'a str, keep: &'a [&'a str]) -> Up<'a> {
-    Up { body: body.as_bytes(), format: Format::OpenMetrics, keep }
+    Up {
+        body: body.as_bytes(),
+        format: Format::OpenMetrics,
+        keep,
+    }
 }
 
 #[test]
@@ -261,14 +392,31 @@ fn rule3_openmetrics_types_units_timestamps_and_exemplars() {
 fn two_eofs_are_counted_and_nothing_after_them_is_lost() {
     let input = "# TYPE vllm:a gauge\nvllm:a 1\n# EOF\n# TYPE vllm:b gauge\nvllm:b 2\n# EOF\n";
     let (out, stats) = run(&[om(input, &["vllm:"])], &[]);
-    assert_eq!(lines(&out), ["# TYPE vllm:a gauge", "vllm:a 1", "# TYPE vllm:b gauge", "vllm:b 2"]);
+    assert_eq!(
+        lines(&out),
+        [
+            "# TYPE vllm:a gauge",
+            "vllm:a 1",
+            "# TYPE vllm:b gauge",
+            "vllm:b 2"
+        ]
+    );
     assert_eq!(stats[0].0.malformed, 1);
 }
 
 #[test]
 fn format_detection_trusts_eof_over_the_header() {
-    assert_eq!(Format::detect(Some("text/plain; version=0.0.4"), b"a 1\n# EOF\n"), Format::OpenMetrics);
-    assert_eq!(Format::detect(Some("application/openmetrics-text; version=1.0.0"), b"a 1\n"), Format::OpenMetrics);
+    assert_eq!(
+        Format::detect(Some("text/plain; version=0.0.4"), b"a 1\n# EOF\n"),
+        Format::OpenMetrics
+    );
+    assert_eq!(
+        Format::detect(
+            Some("application/openmetrics-text; version=1.0.0"),
+            b"a 1\n"
+        ),
+        Format::OpenMetrics
+    );
     assert_eq!(Format::detect(None, b"a 1\n"), Format::Text);
     assert_eq!(Format::detect(None, b"a{x=\"# EOF\"} 1\n"), Format::Text);
 }
@@ -279,14 +427,26 @@ fn name_filter_selects_exact_families() {
     let exp = parse_one(&up(input, &["vllm:"]), &[], LIMITS).expect("parses");
     let refs = [&exp];
     let names = ["vllm:a", "vllm:c"];
-    let m = merge(&refs, &MergeOptions { added: &[], names: Some(&names), hasher: PairHasher::new(1) });
+    let m = merge(
+        &refs,
+        &MergeOptions {
+            added: &[],
+            names: Some(&names),
+            hasher: PairHasher::new(1),
+        },
+    );
     let mut out = Vec::new();
     write_text(&m, &mut out);
-    assert_eq!(String::from_utf8(out).expect("utf-8"), "# TYPE vllm:a gauge\nvllm:a 1\n# TYPE vllm:c counter\nvllm:c 3\n");
+    assert_eq!(
+        String::from_utf8(out).expect("utf-8"),
+        "# TYPE vllm:a gauge\nvllm:a 1\n# TYPE vllm:c counter\nvllm:c 3\n"
+    );
 }
 
 fn fixture(name: &str) -> Vec<u8> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -313,7 +473,10 @@ fn assert_families_once_and_contiguous(out: &str) {
     let mut seen = std::collections::HashSet::new();
     let mut current = String::new();
     for line in out.lines() {
-        if let Some(rest) = line.strip_prefix("# HELP ").or_else(|| line.strip_prefix("# TYPE ")) {
+        if let Some(rest) = line
+            .strip_prefix("# HELP ")
+            .or_else(|| line.strip_prefix("# TYPE "))
+        {
             let name = rest.split(' ').next().expect("a name");
             if name != current {
                 assert!(seen.insert(name.to_string()), "family {name} appears twice");
@@ -330,7 +493,14 @@ fn fixtures_keep_every_engine_sample_and_reparse_cleanly() {
         let body = fixture(name);
         let format = Format::detect(None, &body);
         let keep: &[&str] = &["vllm:", "lmcache:"];
-        let (out, stats) = run(&[Up { body: &body, format, keep }], &[]);
+        let (out, stats) = run(
+            &[Up {
+                body: &body,
+                format,
+                keep,
+            }],
+            &[],
+        );
         let (p, m) = stats[0];
         assert!(p.kept > 0, "{name}: nothing kept");
         assert_eq!(m.duplicate + m.conflict, 0, "{name}");
@@ -340,34 +510,66 @@ fn fixtures_keep_every_engine_sample_and_reparse_cleanly() {
             let input = String::from_utf8_lossy(&body);
             let input_lines: std::collections::HashSet<&str> = input.lines().collect();
             for line in out.lines().filter(|l| !l.starts_with('#')) {
-                assert!(input_lines.contains(line), "{name}: {line} is not an input line");
+                assert!(
+                    input_lines.contains(line),
+                    "{name}: {line} is not an input line"
+                );
             }
         }
         // The output reads back with no malformed line and the same samples.
-        let again = parse_one(&Up { body: out.as_bytes(), format: Format::Text, keep }, &[], LIMITS).expect("reparses");
+        let again = parse_one(
+            &Up {
+                body: out.as_bytes(),
+                format: Format::Text,
+                keep,
+            },
+            &[],
+            LIMITS,
+        )
+        .expect("reparses");
         assert_eq!(again.stats().malformed, 0, "{name}");
         assert_eq!(again.stats().kept, p.kept, "{name}");
         assert!(!out.contains("# EOF"));
-        assert!(out.lines().all(|l| l.starts_with("vllm") || l.starts_with("lmcache") || l.starts_with("# ")), "{name}");
+        assert!(
+            out.lines()
+                .all(|l| l.starts_with("vllm") || l.starts_with("lmcache") || l.starts_with("# ")),
+            "{name}"
+        );
     }
 }
 
 #[test]
 fn fixtures_drop_only_what_is_invalid() {
     let body = fixture("small.prom");
-    let (_, stats) = run(&[up(std::str::from_utf8(&body).expect("utf-8"), &["vllm:"])], &[]);
+    let (_, stats) = run(
+        &[up(std::str::from_utf8(&body).expect("utf-8"), &["vllm:"])],
+        &[],
+    );
     assert_eq!(stats[0].0.malformed, 0);
     assert!(stats[0].0.dropped > 0, "python_* and process_* are dropped");
     // The escaping=dots fixture carries one reserved `__` label name: that line alone goes.
     let dots = fixture("small.text_escaping-dots.prom");
-    let (_, stats) = run(&[up(std::str::from_utf8(&dots).expect("utf-8"), &["vllm:"])], &[]);
+    let (_, stats) = run(
+        &[up(std::str::from_utf8(&dots).expect("utf-8"), &["vllm:"])],
+        &[],
+    );
     assert_eq!(stats[0].0.malformed, 1);
     // OpenMetrics with escaped names keeps as many samples as the text rendering of the same
     // registry, once `_created` samples (absent from text families) are accounted for.
     let text = fixture("small.prom");
     let om = fixture("small.openmetrics.txt");
-    let (t_out, _) = run(&[up(std::str::from_utf8(&text).expect("utf-8"), &["vllm:"])], &[]);
-    let (o_out, _) = run(&[Up { body: &om, format: Format::OpenMetrics, keep: &["vllm:"] }], &[]);
+    let (t_out, _) = run(
+        &[up(std::str::from_utf8(&text).expect("utf-8"), &["vllm:"])],
+        &[],
+    );
+    let (o_out, _) = run(
+        &[Up {
+            body: &om,
+            format: Format::OpenMetrics,
+            keep: &["vllm:"],
+        }],
+        &[],
+    );
     let names = |s: &str| -> Vec<String> {
         let mut v: Vec<String> = s
             .lines()
@@ -378,4 +580,177 @@ fn fixtures_drop_only_what_is_invalid() {
         v
     };
     assert_eq!(names(&t_out), names(&o_out));
+}
+
+fn run_om(ups: &[Up<'_>]) -> (String, OpenMetricsStats) {
+    let exps: Vec<Exposition> = ups
+        .iter()
+        .map(|u| parse_one(u, &[], LIMITS).expect("within limits"))
+        .collect();
+    let refs: Vec<&Exposition> = exps.iter().collect();
+    let m = merge(
+        &refs,
+        &MergeOptions {
+            added: &[],
+            names: None,
+            hasher: PairHasher::new(99),
+        },
+    );
+    let mut out = Vec::new();
+    let stats = write_openmetrics(&m, &mut out);
+    out.extend_from_slice(OPENMETRICS_EOF);
+    (String::from_utf8(out).expect("utf-8"), stats)
+}
+
+#[test]
+fn openmetrics_output_folds_created_per_metric_point() {
+    let input = "# HELP vllm:p_total Preemptions \"now\".\n# TYPE vllm:p_total counter\nvllm:p_total{e=\"0\"} 3.0\nvllm:p_total{e=\"1\"} 4.0\n# HELP vllm:p_created Preemptions \"now\".\n# TYPE vllm:p_created gauge\nvllm:p_created{e=\"0\"} 1.7e+09\nvllm:p_created{e=\"1\"} 1.8e+09\n";
+    let (out, stats) = run_om(&[up(input, &["vllm:"])]);
+    assert_eq!(
+        lines(&out),
+        [
+            "# TYPE vllm:p counter",
+            "# HELP vllm:p Preemptions \\\"now\\\".",
+            "vllm:p_total{e=\"0\"} 3.0",
+            "vllm:p_created{e=\"0\"} 1.7e+09",
+            "vllm:p_total{e=\"1\"} 4.0",
+            "vllm:p_created{e=\"1\"} 1.8e+09",
+            "# EOF",
+        ]
+    );
+    assert_eq!(stats, OpenMetricsStats::default());
+}
+
+#[test]
+fn openmetrics_output_regroups_multiprocess_histograms() {
+    // Multiprocess mode writes every `_sum` first; OpenMetrics needs each label set together.
+    let input = "# TYPE vllm:h histogram\nvllm:h_sum{e=\"0\"} 1.5\nvllm:h_sum{e=\"1\"} 2.5\nvllm:h_bucket{e=\"0\",le=\"1.0\"} 1.0\nvllm:h_bucket{e=\"0\",le=\"+Inf\"} 2.0\nvllm:h_count{e=\"0\"} 2.0\nvllm:h_bucket{e=\"1\",le=\"1.0\"} 0.0\nvllm:h_bucket{e=\"1\",le=\"+Inf\"} 1.0\nvllm:h_count{e=\"1\"} 1.0\n";
+    let (out, _) = run_om(&[up(input, &["vllm:"])]);
+    assert_eq!(
+        lines(&out),
+        [
+            "# TYPE vllm:h histogram",
+            "vllm:h_sum{e=\"0\"} 1.5",
+            "vllm:h_bucket{e=\"0\",le=\"1.0\"} 1.0",
+            "vllm:h_bucket{e=\"0\",le=\"+Inf\"} 2.0",
+            "vllm:h_count{e=\"0\"} 2.0",
+            "vllm:h_sum{e=\"1\"} 2.5",
+            "vllm:h_bucket{e=\"1\",le=\"1.0\"} 0.0",
+            "vllm:h_bucket{e=\"1\",le=\"+Inf\"} 1.0",
+            "vllm:h_count{e=\"1\"} 1.0",
+            "# EOF",
+        ]
+    );
+}
+
+#[test]
+fn openmetrics_output_drops_what_it_cannot_express_and_counts_it() {
+    let input = "# TYPE vllm:c counter\nvllm:c NaN\n# TYPE vllm:h histogram\nvllm:h_bucket{le=\"1\"} 1\nvllm:h_count 1\nvllm:h_sum 1\n# TYPE vllm:g gauge\nvllm:g NaN 1700000000000\n# TYPE vllm:u untyped\nvllm:u -Inf\n";
+    let (out, stats) = run_om(&[up(input, &["vllm:"])]);
+    assert_eq!(
+        lines(&out),
+        [
+            "# TYPE vllm:g gauge",
+            "vllm:g NaN 1700000000.000",
+            "# TYPE vllm:u unknown",
+            "vllm:u -Inf",
+            "# EOF"
+        ]
+    );
+    assert_eq!(
+        stats,
+        OpenMetricsStats {
+            dropped_families: 2,
+            dropped_samples: 4
+        }
+    );
+}
+
+#[test]
+fn openmetrics_round_trip_keeps_types_units_info_and_exemplars() {
+    let input = "# TYPE vllm:i info\nvllm:i_info{v=\"1\"} 1\n# TYPE vllm:x_seconds counter\n# UNIT vllm:x_seconds seconds\nvllm:x_seconds_total 1 # {trace_id=\"t\"} 0.1\nvllm:x_seconds_created 1.7e9\n# TYPE state stateset\nstate{state=\"a\"} 1\n# TYPE vllm:gh gaugehistogram\nvllm:gh_bucket{le=\"+Inf\"} 2\nvllm:gh_gcount 2\nvllm:gh_gsum 3\n# EOF\n";
+    let (out, stats) = run_om(&[om(input, &["vllm:", "state"])]);
+    assert_eq!(
+        lines(&out),
+        [
+            "# TYPE vllm:i info",
+            "vllm:i_info{v=\"1\"} 1",
+            "# TYPE vllm:x_seconds counter",
+            "# UNIT vllm:x_seconds seconds",
+            "vllm:x_seconds_total 1 # {trace_id=\"t\"} 0.1",
+            "vllm:x_seconds_created 1.7e9",
+            "# TYPE state stateset",
+            "state{state=\"a\"} 1",
+            "# TYPE vllm:gh gaugehistogram",
+            "vllm:gh_bucket{le=\"+Inf\"} 2",
+            "vllm:gh_gcount 2",
+            "vllm:gh_gsum 3",
+            "# EOF",
+        ]
+    );
+    assert_eq!(stats, OpenMetricsStats::default());
+}
+
+#[test]
+fn fixtures_as_openmetrics_reparse_with_every_sample() {
+    for name in FIXTURES {
+        let body = fixture(name);
+        let format = Format::detect(None, &body);
+        let keep: &[&str] = &["vllm:", "lmcache:"];
+        let (text, stats) = run(
+            &[Up {
+                body: &body,
+                format,
+                keep,
+            }],
+            &[],
+        );
+        let (om_out, om_stats) = run_om(&[Up {
+            body: &body,
+            format,
+            keep,
+        }]);
+        assert!(
+            om_out.ends_with("\n# EOF\n") && om_out.matches("# EOF").count() == 1,
+            "{name}"
+        );
+        assert!(!om_out.contains("\n\n"), "{name}: blank line");
+        let again = parse_one(
+            &Up {
+                body: om_out.as_bytes(),
+                format: Format::OpenMetrics,
+                keep,
+            },
+            &[],
+            LIMITS,
+        )
+        .expect("reparses");
+        assert_eq!(again.stats().malformed, 0, "{name}");
+        assert_eq!(
+            again.stats().kept + om_stats.dropped_samples,
+            stats[0].0.kept,
+            "{name}: {om_stats:?}"
+        );
+        // Re-rendered as text, the OpenMetrics output gives back the text output.
+        let (text_again, _) = run(
+            &[Up {
+                body: om_out.as_bytes(),
+                format: Format::OpenMetrics,
+                keep,
+            }],
+            &[],
+        );
+        if om_stats.dropped_samples == 0 {
+            let sorted = |s: &str| {
+                let mut v: Vec<String> = s
+                    .lines()
+                    .filter(|l| !l.starts_with('#'))
+                    .map(str::to_string)
+                    .collect();
+                v.sort();
+                v
+            };
+            assert_eq!(sorted(&text_again), sorted(&text), "{name}");
+        }
+    }
 }

@@ -17,7 +17,10 @@ pub fn write_text(m: &Merge<'_>, out: &mut Vec<u8>) {
         let (base, suffix) = src.family_name(first);
         if fam.help_from != END {
             let (hsrc, hfam) = m.part_family(fam.help_from);
-            let help = hfam.help.expect("help_from points at a family with HELP").of(hsrc.body());
+            let help = hfam
+                .help
+                .expect("help_from points at a family with HELP")
+                .of(hsrc.body());
             out.extend_from_slice(b"# HELP ");
             out.extend_from_slice(base);
             out.extend_from_slice(suffix);
@@ -85,7 +88,8 @@ fn write_help_as_text(help: &[u8], from: Format, out: &mut Vec<u8>) {
 
 fn write_sample(src: &Exposition, fam: &Family, s: &Sample, m: &Merge<'_>, out: &mut Vec<u8>) {
     let missing = missing_added(s, m.added.len());
-    let plain = src.format() == Format::Text || (s.lex.timestamp.0 == s.lex.timestamp.1 && s.lex.exemplar.0 == s.lex.exemplar.1);
+    let plain = src.format() == Format::Text
+        || (s.lex.timestamp.0 == s.lex.timestamp.1 && s.lex.exemplar.0 == s.lex.exemplar.1);
     if s.lex.canonical && s.rename.is_none() && missing == 0 && plain {
         out.extend_from_slice(src.line(s));
         out.push(b'\n');
@@ -116,7 +120,13 @@ pub(crate) fn missing_added(s: &Sample, n: usize) -> u16 {
 }
 
 /// `{labels,added}` in canonical form, or nothing when there are no labels at all.
-pub(crate) fn write_labels(src: &Exposition, s: &Sample, m: &Merge<'_>, missing: u16, out: &mut Vec<u8>) {
+pub(crate) fn write_labels(
+    src: &Exposition,
+    s: &Sample,
+    m: &Merge<'_>,
+    missing: u16,
+    out: &mut Vec<u8>,
+) {
     let block = src.sample_part(s, s.lex.labels);
     if block.is_empty() && missing == 0 {
         return;
@@ -156,7 +166,10 @@ pub(crate) fn write_labels(src: &Exposition, s: &Sample, m: &Merge<'_>, missing:
 /// prometheus_client renders an OpenMetrics timestamp `t` (seconds) in text 0.0.4 as
 /// `int(float(t) * 1000)`; so does this.
 fn write_seconds_as_millis(ts: &[u8], out: &mut Vec<u8>) {
-    let secs: f64 = std::str::from_utf8(ts).ok().and_then(|t| t.parse().ok()).unwrap_or(0.0);
+    let secs: f64 = std::str::from_utf8(ts)
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0.0);
     let _ = write!(out, "{}", (secs * 1000.0) as i64);
 }
 

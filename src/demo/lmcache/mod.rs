@@ -1,12 +1,17 @@
-//! One simulated LMCache worker per engine (a local CPU backend, no remote backend) and the page
-//! its standalone API server answers: Python runtime families, then the `lmcache:` families with
-//! the names, types, label set and HELP texts of `lmcache/observability.py`.
+//! One simulated LMCache worker per engine: a local CPU backend (no remote backend) that is
+//! looked up when a request is scheduled, retrieved from when it holds more of the prompt than
+//! vLLM's own prefix cache, stored to after prefill, and evicts its oldest chunks when full.
+//! Counter and histogram names, HELP texts and buckets are those of `lmcache/observability.py`.
+
+mod page;
 
 use std::collections::VecDeque;
 
-use super::expo::{Hist, Writer};
+use super::expo::Hist;
 use super::rng::Rng;
-use super::sim::{MODEL, Sim};
+use super::sim::MODEL;
+
+pub(super) use self::page::render;
 
 const CHUNK_TOKENS: u32 = 256;
 /// KV bytes per token of an 8B Llama-style model in fp16.
@@ -224,70 +229,6 @@ const STORE_SPEED: usize = 10;
 const REQUEST_CACHE_HIT_RATE: usize = 11;
 const REQUEST_CACHE_LIFESPAN: usize = 12;
 
-/// Periodic threads by level (a critical, two high, two medium, a low one), as gauges.
-const PERIODIC_THREAD_LEVELS: [(&str, &str, f64); 12] = [
-    (
-        "lmcache:periodic_threads_critical_total",
-        "Total number of critical level periodic threads",
-        1.0,
-    ),
-    (
-        "lmcache:periodic_threads_critical_running",
-        "Number of running critical level periodic threads",
-        1.0,
-    ),
-    (
-        "lmcache:periodic_threads_critical_active",
-        "Number of active critical level periodic threads",
-        1.0,
-    ),
-    (
-        "lmcache:periodic_threads_high_total",
-        "Total number of high level periodic threads",
-        2.0,
-    ),
-    (
-        "lmcache:periodic_threads_high_running",
-        "Number of running high level periodic threads",
-        2.0,
-    ),
-    (
-        "lmcache:periodic_threads_high_active",
-        "Number of active high level periodic threads",
-        2.0,
-    ),
-    (
-        "lmcache:periodic_threads_medium_total",
-        "Total number of medium level periodic threads",
-        2.0,
-    ),
-    (
-        "lmcache:periodic_threads_medium_running",
-        "Number of running medium level periodic threads",
-        2.0,
-    ),
-    (
-        "lmcache:periodic_threads_medium_active",
-        "Number of active medium level periodic threads",
-        2.0,
-    ),
-    (
-        "lmcache:periodic_threads_low_total",
-        "Total number of low level periodic threads",
-        1.0,
-    ),
-    (
-        "lmcache:periodic_threads_low_running",
-        "Number of running low level periodic threads",
-        1.0,
-    ),
-    (
-        "lmcache:periodic_threads_low_active",
-        "Number of active low level periodic threads",
-        1.0,
-    ),
-];
-
 pub(super) struct LmcWorker {
     id: &'static str,
     counters: [f64; COUNTERS.len()],
@@ -442,167 +383,5 @@ impl LmcWorker {
             self.counters[EVICT_KEYS_COUNT] += f64::from(evict);
             self.hists[REQUEST_CACHE_LIFESPAN].observe((now - at) / 60.0);
         }
-    }
-}
-
-/// The LMCache API server's `/metrics` page.
-pub(super) fn render(sim: &Sim, out: &mut String) {
-    let mut w = Writer::new(out, sim.created_unix + 0.0421);
-    let activity: f64 = sim
-        .lmcache
-        .iter()
-        .map(|l| l.counters[LOOKUP_REQUESTS])
-        .sum();
-    sim.lmcache_process.render(&mut w, sim.now, activity);
-
-    for (i, (name, help)) in COUNTERS.iter().enumerate() {
-        w.counter(name, help, |emit| {
-            sim.lmcache
-                .iter()
-                .for_each(|l| emit(&l.labels(), l.counters[i]))
-        });
-    }
-
-    let gauge =
-        |w: &mut Writer<'_>, name: &str, help: &str, value: &dyn Fn(usize, &LmcWorker) -> f64| {
-            w.gauge(name, help, |emit| {
-                sim.lmcache
-                    .iter()
-                    .enumerate()
-                    .for_each(|(i, l)| emit(&l.labels(), value(i, l)));
-            });
-        };
-    let chunk_bytes = f64::from(CHUNK_TOKENS) * BYTES_PER_TOKEN;
-    gauge(
-        &mut w,
-        "lmcache:retrieve_hit_rate",
-        "Hit rate of lmcache retrieve requests since last log",
-        &|_, l| l.retrieve_hit_rate,
-    );
-    gauge(
-        &mut w,
-        "lmcache:lookup_hit_rate",
-        "Hit rate of lmcache lookup requests since last log",
-        &|_, l| l.lookup_hit_rate,
-    );
-    gauge(
-        &mut w,
-        "lmcache:local_cache_usage",
-        "Local cache usage (bytes) of lmcache",
-        &|_, l| f64::from(l.cached_chunks) * chunk_bytes,
-    );
-    gauge(
-        &mut w,
-        "lmcache:remote_cache_usage",
-        "Remote cache usage (bytes) of lmcache",
-        &|_, _| 0.0,
-    );
-    gauge(
-        &mut w,
-        "lmcache:local_storage_usage",
-        "Local storage usage (bytes) of lmcache",
-        &|_, _| 0.0,
-    );
-    gauge(
-        &mut w,
-        "lmcache:active_memory_objs_count",
-        "The number of active memory objects",
-        &|_, l| f64::from(l.cached_chunks),
-    );
-    gauge(
-        &mut w,
-        "lmcache:pinned_memory_objs_count",
-        "The number of pinned memory objects",
-        &|_, l| l.pinned.floor(),
-    );
-    gauge(
-        &mut w,
-        "lmcache:remote_ping_latency",
-        "Latest ping latency to remote backends (ms)",
-        &|_, _| 0.0,
-    );
-    gauge(
-        &mut w,
-        "lmcache:remote_ping_error_code",
-        "Latest ping error code to remote backends",
-        &|_, _| 0.0,
-    );
-    gauge(
-        &mut w,
-        "lmcache:local_cpu_hot_cache_count",
-        "The size of the hot_cache",
-        &|_, l| f64::from(l.cached_chunks),
-    );
-    gauge(
-        &mut w,
-        "lmcache:local_cpu_keys_in_request_count",
-        "The size of the keys_in_request",
-        &|_, l| l.pinned.floor(),
-    );
-    gauge(
-        &mut w,
-        "lmcache:kv_msg_queue_size",
-        "The size of the KV message queue in BatchedMessageSender",
-        &|_, _| 0.0,
-    );
-    gauge(
-        &mut w,
-        "lmcache:lmcache_is_healthy",
-        "The health status of LMCache (1=healthy, 0=unhealthy)",
-        &|_, _| 1.0,
-    );
-    gauge(
-        &mut w,
-        "lmcache:storage_events_ongoing_count",
-        "The number of ongoing events",
-        &|_, _| 0.0,
-    );
-    gauge(
-        &mut w,
-        "lmcache:storage_events_done_count",
-        "The number of done events",
-        &|_, l| l.counters[STORE_REQUESTS] + l.counters[RETRIEVE_REQUESTS],
-    );
-    gauge(
-        &mut w,
-        "lmcache:storage_events_not_found_count",
-        "The number of not found events",
-        &|_, l| l.counters[LOOKUP_0_HIT_REQUESTS],
-    );
-    gauge(
-        &mut w,
-        "lmcache:scheduler_unfinished_requests_count",
-        "The count of scheduler unfinished requests count",
-        &|i, _| (sim.engines[i].num_running() + sim.engines[i].num_waiting()) as f64,
-    );
-    // Note the `_total` gauges below: a name ending in `_total` is not a counter.
-    gauge(
-        &mut w,
-        "lmcache:periodic_threads_total_count",
-        "Total number of registered periodic threads",
-        &|_, _| 6.0,
-    );
-    gauge(
-        &mut w,
-        "lmcache:periodic_threads_running_count",
-        "Number of running periodic threads",
-        &|_, _| 6.0,
-    );
-    gauge(
-        &mut w,
-        "lmcache:periodic_threads_active_count",
-        "Number of active periodic threads (recently executed)",
-        &|_, _| 6.0,
-    );
-    for (name, help, threads) in PERIODIC_THREAD_LEVELS {
-        gauge(&mut w, name, help, &|_, _| threads);
-    }
-
-    for (i, (name, help, _)) in HISTOGRAMS.iter().enumerate() {
-        w.histogram(name, help, |emit| {
-            sim.lmcache
-                .iter()
-                .for_each(|l| emit(&l.labels(), &l.hists[i]))
-        });
     }
 }

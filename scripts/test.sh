@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The whole test suite: lint, unit and integration tests, the conformance suite against
+# promtool and prometheus_client, the end-to-end suite with a real Prometheus, the fault and soak
+# suite, and the deployment checks. Installs what it needs when missing:
+#   - Debian's `prometheus` package (prometheus + promtool)
+#   - a Python venv at .venv with prometheus-client (and the deploy linters)
+# Usage: scripts/test.sh            (from anywhere; CI runs it through .ci/run)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+export VENV="${VENV:-$ROOT/.venv}"
+
+passed=0
+failed=0
+failures=()
+step() {
+  local name=$1; shift
+  echo "==> $name"
+  local t0=$SECONDS
+  if "$@"; then
+    passed=$((passed + 1)); echo "<== $name: ok ($((SECONDS - t0)) s)"
+  else
+    failed=$((failed + 1)); failures+=("$name"); echo "<== $name: FAILED ($((SECONDS - t0)) s)"
+  fi
+}
+
+ensure_tools() {
+  if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
+    echo "installing Debian's prometheus package (promtool, prometheus)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq prometheus >/dev/null
+    # The package starts a system service where an init system runs; the tests start their own.
+    (systemctl stop prometheus prometheus-node-exporter 2>/dev/null || true)
+  fi
+  if [ ! -x "$VENV/bin/python" ]; then
+    python3 -m venv "$VENV"
+  fi
+  if ! "$VENV/bin/python" -c 'import prometheus_client' 2>/dev/null; then
+    "$VENV/bin/pip" install -q prometheus-client
+  fi
+}
+
+ensure_tools
+export PATH="$HOME/.cargo/bin:$PATH"
+export SYSPORT_BIN="$ROOT/target/debug/sysport"
+
+step "cargo fmt --check" cargo fmt --all -- --check
+step "cargo clippy -D warnings" cargo clippy --all-targets --locked -- -D warnings
+step "cargo test" cargo test --all-targets --locked
+step "cargo build (binary for the suites below)" cargo build --locked --bin sysport
+for suite in tests/suites/*.sh; do
+  [ -e "$suite" ] || continue
+  step "$(basename "$suite" .sh)" bash "$suite"
+done
+step "deployment checks" bash scripts/check-deploy.sh
+
+echo
+echo "suites: $passed passed, $failed failed"
+if [ "$failed" -gt 0 ]; then
+  printf 'failed: %s\n' "${failures[@]}"
+  exit 1
+fi

@@ -1,0 +1,321 @@
+//! Shared test harness: loopback upstreams that tests can change, stop and restart; sysport
+//! itself on port 0; a small matcher for metrics.
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::IntoResponse;
+use sysport::config::{
+    Config, HealthConfig, Limits, Listen, ShutdownConfig, StartingStatus, UpstreamConfig, Url,
+};
+use sysport::server::{Handle, Sysport};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// What a fake upstream answers.
+#[derive(Clone)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub content_type: &'static str,
+    pub body: Vec<u8>,
+    pub delay: Duration,
+}
+
+impl Reply {
+    pub fn text(body: impl Into<Vec<u8>>) -> Reply {
+        Reply {
+            status: StatusCode::OK,
+            content_type: "text/plain; version=0.0.4; charset=utf-8",
+            body: body.into(),
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+struct UpstreamState {
+    metrics: Mutex<Reply>,
+    health: Mutex<StatusCode>,
+    requests: AtomicUsize,
+}
+
+/// A loopback HTTP server with `/metrics` and `/health`, on a fixed port across restarts.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    state: Arc<UpstreamState>,
+    task: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+}
+
+impl Upstream {
+    pub async fn start(reply: Reply) -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let state = Arc::new(UpstreamState {
+            metrics: Mutex::new(reply),
+            health: Mutex::new(StatusCode::OK),
+            requests: AtomicUsize::new(0),
+        });
+        let mut u = Upstream {
+            addr,
+            state,
+            task: None,
+        };
+        u.serve(listener);
+        u
+    }
+
+    fn serve(&mut self, listener: TcpListener) {
+        let state = self.state.clone();
+        let app = Router::new()
+            .route(
+                "/metrics",
+                axum::routing::get({
+                    let state = state.clone();
+                    move || async move {
+                        state.requests.fetch_add(1, Ordering::SeqCst);
+                        let reply = state.metrics.lock().expect("lock").clone();
+                        tokio::time::sleep(reply.delay).await;
+                        let mut r = (reply.status, reply.body).into_response();
+                        r.headers_mut().insert(
+                            header::CONTENT_TYPE,
+                            HeaderValue::from_static(reply.content_type),
+                        );
+                        r
+                    }
+                }),
+            )
+            .route(
+                "/health",
+                axum::routing::get(move || async move { *state.health.lock().expect("lock") }),
+            );
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        self.task = Some((tx, task));
+    }
+
+    pub fn metrics_url(&self) -> String {
+        format!("http://{}/metrics", self.addr)
+    }
+
+    pub fn health_url(&self) -> String {
+        format!("http://{}/health", self.addr)
+    }
+
+    pub fn set(&self, reply: Reply) {
+        *self.state.metrics.lock().expect("lock") = reply;
+    }
+
+    pub fn set_health(&self, code: StatusCode) {
+        *self.state.health.lock().expect("lock") = code;
+    }
+
+    pub fn requests(&self) -> usize {
+        self.state.requests.load(Ordering::SeqCst)
+    }
+
+    /// Closes the listener: connections are refused until `restart`.
+    pub async fn stop(&mut self) {
+        if let Some((tx, task)) = self.task.take() {
+            let _ = tx.send(());
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        for _ in 0..100 {
+            if let Ok(listener) = TcpListener::bind(self.addr).await {
+                self.serve(listener);
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("cannot bind {} again", self.addr);
+    }
+}
+
+pub fn upstream_config(name: &str, url: &str, keep: &[&str]) -> UpstreamConfig {
+    UpstreamConfig {
+        name: name.to_string(),
+        url: Url::parse(url).expect("valid url"),
+        keep: keep.iter().map(|s| s.to_string()).collect(),
+        timeout: Duration::from_secs(2),
+        health_url: None,
+        required: true,
+        min_interval: Duration::ZERO,
+    }
+}
+
+pub fn config(upstreams: Vec<UpstreamConfig>) -> Config {
+    Config {
+        listen: Listen {
+            host: "127.0.0.1".parse().expect("ip"),
+            port: 0,
+        },
+        health: HealthConfig {
+            path: "/health".into(),
+            live_path: "/live".into(),
+            starting_status: StartingStatus::NotReady,
+            interval: Duration::from_millis(200),
+        },
+        labels: Vec::new(),
+        upstreams,
+        limits: Limits::default(),
+        shutdown: ShutdownConfig {
+            drain_delay: Duration::ZERO,
+        },
+        source: None,
+    }
+}
+
+/// sysport running in-process on a loopback port.
+pub struct Running {
+    pub base: String,
+    pub handle: Handle,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Running {
+    pub async fn start(config: Config) -> Running {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let sysport = Sysport::from_listener(listener, config);
+        let base = format!("http://{}", sysport.local_addr().expect("local addr"));
+        let handle = sysport.handle();
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(sysport.run(async {
+            let _ = rx.await;
+        }));
+        Running {
+            base,
+            handle,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, String) {
+        let r = client()
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("sysport answers");
+        let status = StatusCode::from_u16(r.status().as_u16()).expect("status");
+        (status, r.text().await.expect("body"))
+    }
+
+    /// Sends the shutdown signal and waits for `run` to return.
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        self.task
+            .take()
+            .expect("running")
+            .await
+            .expect("server task")
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client")
+}
+
+/// Waits until `f` holds, polling; fails the test after `within`.
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if f().await {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// A sample in exposition text: `metric(&text, "name").label("k", "v").value()`.
+pub struct Matcher<'a> {
+    text: &'a str,
+    name: &'a str,
+    labels: Vec<(&'a str, &'a str)>,
+}
+
+pub fn metric<'a>(text: &'a str, name: &'a str) -> Matcher<'a> {
+    Matcher {
+        text,
+        name,
+        labels: Vec::new(),
+    }
+}
+
+impl<'a> Matcher<'a> {
+    pub fn label(mut self, k: &'a str, v: &'a str) -> Self {
+        self.labels.push((k, v));
+        self
+    }
+
+    fn lines(&self) -> impl Iterator<Item = &'a str> + '_ {
+        self.text.lines().filter(move |l| {
+            !l.starts_with('#')
+                && l.split(['{', ' ']).next() == Some(self.name)
+                && self
+                    .labels
+                    .iter()
+                    .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+    }
+
+    /// The value of the only matching sample; panics when there is none or several.
+    pub fn value(&self) -> f64 {
+        let found: Vec<&str> = self.lines().collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "expected one {} {:?}, found {:?}",
+            self.name,
+            self.labels,
+            found
+        );
+        // `name{labels} value [ts]` or `name value [ts]`.
+        let rest = match found[0].rsplit_once('}') {
+            Some((_, r)) => r,
+            None => found[0].split_once(' ').map_or("", |(_, r)| r),
+        };
+        let value = rest.split_whitespace().next().expect("a value");
+        value.parse().expect("numeric value")
+    }
+
+    pub fn count(&self) -> usize {
+        self.lines().count()
+    }
+}

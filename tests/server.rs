@@ -1,0 +1,595 @@
+//! The real server on a loopback port with real loopback upstreams: `/metrics`, `/health` and
+//! `/live` through every state change.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use common::*;
+
+const VLLM: &str = "# HELP vllm:num_requests_running Number of requests in model execution batches.\n\
+# TYPE vllm:num_requests_running gauge\n\
+vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 3.0\n\
+# HELP python_gc_objects_collected_total Objects collected during gc\n\
+# TYPE python_gc_objects_collected_total counter\n\
+python_gc_objects_collected_total{generation=\"0\"} 10.0\n\
+# HELP lmcache:num_hit_tokens_total Hit tokens.\n\
+# TYPE lmcache:num_hit_tokens_total counter\n\
+lmcache:num_hit_tokens_total{worker_id=\"0\"} 7.0\n";
+
+const OTHER: &str = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"1\",model_name=\"m\"} 5.0\n";
+
+#[tokio::test]
+async fn metrics_filters_merges_and_adds_own_metrics() {
+    let a = Upstream::start(Reply::text(VLLM)).await;
+    let b = Upstream::start(Reply::text(OTHER)).await;
+    let mut cfg = config(vec![
+        upstream_config("vllm", &a.metrics_url(), &["vllm:"]),
+        upstream_config("second", &b.metrics_url(), &["vllm:"]),
+    ]);
+    cfg.labels = vec![("worker_id".into(), "pod-\"a\"".into())];
+    let sp = Running::start(cfg).await;
+    let r = client()
+        .get(sp.url("/metrics"))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    let body = r.text().await.expect("body");
+    assert_eq!(
+        metric(&body, "vllm:num_requests_running")
+            .label("engine", "0")
+            .value(),
+        3.0
+    );
+    assert_eq!(
+        metric(&body, "vllm:num_requests_running")
+            .label("engine", "1")
+            .value(),
+        5.0
+    );
+    assert_eq!(
+        body.matches("# TYPE vllm:num_requests_running gauge")
+            .count(),
+        1
+    );
+    assert!(
+        body.contains(
+            r#"vllm:num_requests_running{engine="0",model_name="m",worker_id="pod-\"a\""} 3.0"#
+        ),
+        "{body}"
+    );
+    assert!(!body.contains("python_gc"), "unkept families are dropped");
+    assert!(!body.contains("lmcache:"), "prefixes not given are dropped");
+    assert_eq!(
+        metric(&body, "dynamo_sysport_upstream_up")
+            .label("upstream", "vllm")
+            .value(),
+        1.0
+    );
+    assert_eq!(
+        metric(&body, "dynamo_sysport_upstream_up")
+            .label("upstream", "second")
+            .value(),
+        1.0
+    );
+    assert_eq!(
+        metric(&body, "dynamo_sysport_upstream_series")
+            .label("upstream", "vllm")
+            .label("outcome", "dropped")
+            .value(),
+        2.0
+    );
+    assert_eq!(
+        metric(&body, "dynamo_sysport_upstream_series")
+            .label("upstream", "vllm")
+            .label("outcome", "kept")
+            .value(),
+        1.0
+    );
+    assert_eq!(metric(&body, "dynamo_sysport_build_info").count(), 1);
+    assert!(
+        !body
+            .lines()
+            .any(|l| l.starts_with("dynamo_sysport_") && l.contains("worker_id")),
+        "configured labels go on engine series only"
+    );
+    sp.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn a_shared_url_is_fetched_once_and_split_by_prefix() {
+    let a = Upstream::start(Reply::text(VLLM)).await;
+    let mut cfg = config(vec![
+        upstream_config("vllm", &a.metrics_url(), &["vllm:"]),
+        upstream_config("lmcache", &a.metrics_url(), &["lmcache:"]),
+    ]);
+    cfg.health.interval = Duration::from_secs(3600);
+    let sp = Running::start(cfg).await;
+    // Let the first health round (which scrapes, as there is no health_url) finish.
+    eventually(Duration::from_secs(5), "first health check", || async {
+        a.requests() >= 1
+    })
+    .await;
+    let before = a.requests();
+    let (code, body) = sp.get("/metrics").await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        a.requests(),
+        before + 1,
+        "one fetch for two upstreams on one URL"
+    );
+    assert_eq!(metric(&body, "vllm:num_requests_running").value(), 3.0);
+    assert_eq!(metric(&body, "lmcache:num_hit_tokens_total").value(), 7.0);
+    assert_eq!(
+        metric(&body, "dynamo_sysport_upstream_series")
+            .label("upstream", "lmcache")
+            .label("outcome", "kept")
+            .value(),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn concurrent_scrapes_share_one_fetch() {
+    let a = Upstream::start(Reply {
+        delay: Duration::from_millis(400),
+        ..Reply::text(VLLM)
+    })
+    .await;
+    let mut cfg = config(vec![upstream_config("vllm", &a.metrics_url(), &["vllm:"])]);
+    cfg.health.interval = Duration::from_secs(3600);
+    cfg.upstreams[0].health_url = Some(a.health_url().parse().expect("url"));
+    let sp = Running::start(cfg).await;
+    let c = client();
+    let scrapes = (0..16).map(|_| {
+        let c = c.clone();
+        let url = sp.url("/metrics");
+        async move {
+            c.get(url)
+                .send()
+                .await
+                .expect("answers")
+                .text()
+                .await
+                .expect("body")
+        }
+    });
+    let bodies = futures_util::future::join_all(scrapes).await;
+    for body in &bodies {
+        assert_eq!(metric(body, "vllm:num_requests_running").value(), 3.0);
+    }
+    assert_eq!(a.requests(), 1, "16 concurrent scrapes, one upstream fetch");
+}
+
+#[tokio::test]
+async fn min_interval_reuses_a_recent_fetch() {
+    let a = Upstream::start(Reply::text(VLLM)).await;
+    let mut cfg = config(vec![upstream_config("vllm", &a.metrics_url(), &["vllm:"])]);
+    cfg.health.interval = Duration::from_secs(3600);
+    cfg.upstreams[0].health_url = Some(a.health_url().parse().expect("url"));
+    cfg.upstreams[0].min_interval = Duration::from_secs(60);
+    let sp = Running::start(cfg).await;
+    for _ in 0..5 {
+        let (code, body) = sp.get("/metrics?name=vllm:num_requests_running").await;
+        assert_eq!(code, 200);
+        assert_eq!(metric(&body, "vllm:num_requests_running").value(), 3.0);
+    }
+    assert_eq!(a.requests(), 1);
+}
+
+#[tokio::test]
+async fn name_query_returns_only_those_families() {
+    let a = Upstream::start(Reply::text(VLLM)).await;
+    let sp = Running::start(config(vec![upstream_config(
+        "vllm",
+        &a.metrics_url(),
+        &["vllm:", "lmcache:"],
+    )]))
+    .await;
+    let (code, body) = sp
+        .get("/metrics?name=lmcache:num_hit_tokens_total&name=dynamo_sysport_upstream_up")
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(metric(&body, "lmcache:num_hit_tokens_total").value(), 7.0);
+    assert_eq!(metric(&body, "dynamo_sysport_upstream_up").value(), 1.0);
+    assert!(!body.contains("vllm:num_requests_running"));
+    assert!(!body.contains("dynamo_sysport_build_info"));
+}
+
+#[tokio::test]
+async fn a_dead_upstream_fails_readiness_but_never_metrics_or_liveness() {
+    let mut vllm = Upstream::start(Reply::text(VLLM)).await;
+    let other = Upstream::start(Reply::text(OTHER)).await;
+    let mut cfg = config(vec![
+        upstream_config("vllm", &vllm.metrics_url(), &["vllm:"]),
+        upstream_config("second", &other.metrics_url(), &["vllm:"]),
+    ]);
+    cfg.upstreams[0].health_url = Some(vllm.health_url().parse().expect("url"));
+    cfg.upstreams[1].required = false;
+    let sp = Running::start(cfg).await;
+    let health = |sp: &Running| {
+        let url = sp.url("/health");
+        async move {
+            let r = client().get(url).send().await.expect("answers");
+            let code = r.status().as_u16();
+            assert_eq!(r.headers()["content-type"], "application/json");
+            (
+                code,
+                serde_json::from_str::<serde_json::Value>(&r.text().await.expect("body"))
+                    .expect("json"),
+            )
+        }
+    };
+    eventually(Duration::from_secs(5), "ready", || async {
+        health(&sp).await.0 == 200
+    })
+    .await;
+    let (_, body) = health(&sp).await;
+    assert_eq!(body["status"], "ready");
+    assert_eq!(body["endpoints"]["vllm"], "ready");
+    assert!(body["uptime"].as_f64().expect("uptime") > 0.0);
+
+    vllm.stop().await;
+    let went_down = Instant::now();
+    eventually(
+        Duration::from_secs(5),
+        "notready after the upstream died",
+        || async { health(&sp).await.0 == 503 },
+    )
+    .await;
+    // Within one interval (200 ms) plus the check itself.
+    assert!(
+        went_down.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        went_down.elapsed()
+    );
+    let (_, body) = health(&sp).await;
+    assert_eq!(body["status"], "notready");
+    assert_eq!(body["endpoints"]["vllm"], "notready");
+    assert!(
+        body["upstreams"]["vllm"]["last_error"]
+            .as_str()
+            .expect("an error")
+            .contains("health check failed")
+    );
+    assert_eq!(sp.get("/live").await.0, 200);
+    let (code, metrics) = sp.get("/metrics").await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        metric(&metrics, "dynamo_sysport_upstream_up")
+            .label("upstream", "vllm")
+            .value(),
+        0.0
+    );
+    assert_eq!(
+        metric(&metrics, "dynamo_sysport_upstream_up")
+            .label("upstream", "second")
+            .value(),
+        1.0
+    );
+    assert_eq!(
+        metric(&metrics, "vllm:num_requests_running")
+            .label("engine", "1")
+            .value(),
+        5.0
+    );
+    assert!(
+        metric(&metrics, "dynamo_sysport_upstream_scrapes_total")
+            .label("upstream", "vllm")
+            .label("result", "connect_error")
+            .value()
+            >= 1.0
+    );
+    assert_eq!(metric(&metrics, "dynamo_sysport_health_ready").value(), 0.0);
+
+    vllm.restart().await;
+    eventually(Duration::from_secs(5), "ready again", || async {
+        health(&sp).await.0 == 200
+    })
+    .await;
+    let (_, metrics) = sp.get("/metrics").await;
+    assert_eq!(
+        metric(&metrics, "dynamo_sysport_upstream_up")
+            .label("upstream", "vllm")
+            .value(),
+        1.0
+    );
+    assert_eq!(
+        metric(&metrics, "vllm:num_requests_running")
+            .label("engine", "0")
+            .value(),
+        3.0
+    );
+}
+
+#[tokio::test]
+async fn readiness_without_health_url_follows_scrapes_and_unhealthy_status_codes() {
+    let a = Upstream::start(Reply::text(VLLM)).await;
+    let sp = Running::start(config(vec![upstream_config(
+        "vllm",
+        &a.metrics_url(),
+        &["vllm:"],
+    )]))
+    .await;
+    eventually(Duration::from_secs(5), "ready", || async {
+        sp.get("/health").await.0 == 200
+    })
+    .await;
+    a.set(Reply {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        ..Reply::text("boom")
+    });
+    eventually(Duration::from_secs(5), "notready on HTTP 500", || async {
+        sp.get("/health").await.0 == 503
+    })
+    .await;
+    let (code, metrics) = sp.get("/metrics").await;
+    assert_eq!(code, 200);
+    assert!(
+        metric(&metrics, "dynamo_sysport_upstream_scrapes_total")
+            .label("upstream", "vllm")
+            .label("result", "http_status")
+            .value()
+            >= 1.0
+    );
+}
+
+#[tokio::test]
+async fn starting_status_holds_until_the_first_check() {
+    let a = Upstream::start(Reply::text(VLLM)).await;
+    a.set_health(StatusCode::SERVICE_UNAVAILABLE);
+    let mut cfg = config(vec![upstream_config("vllm", &a.metrics_url(), &["vllm:"])]);
+    cfg.upstreams[0].health_url = Some(a.health_url().parse().expect("url"));
+    cfg.health.interval = Duration::from_secs(3600);
+    cfg.health.starting_status = sysport::config::StartingStatus::Ready;
+    // The first check runs at once and fails; readiness must not stay at the starting value.
+    let sp = Running::start(cfg).await;
+    eventually(
+        Duration::from_secs(5),
+        "first check turns it notready",
+        || async { sp.get("/health").await.0 == 503 },
+    )
+    .await;
+    assert_eq!(sp.get("/live").await.0, 200);
+}
+
+#[tokio::test]
+async fn unknown_paths_are_404_and_other_methods_405() {
+    let a = Upstream::start(Reply::text(VLLM)).await;
+    let sp = Running::start(config(vec![upstream_config(
+        "vllm",
+        &a.metrics_url(),
+        &["vllm:"],
+    )]))
+    .await;
+    assert_eq!(sp.get("/nope").await.0, 404);
+    let r = client()
+        .post(sp.url("/metrics"))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(r.status(), 405);
+    assert_eq!(r.headers()["allow"], "GET, HEAD");
+    assert_eq!(
+        client()
+            .delete(sp.url("/live"))
+            .send()
+            .await
+            .expect("answers")
+            .status(),
+        405
+    );
+    let r = client()
+        .head(sp.url("/live"))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(r.status(), 200);
+    let (_, metrics) = sp.get("/metrics").await;
+    assert!(
+        metric(&metrics, "dynamo_sysport_http_requests_total")
+            .label("path", "other")
+            .label("code", "404")
+            .value()
+            >= 1.0
+    );
+}
+
+#[tokio::test]
+async fn gzip_is_served_when_asked() {
+    let a = Upstream::start(Reply::text(VLLM)).await;
+    let sp = Running::start(config(vec![upstream_config(
+        "vllm",
+        &a.metrics_url(),
+        &["vllm:"],
+    )]))
+    .await;
+    let raw = reqwest::Client::builder()
+        .no_proxy()
+        .no_gzip()
+        .build()
+        .expect("client");
+    let r = raw
+        .get(sp.url("/metrics"))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(r.headers()["content-encoding"], "gzip");
+    let bytes = r.bytes().await.expect("body");
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
+        .expect("valid gzip");
+    assert_eq!(metric(&text, "vllm:num_requests_running").value(), 3.0);
+}
+
+#[tokio::test]
+async fn prometheus_scrape_timeout_bounds_a_stalled_upstream() {
+    let slow = Upstream::start(Reply {
+        delay: Duration::from_secs(30),
+        ..Reply::text(VLLM)
+    })
+    .await;
+    let fine = Upstream::start(Reply::text(OTHER)).await;
+    let mut cfg = config(vec![
+        upstream_config("slow", &slow.metrics_url(), &["vllm:"]),
+        upstream_config("fine", &fine.metrics_url(), &["vllm:"]),
+    ]);
+    cfg.upstreams[0].timeout = Duration::from_secs(20);
+    cfg.health.interval = Duration::from_secs(3600);
+    let sp = Running::start(cfg).await;
+    let started = Instant::now();
+    let r = client()
+        .get(sp.url("/metrics"))
+        .header("X-Prometheus-Scrape-Timeout-Seconds", "1")
+        .send()
+        .await
+        .expect("answers");
+    let took = started.elapsed();
+    assert_eq!(r.status(), 200);
+    assert!(
+        took < Duration::from_millis(1000),
+        "answered in {took:?}, after Prometheus' 1 s timeout"
+    );
+    let body = r.text().await.expect("body");
+    assert_eq!(
+        metric(&body, "dynamo_sysport_upstream_up")
+            .label("upstream", "slow")
+            .value(),
+        0.0
+    );
+    assert_eq!(
+        metric(&body, "vllm:num_requests_running")
+            .label("engine", "1")
+            .value(),
+        5.0
+    );
+    assert!(
+        metric(&body, "dynamo_sysport_upstream_scrapes_total")
+            .label("upstream", "slow")
+            .label("result", "timeout")
+            .value()
+            >= 1.0
+    );
+}
+
+#[tokio::test]
+async fn shutdown_finishes_in_flight_scrapes_and_fails_health_first() {
+    let a = Upstream::start(Reply {
+        delay: Duration::from_millis(600),
+        ..Reply::text(VLLM)
+    })
+    .await;
+    let mut cfg = config(vec![upstream_config("vllm", &a.metrics_url(), &["vllm:"])]);
+    cfg.upstreams[0].health_url = Some(a.health_url().parse().expect("url"));
+    cfg.shutdown.drain_delay = Duration::from_millis(300);
+    let sp = Running::start(cfg).await;
+    eventually(Duration::from_secs(5), "ready", || async {
+        sp.get("/health").await.0 == 200
+    })
+    .await;
+    let inflight = tokio::spawn(client().get(sp.url("/metrics")).send());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    sp.handle.shutdown();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // During the drain delay the listener still answers, with /health already 503.
+    assert_eq!(sp.get("/health").await.0, 503);
+    assert_eq!(sp.get("/live").await.0, 503);
+    let base = sp.base.clone();
+    sp.shutdown().await.expect("clean shutdown");
+    let r = inflight
+        .await
+        .expect("task")
+        .expect("in-flight scrape completed");
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.text()
+            .await
+            .expect("body")
+            .contains("vllm:num_requests_running")
+    );
+    assert!(
+        client().get(format!("{base}/live")).send().await.is_err(),
+        "listener closed after shutdown"
+    );
+}
+
+#[tokio::test]
+async fn reload_replaces_upstreams_atomically() {
+    let a = Upstream::start(Reply::text(VLLM)).await;
+    let b = Upstream::start(Reply::text(OTHER)).await;
+    let sp = Running::start(config(vec![upstream_config(
+        "first",
+        &a.metrics_url(),
+        &["vllm:"],
+    )]))
+    .await;
+    let (_, body) = sp.get("/metrics").await;
+    assert_eq!(metric(&body, "vllm:num_requests_running").value(), 3.0);
+    sp.handle.reload(config(vec![upstream_config(
+        "second",
+        &b.metrics_url(),
+        &["vllm:"],
+    )]));
+    let (_, body) = sp.get("/metrics").await;
+    assert_eq!(metric(&body, "vllm:num_requests_running").value(), 5.0);
+    assert_eq!(
+        metric(&body, "dynamo_sysport_upstream_up")
+            .label("upstream", "first")
+            .count(),
+        0
+    );
+    assert_eq!(
+        metric(&body, "dynamo_sysport_config_reloads_total")
+            .label("result", "success")
+            .value(),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn openmetrics_is_served_when_preferred() {
+    let a = Upstream::start(Reply::text(VLLM)).await;
+    let sp = Running::start(config(vec![upstream_config(
+        "vllm",
+        &a.metrics_url(),
+        &["vllm:", "lmcache:"],
+    )]))
+    .await;
+    let prometheus_accept = "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+    let r = client()
+        .get(sp.url("/metrics"))
+        .header("accept", prometheus_accept)
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(
+        r.headers()["content-type"],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    let body = r.text().await.expect("body");
+    assert!(body.ends_with("\n# EOF\n"));
+    assert_eq!(body.matches("# EOF").count(), 1);
+    assert!(
+        body.contains("# TYPE lmcache:num_hit_tokens counter\n"),
+        "{body}"
+    );
+    assert_eq!(metric(&body, "lmcache:num_hit_tokens_total").value(), 7.0);
+    assert_eq!(metric(&body, "dynamo_sysport_upstream_up").value(), 1.0);
+    let r = client()
+        .get(sp.url("/metrics"))
+        .header("accept", "text/plain;version=0.0.4")
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(
+        r.headers()["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+}
