@@ -362,4 +362,6 @@ impl Exposition {
     }
 }
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;

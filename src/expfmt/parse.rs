@@ -370,40 +370,44 @@ impl<'b> Parser<'b, '_> {
             .then_some((suffix, escaped))
     }
 
-    /// Resolves a sample name to its declaration.
-    fn resolve(&mut self, name_span: Span) -> (u32, Suffix, bool) {
+    /// Resolves a sample name to its declaration; `None` when the name was declared with a type
+    /// whose samples cannot carry it (`# TYPE x counter` in OpenMetrics, then a sample `x`).
+    fn resolve(&mut self, name_span: Span) -> Option<(u32, Suffix, bool)> {
         let name = name_span.of(self.body);
         if self.current != NONE
             && let Some((s, e)) = self.matches(self.current, name)
         {
-            return (self.current, s, e);
+            return Some((self.current, s, e));
         }
         if let Some(&d) = self.by_name.get(name)
             && let Some((s, e)) = self.matches(d, name)
         {
-            return (d, s, e);
+            return Some((d, s, e));
         }
         for suffix in Suffix::ALL {
             if let Some(base) = name.strip_suffix(suffix.as_bytes()) {
                 if let Some(&d) = self.by_name.get(base)
                     && let Some((s, e)) = self.matches(d, name)
                 {
-                    return (d, s, e);
+                    return Some((d, s, e));
                 }
                 if let Some(&d) = self.by_escaped.get(base)
                     && let Some((s, e)) = self.matches(d, name)
                 {
-                    return (d, s, e);
+                    return Some((d, s, e));
                 }
             }
         }
         if let Some(&d) = self.by_escaped.get(name)
             && let Some((s, e)) = self.matches(d, name)
         {
-            return (d, s, e);
+            return Some((d, s, e));
+        }
+        if self.by_name.contains_key(name) {
+            return None;
         }
         // A name of its own: an untyped family with no HELP.
-        (self.declare(name_span), Suffix::None, false)
+        Some((self.declare(name_span), Suffix::None, false))
     }
 
     /// The text family a sample of `d` with `suffix` goes to, made on first use.
@@ -442,7 +446,10 @@ impl<'b> Parser<'b, '_> {
             return Ok(());
         }
         let name = Span::new(start + first, start + first + name_len);
-        let (d, suffix, escaped) = self.resolve(name);
+        let Some((d, suffix, escaped)) = self.resolve(name) else {
+            self.stats.malformed += 1;
+            return Ok(());
+        };
         self.current = d;
         self.decls[d as usize].has_samples = true;
         if !self.decls[d as usize].kept {
