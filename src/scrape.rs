@@ -379,7 +379,10 @@ async fn run_fetch(inner: Arc<Inner>, target: Arc<Target>, timeout: Duration) ->
         results,
     });
     let mut state = target.state.lock().expect("target state lock");
-    state.last = Some(fetch.clone());
+    // Kept only where it can be reused: a 16 MiB body should not stay resident between scrapes.
+    if !target.min_interval.is_zero() {
+        state.last = Some(fetch.clone());
+    }
     state.inflight = None;
     fetch
 }

@@ -40,6 +40,7 @@ pub struct Telemetry {
     pub config_reloads: IntCounterVec,
     /// `openmetrics_dropped_series_total`: series OpenMetrics output could not express.
     pub openmetrics_dropped: IntCounter,
+    process: Process,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -148,15 +149,7 @@ impl Telemetry {
         ] {
             registry.register(c).expect("metric names are unique");
         }
-        #[cfg(target_os = "linux")]
-        registry
-            .register(Box::new(
-                prometheus::process_collector::ProcessCollector::new(
-                    std::process::id() as i32,
-                    NAMESPACE,
-                ),
-            ))
-            .expect("process metrics register once");
+        let process = Process::register(&registry);
         Telemetry {
             registry,
             started: Instant::now(),
@@ -170,6 +163,7 @@ impl Telemetry {
             http_requests,
             config_reloads,
             openmetrics_dropped,
+            process,
         }
     }
 
@@ -200,6 +194,7 @@ impl Telemetry {
     /// Renders every metric as text 0.0.4, or only the named families.
     pub fn render_text(&self, names: Option<&[&str]>, out: &mut Vec<u8>) {
         self.uptime.set(self.uptime_seconds());
+        self.process.update();
         let mut families = self.registry.gather();
         if let Some(names) = names {
             families.retain(|f| names.iter().any(|n| *n == f.name()));
@@ -213,5 +208,174 @@ impl Telemetry {
 impl Default for Telemetry {
     fn default() -> Self {
         Telemetry::new()
+    }
+}
+
+/// `process_*` metrics read from `/proc/self`. CPU time is kept to the clock tick (the
+/// `prometheus` crate's own process collector rounds it down to whole seconds, which makes a
+/// sidecar's `rate()` read 0).
+#[derive(Clone)]
+struct Process {
+    cpu: prometheus::Counter,
+    resident: IntGauge,
+    virtual_bytes: IntGauge,
+    open_fds: IntGauge,
+    max_fds: IntGauge,
+    threads: IntGauge,
+    cpu_seen: std::sync::Arc<std::sync::Mutex<f64>>,
+    ticks_per_second: f64,
+}
+
+impl Process {
+    fn register(registry: &Registry) -> Process {
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::with_opts(opts(name, help)).expect("valid metric");
+            registry
+                .register(Box::new(g.clone()))
+                .expect("process metrics register once");
+            g
+        };
+        let start = Gauge::with_opts(opts(
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+        ))
+        .expect("valid metric");
+        start.set(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        );
+        registry
+            .register(Box::new(start))
+            .expect("process metrics register once");
+        let cpu = prometheus::Counter::with_opts(opts(
+            "process_cpu_seconds_total",
+            "Total user and system CPU time spent in seconds.",
+        ))
+        .expect("valid metric");
+        registry
+            .register(Box::new(cpu.clone()))
+            .expect("process metrics register once");
+        let p = Process {
+            cpu,
+            resident: gauge(
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes.",
+            ),
+            virtual_bytes: gauge(
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes.",
+            ),
+            open_fds: gauge("process_open_fds", "Number of open file descriptors."),
+            max_fds: gauge(
+                "process_max_fds",
+                "Maximum number of open file descriptors.",
+            ),
+            threads: gauge("process_threads", "Number of OS threads in the process."),
+            cpu_seen: Default::default(),
+            ticks_per_second: auxv(17).map_or(100.0, |t| t as f64),
+        };
+        p.update();
+        p
+    }
+
+    /// Reads `/proc/self`; on systems without it the metrics stay at 0.
+    fn update(&self) {
+        if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
+            // Fields after the parenthesised command name: utime and stime are the 12th and 13th.
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map_or("", |(_, r)| r)
+                .split_whitespace()
+                .collect();
+            if let (Some(u), Some(s)) = (fields.get(11), fields.get(12))
+                && let (Ok(u), Ok(s)) = (u.parse::<f64>(), s.parse::<f64>())
+            {
+                let total = (u + s) / self.ticks_per_second;
+                let mut seen = self.cpu_seen.lock().expect("cpu lock");
+                if total > *seen {
+                    self.cpu.inc_by(total - *seen);
+                    *seen = total;
+                }
+            }
+        }
+        if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
+            for line in status.lines() {
+                let kib = |l: &str| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|v| v.parse::<i64>().ok())
+                };
+                if line.starts_with("VmRSS:") {
+                    self.resident.set(kib(line).unwrap_or(0) * 1024);
+                } else if line.starts_with("VmSize:") {
+                    self.virtual_bytes.set(kib(line).unwrap_or(0) * 1024);
+                } else if line.starts_with("Threads:") {
+                    self.threads.set(kib(line).unwrap_or(0));
+                }
+            }
+        }
+        if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+            self.open_fds.set(dir.count() as i64);
+        }
+        if let Ok(limits) = std::fs::read_to_string("/proc/self/limits")
+            && let Some(line) = limits.lines().find(|l| l.starts_with("Max open files"))
+            && let Some(soft) = line
+                .split_whitespace()
+                .nth(3)
+                .and_then(|v| v.parse::<i64>().ok())
+        {
+            self.max_fds.set(soft);
+        }
+    }
+}
+
+/// A value from the ELF auxiliary vector (`AT_CLKTCK` = 17), read without `unsafe`.
+fn auxv(key: u64) -> Option<u64> {
+    let bytes = std::fs::read("/proc/self/auxv").ok()?;
+    bytes.chunks_exact(16).find_map(|pair| {
+        let k = u64::from_ne_bytes(pair[..8].try_into().ok()?);
+        let v = u64::from_ne_bytes(pair[8..].try_into().ok()?);
+        (k == key).then_some(v)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_cpu_time_keeps_fractions_of_a_second() {
+        let t = Telemetry::new();
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < std::time::Duration::from_millis(150) {
+            x = x.wrapping_mul(31).wrapping_add(7);
+        }
+        std::hint::black_box(x);
+        let mut out = Vec::new();
+        t.render_text(
+            Some(&[
+                "dynamo_sysport_process_cpu_seconds_total",
+                "dynamo_sysport_process_resident_memory_bytes",
+            ]),
+            &mut out,
+        );
+        let text = String::from_utf8(out).expect("utf-8");
+        let value = |name: &str| -> f64 {
+            text.lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.split(' ').nth(1))
+                .and_then(|v| v.parse().ok())
+                .expect("metric present")
+        };
+        let cpu = value("dynamo_sysport_process_cpu_seconds_total");
+        assert!(cpu > 0.05 && cpu < 60.0, "cpu seconds {cpu}");
+        assert!(value("dynamo_sysport_process_resident_memory_bytes") > 1e6);
+    }
+
+    #[test]
+    fn the_clock_tick_comes_from_the_aux_vector() {
+        assert_eq!(auxv(17), Some(100));
     }
 }

@@ -26,15 +26,37 @@ const BROKEN: [&str; 8] = [
 
 #[derive(Debug, Clone)]
 enum Line {
-    Sample { name: usize, labels: Vec<(usize, String)>, value: usize, ts: Option<i64>, spaced: bool },
+    Sample {
+        name: usize,
+        labels: Vec<(usize, String)>,
+        value: usize,
+        ts: Option<i64>,
+        spaced: bool,
+    },
     Broken(usize),
     Blank,
     Comment(String),
 }
 
 fn label_value() -> impl Strategy<Value = String> {
-    proptest::collection::vec(prop_oneof![Just('a'), Just(' '), Just(','), Just('='), Just('}'), Just('{'), Just('#'), Just('"'), Just('\\'), Just('\n'), Just('é'), Just('😀')], 0..6)
-        .prop_map(|v| v.into_iter().collect())
+    proptest::collection::vec(
+        prop_oneof![
+            Just('a'),
+            Just(' '),
+            Just(','),
+            Just('='),
+            Just('}'),
+            Just('{'),
+            Just('#'),
+            Just('"'),
+            Just('\\'),
+            Just('\n'),
+            Just('é'),
+            Just('😀')
+        ],
+        0..6,
+    )
+    .prop_map(|v| v.into_iter().collect())
 }
 
 fn line() -> impl Strategy<Value = Line> {
@@ -48,38 +70,74 @@ fn line() -> impl Strategy<Value = Line> {
 }
 
 fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
+
+/// Series identity → value text, as a reader of the output sees it.
+type Series = HashMap<(String, Vec<(String, String)>), String>;
 
 /// Renders the body, and what a correct reader keeps: `(name, sorted labels) -> (value, ts)`,
 /// first occurrence wins, plus how many lines are malformed.
-fn render(kinds: &[usize], lines: &[Line], crlf: bool) -> (String, HashMap<(String, Vec<(String, String)>), String>, u64) {
+fn render(kinds: &[usize], lines: &[Line], crlf: bool) -> (String, Series, u64) {
     let nl = if crlf { "\r\n" } else { "\n" };
     let mut body = String::new();
     for (i, name) in NAMES.iter().enumerate() {
-        body.push_str(&format!("# HELP {name} Help for {name} \\\\ with \\n escapes{nl}"));
+        body.push_str(&format!(
+            "# HELP {name} Help for {name} \\\\ with \\n escapes{nl}"
+        ));
         body.push_str(&format!("# TYPE {name} {}{nl}", KINDS[kinds[i]]));
     }
     let mut expected = HashMap::new();
     let mut malformed = 0;
     for l in lines {
         match l {
-            Line::Sample { name, labels, value, ts, spaced } => {
+            Line::Sample {
+                name,
+                labels,
+                value,
+                ts,
+                spaced,
+            } => {
                 let mut seen = HashSet::new();
-                let labels: Vec<&(usize, String)> = labels.iter().filter(|(n, _)| seen.insert(*n)).collect();
+                let labels: Vec<&(usize, String)> =
+                    labels.iter().filter(|(n, _)| seen.insert(*n)).collect();
                 let sep = if *spaced { " \t " } else { " " };
                 let block: Vec<String> = labels
                     .iter()
-                    .map(|(n, v)| if *spaced { format!(" {} = \"{}\" ", LABEL_NAMES[*n], escape(v)) } else { format!("{}=\"{}\"", LABEL_NAMES[*n], escape(v)) })
+                    .map(|(n, v)| {
+                        if *spaced {
+                            format!(" {} = \"{}\" ", LABEL_NAMES[*n], escape(v))
+                        } else {
+                            format!("{}=\"{}\"", LABEL_NAMES[*n], escape(v))
+                        }
+                    })
                     .collect();
-                let labels_text = if block.is_empty() { String::new() } else { format!("{{{}}}", block.join(",")) };
+                let labels_text = if block.is_empty() {
+                    String::new()
+                } else {
+                    format!("{{{}}}", block.join(","))
+                };
                 let ts_text = ts.map(|t| format!("{sep}{t}")).unwrap_or_default();
-                body.push_str(&format!("{}{labels_text}{sep}{}{ts_text}{nl}", NAMES[*name], VALUES[*value]));
+                body.push_str(&format!(
+                    "{}{labels_text}{sep}{}{ts_text}{nl}",
+                    NAMES[*name], VALUES[*value]
+                ));
                 if !NAMES[*name].starts_with("other") {
-                    let mut key_labels: Vec<(String, String)> = labels.iter().map(|(n, v)| (LABEL_NAMES[*n].to_string(), escape(v))).collect();
+                    let mut key_labels: Vec<(String, String)> = labels
+                        .iter()
+                        .map(|(n, v)| (LABEL_NAMES[*n].to_string(), escape(v)))
+                        .collect();
                     key_labels.sort();
-                    let v = format!("{}{}", VALUES[*value], ts.map(|t| format!(" {t}")).unwrap_or_default());
-                    expected.entry((NAMES[*name].to_string(), key_labels)).or_insert(v);
+                    let v = format!(
+                        "{}{}",
+                        VALUES[*value],
+                        ts.map(|t| format!(" {t}")).unwrap_or_default()
+                    );
+                    expected
+                        .entry((NAMES[*name].to_string(), key_labels))
+                        .or_insert(v);
                 }
             }
             Line::Broken(b) => {
@@ -95,7 +153,7 @@ fn render(kinds: &[usize], lines: &[Line], crlf: bool) -> (String, HashMap<(Stri
 }
 
 /// A reader written for clarity, not speed: canonical output lines only.
-fn naive_read(out: &str) -> HashMap<(String, Vec<(String, String)>), String> {
+fn naive_read(out: &str) -> Series {
     let mut m = HashMap::new();
     for line in out.lines().filter(|l| !l.starts_with('#')) {
         let chars: Vec<char> = line.chars().collect();
@@ -135,7 +193,10 @@ fn naive_read(out: &str) -> HashMap<(String, Vec<(String, String)>), String> {
         assert_eq!(chars[i], ' ', "one space before the value: {line}");
         let rest: String = chars[i + 1..].iter().collect();
         labels.sort();
-        assert!(m.insert((name, labels), rest).is_none(), "series written twice: {line}");
+        assert!(
+            m.insert((name, labels), rest).is_none(),
+            "series written twice: {line}"
+        );
     }
     m
 }

@@ -760,6 +760,13 @@ fn a_sample_its_declared_type_cannot_carry_is_malformed() {
     // OpenMetrics counter `x` has samples `x_total`/`x_created`; a bare `x` contradicts its TYPE.
     let input = "# TYPE vllm:x counter\nvllm:x 1\nvllm:x_total 2\n# TYPE vllm:h histogram\nvllm:h 3\n# EOF\n";
     let (out, stats) = run(&[om(input, &["vllm:"])], &[]);
-    assert_eq!(lines(&out), ["# TYPE vllm:x_total counter", "vllm:x_total 2", "# TYPE vllm:h histogram"]);
+    assert_eq!(
+        lines(&out),
+        [
+            "# TYPE vllm:x_total counter",
+            "vllm:x_total 2",
+            "# TYPE vllm:h histogram"
+        ]
+    );
     assert_eq!(stats[0].0.malformed, 2);
 }
