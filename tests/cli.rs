@@ -20,11 +20,19 @@ fn temp_file(name: &str, contents: &str) -> PathBuf {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
 }
 
 fn signal(child: &Child, sig: &str) {
-    let ok = Command::new("kill").args([sig, &child.id().to_string()]).status().expect("kill runs").success();
+    let ok = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .expect("kill runs")
+        .success();
     assert!(ok, "kill {sig} failed");
 }
 
@@ -41,7 +49,13 @@ async fn start(config: &PathBuf, port: u16) -> Child {
     let url = format!("http://127.0.0.1:{port}/live");
     eventually(Duration::from_secs(10), "sysport listening", || {
         let url = url.clone();
-        async move { client().get(url).send().await.is_ok_and(|r| r.status() == 200) }
+        async move {
+            client()
+                .get(url)
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        }
     })
     .await;
     child
@@ -53,7 +67,10 @@ fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
         if let Some(status) = child.try_wait().expect("wait") {
             return status;
         }
-        assert!(Instant::now() < deadline, "sysport did not exit in {within:?}");
+        assert!(
+            Instant::now() < deadline,
+            "sysport did not exit in {within:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -64,13 +81,25 @@ fn check_config_reports_every_problem_with_file_line_and_field() {
         "bad",
         "listen: { port: 99999 }\nupstreams:\n  - name: vllm\n    url: not a url\n    keep: []\n  - name: vllm\n    url: http://127.0.0.1:8000/metrics\n    tiemout: 2s\n",
     );
-    let out = Command::new(BIN).arg("check-config").arg("--config").arg(&path).output().expect("runs");
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("runs");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     let file = path.display().to_string();
-    assert!(err.contains(&format!("{file}:8:5: upstreams[1].tiemout")), "{err}");
+    assert!(
+        err.contains(&format!("{file}:8:5: upstreams[1].tiemout")),
+        "{err}"
+    );
     // Starting the server with the same file fails the same way, before binding anything.
-    let out = Command::new(BIN).arg("--config").arg(&path).output().expect("runs");
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("runs");
     assert_eq!(out.status.code(), Some(2));
 }
 
@@ -103,7 +132,10 @@ fn check_config_reports_semantic_errors_with_locations() {
 
 #[test]
 fn check_config_prints_the_effective_configuration() {
-    let path = temp_file("good", "upstreams:\n  - name: vllm\n    url: http://127.0.0.1:8000/metrics\n");
+    let path = temp_file(
+        "good",
+        "upstreams:\n  - name: vllm\n    url: http://127.0.0.1:8000/metrics\n",
+    );
     let out = Command::new(BIN)
         .arg("check-config")
         .arg("--config")
@@ -111,9 +143,17 @@ fn check_config_prints_the_effective_configuration() {
         .env("DYN_SYSTEM_PORT", "9123")
         .output()
         .expect("runs");
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("port: 9123"), "environment overrides the file: {text}");
+    assert!(
+        text.contains("port: 9123"),
+        "environment overrides the file: {text}"
+    );
     assert!(text.contains("http://127.0.0.1:8000/metrics"));
 }
 
@@ -130,7 +170,14 @@ async fn sigterm_drains_and_exits_zero_and_sighup_reloads() {
     let path = temp_file("signals", &config(&a.metrics_url()));
     let mut child = start(&path, port).await;
     let metrics = format!("http://127.0.0.1:{port}/metrics");
-    let body = client().get(&metrics).send().await.expect("answers").text().await.expect("body");
+    let body = client()
+        .get(&metrics)
+        .send()
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("body");
     assert_eq!(metric(&body, "vllm:a").value(), 1.0);
 
     // A valid new file replaces the configuration.
@@ -139,7 +186,14 @@ async fn sigterm_drains_and_exits_zero_and_sighup_reloads() {
     eventually(Duration::from_secs(5), "reloaded", || {
         let metrics = metrics.clone();
         async move {
-            let body = client().get(&metrics).send().await.expect("answers").text().await.expect("body");
+            let body = client()
+                .get(&metrics)
+                .send()
+                .await
+                .expect("answers")
+                .text()
+                .await
+                .expect("body");
             body.contains("vllm:b 2")
         }
     })
@@ -150,8 +204,16 @@ async fn sigterm_drains_and_exits_zero_and_sighup_reloads() {
     eventually(Duration::from_secs(5), "refusal counted", || {
         let metrics = metrics.clone();
         async move {
-            let body = client().get(&metrics).send().await.expect("answers").text().await.expect("body");
-            body.contains("vllm:b 2") && body.contains("dynamo_sysport_config_reloads_total{result=\"failure\"} 1")
+            let body = client()
+                .get(&metrics)
+                .send()
+                .await
+                .expect("answers")
+                .text()
+                .await
+                .expect("body");
+            body.contains("vllm:b 2")
+                && body.contains("dynamo_sysport_config_reloads_total{result=\"failure\"} 1")
         }
     })
     .await;
@@ -165,6 +227,9 @@ async fn sigterm_drains_and_exits_zero_and_sighup_reloads() {
         log.push('\n');
     }
     assert!(log.contains("configuration reload refused"), "{log}");
-    assert!(log.contains(&path.display().to_string()), "the refusal names the file: {log}");
+    assert!(
+        log.contains(&path.display().to_string()),
+        "the refusal names the file: {log}"
+    );
     assert!(log.contains("shutting down"), "{log}");
 }
