@@ -10,7 +10,8 @@ use std::collections::hash_map::Entry;
 
 use super::hash::{PairHasher, PassThrough, pair_hash};
 use super::lex::label_pairs;
-use super::{Exposition, Family, Sample};
+use super::text::missing_added;
+use super::{Exposition, Family, Kind, Sample};
 
 /// A label sysport adds to every engine series that lacks it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +88,8 @@ pub(crate) struct OutFamily {
 pub(crate) struct Part {
     pub source: u32,
     pub family: u32,
+    /// The output family this part belongs to.
+    pub out: u32,
     pub next: u32,
 }
 
@@ -178,8 +181,6 @@ pub fn merge<'a>(sources: &'a [&'a Exposition], opts: &MergeOptions<'a>) -> Merg
         }
     }
     let mut by_name: HashMap<&[u8], u32> = HashMap::with_capacity(family_total);
-    let mut seen: HashMap<u64, (u32, u32), PassThrough> =
-        HashMap::with_capacity_and_hasher(sample_total, PassThrough);
     let added_hashes: Vec<u64> = opts
         .added
         .iter()
@@ -228,37 +229,111 @@ pub fn merge<'a>(sources: &'a [&'a Exposition], opts: &MergeOptions<'a>) -> Merg
             m.parts.push(Part {
                 source: si as u32,
                 family: fi as u32,
+                out: out as u32,
                 next: END,
             });
             if m.families[out].help_from == END && fam.help.is_some() {
                 m.families[out].help_from = part;
             }
-            for (idx, s) in src.samples(fam).iter().enumerate() {
-                let h = series_hash(opts.hasher, src, fam, s, &added_hashes);
-                match seen.entry(h) {
+        }
+    }
+    drop(by_name);
+    m.names = arena;
+    dedup(&mut m, sample_total, &added_hashes);
+    m
+}
+
+/// Drops series already written (rule 4). A histogram or summary is one series per label set
+/// without `le` / `quantile`: when two upstreams bring the same one, the first upstream's
+/// buckets are kept whole and the other's dropped whole, never mixed.
+fn dedup(m: &mut Merge<'_>, sample_total: usize, added_hashes: &[u64]) {
+    let mut seen: HashMap<u64, (u32, u32), PassThrough> =
+        HashMap::with_capacity_and_hasher(sample_total, PassThrough);
+    let mut groups: HashMap<u64, (u32, u32), PassThrough> = HashMap::with_hasher(PassThrough);
+    for p in 0..m.parts.len() as u32 {
+        let part = m.parts[p as usize];
+        let (src, fam) = m.part_family(p);
+        let out = &m.families[part.out as usize];
+        let grouped = out.first != out.last && matches!(fam.kind, Kind::Histogram | Kind::Summary);
+        let si = part.source as usize;
+        for (idx, s) in src.samples(fam).iter().enumerate() {
+            if grouped {
+                let key = group_key(m, src, fam.kind, s)
+                    ^ (part.out as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                match groups.entry(key) {
                     Entry::Vacant(v) => {
-                        v.insert((part, idx as u32));
-                        m.stats[si].kept += 1;
+                        v.insert((p, idx as u32));
                     }
                     Entry::Occupied(o) => {
                         let (op, oidx) = *o.get();
                         let (osrc, ofam) = m.part_family(op);
                         let other = &osrc.samples(ofam)[oidx as usize];
-                        if same_series((osrc, ofam, other), (src, fam, s), opts.added) {
-                            m.skip.push((part, idx as u32));
+                        if op != p
+                            && m.parts[op as usize].out == part.out
+                            && same_labels(
+                                (osrc, ofam, other),
+                                (src, fam, s),
+                                m.added,
+                                group_label(fam.kind),
+                            )
+                        {
+                            m.skip.push((p, idx as u32));
                             m.stats[si].duplicate += 1;
-                        } else {
-                            // A 64-bit collision between different series: keep both.
-                            m.stats[si].kept += 1;
+                            continue;
                         }
+                    }
+                }
+            }
+            let h = series_hash(m.hasher, src, fam, s, added_hashes);
+            match seen.entry(h) {
+                Entry::Vacant(v) => {
+                    v.insert((p, idx as u32));
+                    m.stats[si].kept += 1;
+                }
+                Entry::Occupied(o) => {
+                    let (op, oidx) = *o.get();
+                    let (osrc, ofam) = m.part_family(op);
+                    let other = &osrc.samples(ofam)[oidx as usize];
+                    if same_series((osrc, ofam, other), (src, fam, s), m.added) {
+                        m.skip.push((p, idx as u32));
+                        m.stats[si].duplicate += 1;
+                    } else {
+                        // A 64-bit collision between different series: keep both.
+                        m.stats[si].kept += 1;
                     }
                 }
             }
         }
     }
-    drop(by_name);
-    m.names = arena;
-    m
+}
+
+/// The label that tells a histogram's or summary's samples apart within one series.
+fn group_label(kind: Kind) -> Option<&'static [u8]> {
+    match kind {
+        Kind::Histogram | Kind::GaugeHistogram => Some(b"le"),
+        Kind::Summary => Some(b"quantile"),
+        _ => None,
+    }
+}
+
+/// The series (MetricPoint) a sample belongs to: its label set, added labels included, without
+/// the label that [`group_label`] names for its kind.
+pub(crate) fn group_key(m: &Merge<'_>, src: &Exposition, kind: Kind, s: &Sample) -> u64 {
+    let mut key = s.lex.labels_hash;
+    let missing = missing_added(s, m.added.len());
+    for (bit, l) in m.added.iter().enumerate().take(8) {
+        if missing & (1 << bit) != 0 {
+            key = key.wrapping_add(pair_hash(m.hasher, l.name(), l.escaped_value()));
+        }
+    }
+    if let Some(drop) = group_label(kind) {
+        for (name, value) in label_pairs(src.sample_part(s, s.lex.labels)) {
+            if name == drop {
+                key = key.wrapping_sub(pair_hash(m.hasher, name, value));
+            }
+        }
+    }
+    key
 }
 
 fn series_hash(h: PairHasher, src: &Exposition, fam: &Family, s: &Sample, added: &[u64]) -> u64 {
@@ -290,8 +365,19 @@ fn same_series(a: SampleRef<'_>, b: SampleRef<'_>, added: &[AddedLabel]) -> bool
         let (x, y) = src.sample_name(fam, s);
         [x, y].concat()
     };
+    name(a) == name(b) && same_labels(a, b, added, None)
+}
+
+/// Whether two samples carry the same label set (added labels included), ignoring `except`.
+fn same_labels(
+    a: SampleRef<'_>,
+    b: SampleRef<'_>,
+    added: &[AddedLabel],
+    except: Option<&[u8]>,
+) -> bool {
     let labels = |(src, _, s): SampleRef<'_>| {
         let mut v: Vec<(Vec<u8>, Vec<u8>)> = label_pairs(src.sample_part(s, s.lex.labels))
+            .filter(|(n, _)| Some(*n) != except)
             .map(|(n, v)| (n.to_vec(), v.to_vec()))
             .collect();
         for (bit, l) in added.iter().enumerate() {
@@ -302,5 +388,5 @@ fn same_series(a: SampleRef<'_>, b: SampleRef<'_>, added: &[AddedLabel]) -> bool
         v.sort();
         v
     };
-    name(a) == name(b) && labels(a) == labels(b)
+    labels(a) == labels(b)
 }

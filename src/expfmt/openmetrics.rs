@@ -10,9 +10,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::hash::{PassThrough, pair_hash};
+use super::hash::PassThrough;
 use super::lex::{label_pairs, valid_float};
-use super::merge::{END, Merge, OutFamily};
+use super::merge::{END, Merge, OutFamily, group_key};
 use super::text::{missing_added, write_labels};
 use super::{Exposition, Family, Format, Kind, Role, Sample};
 
@@ -92,7 +92,7 @@ pub fn write_openmetrics(m: &Merge<'_>, out: &mut Vec<u8>) -> OpenMetricsStats {
         }
         let (src, first) = m.part_family(f.first);
         let text_name = m.name(f);
-        let (om_kind, om_name, add_total) = om_shape(first, text_name);
+        let (mut om_kind, mut om_name, add_total) = om_shape(first, text_name);
         items.clear();
         extra.clear();
         collect(m, f, om_kind, add_total, &mut items);
@@ -100,6 +100,13 @@ pub fn write_openmetrics(m: &Merge<'_>, out: &mut Vec<u8>) -> OpenMetricsStats {
             collect(m, &m.families[c], om_kind, false, &mut extra);
         }
         let total = (items.len() + extra.len()) as u64;
+        if matches!(om_kind, Kind::Info | Kind::StateSet)
+            && !representable(om_kind, om_name, &items, &extra)
+        {
+            // An info or stateset that breaks its type's rules (an escaped state label, a
+            // value other than 1) is still a valid gauge, as text 0.0.4 has it.
+            (om_kind, om_name) = (Kind::Gauge, text_name);
+        }
         if !used_names.insert(om_name.to_vec()) || !representable(om_kind, om_name, &items, &extra)
         {
             stats.dropped_families += 1;
@@ -198,29 +205,6 @@ fn collect<'a>(
         }
         p = m.parts[p as usize].next;
     }
-}
-
-/// The MetricPoint a sample belongs to: its labels without `le` (histogram buckets) or
-/// `quantile` (summary quantiles), added labels included.
-fn group_key(m: &Merge<'_>, src: &Exposition, kind: Kind, s: &Sample) -> u64 {
-    let mut key = s.lex.labels_hash;
-    let missing = missing_added(s, m.added.len());
-    for (bit, l) in m.added.iter().enumerate().take(8) {
-        if missing & (1 << bit) != 0 {
-            key = key.wrapping_add(pair_hash(m.hasher, l.name(), l.escaped_value()));
-        }
-    }
-    let drop = match kind {
-        Kind::Histogram | Kind::GaugeHistogram => b"le".as_slice(),
-        Kind::Summary => b"quantile".as_slice(),
-        _ => return key,
-    };
-    for (name, value) in label_pairs(src.sample_part(s, s.lex.labels)) {
-        if name == drop {
-            key = key.wrapping_sub(pair_hash(m.hasher, name, value));
-        }
-    }
-    key
 }
 
 fn value_of(it: &Item<'_>) -> f64 {

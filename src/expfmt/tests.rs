@@ -770,3 +770,46 @@ fn a_sample_its_declared_type_cannot_carry_is_malformed() {
     );
     assert_eq!(stats[0].0.malformed, 2);
 }
+
+#[test]
+fn rule4_a_histogram_from_two_upstreams_is_kept_whole_from_the_first() {
+    let a = "# TYPE vllm:h histogram\nvllm:h_bucket{le=\"1\"} 1\nvllm:h_bucket{le=\"+Inf\"} 2\nvllm:h_count 2\nvllm:h_sum 3\n";
+    let b = "# TYPE vllm:h histogram\nvllm:h_bucket{le=\"0.5\"} 5\nvllm:h_bucket{le=\"+Inf\"} 7\nvllm:h_count 7\nvllm:h_sum 9\nvllm:h_bucket{e=\"1\",le=\"+Inf\"} 1\nvllm:h_count{e=\"1\"} 1\nvllm:h_sum{e=\"1\"} 1\n";
+    let (out, stats) = run(&[up(a, &["vllm:"]), up(b, &["vllm:"])], &[]);
+    assert_eq!(
+        lines(&out),
+        [
+            "# TYPE vllm:h histogram",
+            "vllm:h_bucket{le=\"1\"} 1",
+            "vllm:h_bucket{le=\"+Inf\"} 2",
+            "vllm:h_count 2",
+            "vllm:h_sum 3",
+            "vllm:h_bucket{e=\"1\",le=\"+Inf\"} 1",
+            "vllm:h_count{e=\"1\"} 1",
+            "vllm:h_sum{e=\"1\"} 1",
+        ]
+    );
+    assert_eq!(stats[1].1.duplicate, 4);
+    assert_eq!(stats[1].1.kept, 3);
+    let (om_out, om_stats) = run_om(&[up(a, &["vllm:"]), up(b, &["vllm:"])]);
+    assert_eq!(om_stats, OpenMetricsStats::default());
+    assert_eq!(om_out.matches("vllm:h_count").count(), 2);
+}
+
+#[test]
+fn an_invalid_stateset_is_written_as_the_gauge_it_is_in_text() {
+    // prometheus_client escapes an Enum's state label `vllm:x` to `vllm_x` in OpenMetrics.
+    let input =
+        "# TYPE vllm:x stateset\nvllm_x{vllm_x=\"a\"} 1.0\nvllm_x{vllm_x=\"b\"} 0.0\n# EOF\n";
+    let (out, stats) = run_om(&[om(input, &["vllm:"])]);
+    assert_eq!(
+        lines(&out),
+        [
+            "# TYPE vllm:x gauge",
+            "vllm:x{vllm_x=\"a\"} 1.0",
+            "vllm:x{vllm_x=\"b\"} 0.0",
+            "# EOF"
+        ]
+    );
+    assert_eq!(stats, OpenMetricsStats::default());
+}
