@@ -109,17 +109,10 @@ async fn serve(config: config::Config, overrides: Overrides) -> ExitCode {
         .iter()
         .map(|u| format!("{}={}", u.name, u.url))
         .collect();
-    let sysport = match Sysport::bind(config).await {
-        Ok(s) => s,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot listen");
-            return ExitCode::from(1);
-        }
+    let (sysport, addr) = match bind(config).await {
+        Ok(bound) => bound,
+        Err(code) => return code,
     };
-    let addr = sysport
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
     tracing::info!(%addr, upstreams = ?upstreams, "sysport listening");
     let handle = sysport.handle();
     tokio::spawn(reload_on_sighup(handle.clone(), overrides));
@@ -131,6 +124,23 @@ async fn serve(config: config::Config, overrides: Overrides) -> ExitCode {
         Err(err) => {
             tracing::error!(error = %err, "server failed");
             ExitCode::from(1)
+        }
+    }
+}
+
+/// Binds the configured address; a failure is logged and becomes exit code 1.
+async fn bind(config: config::Config) -> Result<(Sysport, String), ExitCode> {
+    match Sysport::bind(config).await {
+        Ok(sysport) => {
+            let addr = sysport
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default();
+            Ok((sysport, addr))
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "cannot listen");
+            Err(ExitCode::from(1))
         }
     }
 }
@@ -202,17 +212,10 @@ async fn demo(host: IpAddr, port: u16) -> ExitCode {
         }
     };
     let config = demo_config(&engines, host, port);
-    let sysport = match Sysport::bind(config).await {
-        Ok(s) => s,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot listen");
-            return ExitCode::from(1);
-        }
+    let (sysport, addr) = match bind(config).await {
+        Ok(bound) => bound,
+        Err(code) => return code,
     };
-    let addr = sysport
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
     println!(
         "sysport demo: simulated vLLM at {} and LMCache at {}",
         engines.vllm_metrics_url(),

@@ -430,12 +430,8 @@ fn record(inner: &Inner, u: usize, result: &UpstreamResult, elapsed: Duration) {
         Ok(exp) => {
             let s = exp.stats();
             t.scrapes.with_label_values(&[name, "success"]).inc();
-            t.series
-                .with_label_values(&[name, "dropped"])
-                .set(s.dropped as i64);
-            t.series
-                .with_label_values(&[name, "malformed"])
-                .set(s.malformed as i64);
+            t.set_series(name, "dropped", s.dropped);
+            t.set_series(name, "malformed", s.malformed);
             if s.malformed > 0 {
                 tracing::debug!(
                     upstream = name,
@@ -447,7 +443,7 @@ fn record(inner: &Inner, u: usize, result: &UpstreamResult, elapsed: Duration) {
         Err(e) => {
             t.scrapes.with_label_values(&[name, e.reason()]).inc();
             for outcome in crate::telemetry::SERIES_OUTCOMES {
-                t.series.with_label_values(&[name, outcome]).set(0);
+                t.set_series(name, outcome, 0);
             }
         }
     }

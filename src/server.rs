@@ -393,15 +393,9 @@ async fn metrics(
         for (i, stats) in oks.zip(merged.stats()) {
             let name = upstreams[i].name.as_str();
             let t = &app.telemetry;
-            t.series
-                .with_label_values(&[name, "kept"])
-                .set(stats.kept as i64);
-            t.series
-                .with_label_values(&[name, "conflict"])
-                .set(stats.conflict as i64);
-            t.series
-                .with_label_values(&[name, "duplicate"])
-                .set(stats.duplicate as i64);
+            t.set_series(name, "kept", stats.kept);
+            t.set_series(name, "conflict", stats.conflict);
+            t.set_series(name, "duplicate", stats.duplicate);
         }
     }
     // Rendered after the engine merge, so the series counts above are this scrape's.

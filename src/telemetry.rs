@@ -181,6 +181,13 @@ impl Telemetry {
         }
     }
 
+    /// Sets `upstream_series{upstream, outcome}`.
+    pub fn set_series(&self, upstream: &str, outcome: &str, n: u64) {
+        self.series
+            .with_label_values(&[upstream, outcome])
+            .set(n as i64);
+    }
+
     /// Forgets an upstream that a reload removed.
     pub fn forget_upstream(&self, name: &str) {
         let _ = self.upstream_up.remove_label_values(&[name]);
