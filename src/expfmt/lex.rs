@@ -6,7 +6,7 @@
 //! passes can be written out again and read by both.
 
 use super::Format;
-use super::hash::{PairHasher, pair_hash};
+use super::hash::{PairHasher, pair_from_raw};
 
 /// Why a line was rejected. Cheap to construct: malformed lines are counted, not reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +66,12 @@ fn skip_blanks(line: &[u8], mut i: usize) -> usize {
         i += 1;
     }
     i
+}
+
+/// Whether `b` may continue a metric name.
+#[inline]
+pub(crate) fn is_metric_char(b: u8) -> bool {
+    METRIC_CONT[b as usize]
 }
 
 /// Length of the metric name at the start of `s` (0 when there is none).
@@ -135,11 +141,8 @@ pub(crate) fn lex_sample(
     name_start: usize,
     name_end: usize,
     opts: &LexOptions<'_>,
-    seen_labels: &mut Vec<(u32, u32)>,
+    seen_labels: &mut Vec<(u64, u32, u32)>,
 ) -> Result<SampleLex, LineError> {
-    if std::str::from_utf8(line).is_err() {
-        return Err(LineError::NotUtf8);
-    }
     let mut out = SampleLex {
         name_start: name_start as u32,
         name_end: name_end as u32,
@@ -207,12 +210,12 @@ pub(crate) fn lex_sample(
         if opts.format == Format::Text || line[j] != b'#' {
             return Err(LineError::TrailingGarbage);
         }
-        return lex_exemplar(line, j, opts, out);
+        return lex_exemplar(line, j, opts, seen_labels, out);
     }
     if opts.format == Format::Text {
         return Err(LineError::TrailingGarbage);
     }
-    lex_exemplar(line, j, opts, out)
+    lex_exemplar(line, j, opts, seen_labels, out)
 }
 
 /// ` # {labels} value [timestamp]` after an OpenMetrics sample. Kept as one span.
@@ -220,6 +223,7 @@ fn lex_exemplar(
     line: &[u8],
     hash: usize,
     opts: &LexOptions<'_>,
+    seen: &mut Vec<(u64, u32, u32)>,
     mut out: SampleLex,
 ) -> Result<SampleLex, LineError> {
     let i = skip_blanks(line, hash + 1);
@@ -257,7 +261,7 @@ fn lex_labels(
     line: &[u8],
     start: usize,
     opts: &LexOptions<'_>,
-    seen: &mut Vec<(u32, u32)>,
+    seen: &mut Vec<(u64, u32, u32)>,
     out: &mut SampleLex,
 ) -> Result<usize, LineError> {
     seen.clear();
@@ -295,38 +299,48 @@ fn lex_labels(
         if name.starts_with(b"__") {
             return Err(LineError::BadLabelName);
         }
+        let name_hash = opts.hasher.raw(name);
+        // Hashes first: a repeated name is rare, a byte comparison per pair is not free.
         if seen
             .iter()
-            .any(|&(s, e)| &line[s as usize..e as usize] == name)
+            .any(|&(h, s, e)| h == name_hash && &line[s as usize..e as usize] == name)
         {
             return Err(LineError::BadLabelName);
         }
         if seen.len() >= opts.max_labels {
             return Err(LineError::TooManyLabels);
         }
-        seen.push((ns as u32, i as u32));
+        seen.push((name_hash, ns as u32, i as u32));
         for (bit, added) in opts.added.iter().enumerate().take(8) {
             if *added == name {
                 out.present |= 1 << bit;
             }
         }
-        let j = skip_blanks(line, i);
-        if line.get(j) != Some(&b'=') {
-            return Err(LineError::BadLabelSyntax);
-        }
-        let k = skip_blanks(line, j + 1);
-        if j != i || k != j + 1 {
+        let vs = if line.get(i) == Some(&b'=') && line.get(i + 1) == Some(&b'"') {
+            i + 2
+        } else {
+            let j = skip_blanks(line, i);
+            if line.get(j) != Some(&b'=') {
+                return Err(LineError::BadLabelSyntax);
+            }
+            let k = skip_blanks(line, j + 1);
+            if line.get(k) != Some(&b'"') {
+                return Err(LineError::BadLabelSyntax);
+            }
             out.canonical = false;
-        }
-        if line.get(k) != Some(&b'"') {
-            return Err(LineError::BadLabelSyntax);
-        }
-        let vs = k + 1;
+            k + 1
+        };
         let ve = scan_quoted(line, vs)?;
         if ve - vs > opts.max_label_value_bytes {
             return Err(LineError::LabelValueTooLong);
         }
-        hash = hash.wrapping_add(pair_hash(opts.hasher, name, &line[vs..ve]));
+        // Names and values outside quotes are ASCII by their grammar: only label values (and
+        // HELP text) can hold other bytes, and they must be UTF-8.
+        let value = &line[vs..ve];
+        if !value.is_ascii() && std::str::from_utf8(value).is_err() {
+            return Err(LineError::NotUtf8);
+        }
+        hash = hash.wrapping_add(pair_from_raw(name_hash, opts.hasher.raw(value)));
         i = ve + 1;
         let j = skip_blanks(line, i);
         if j != i {

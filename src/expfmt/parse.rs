@@ -87,7 +87,17 @@ struct Parser<'b, 'o> {
     grouped: bool,
     last_family: u32,
     family_seen: Vec<bool>,
-    scratch: Vec<(u32, u32)>,
+    scratch: Vec<(u64, u32, u32)>,
+    last_sample: Option<LastSample>,
+}
+
+/// How the previous sample's name resolved.
+#[derive(Debug, Clone, Copy)]
+struct LastSample {
+    name: Span,
+    decl: u32,
+    suffix: Suffix,
+    escaped: bool,
 }
 
 /// Parses one upstream body. The body is kept, not copied: the result refers into it.
@@ -116,6 +126,7 @@ pub fn parse(
             last_family: NONE,
             family_seen: Vec::new(),
             scratch: Vec::with_capacity(16),
+            last_sample: None,
         };
         p.run()?;
         p.finish()
@@ -186,6 +197,8 @@ impl<'b> Parser<'b, '_> {
     }
 
     fn comment(&mut self, line: &[u8], start: usize, c: Comment) {
+        // A declaration can change how the next sample name resolves.
+        self.last_sample = None;
         let abs = |r: (u32, u32)| Span::new(start + r.0 as usize, start + r.1 as usize);
         let (name, what) = match c {
             Comment::Help { name, .. }
@@ -440,15 +453,42 @@ impl<'b> Parser<'b, '_> {
         line_no: usize,
         lex_opts: &LexOptions<'_>,
     ) -> Result<(), ParseError> {
-        let name_len = lex::metric_name_len(&line[first..]);
-        if name_len == 0 {
-            self.stats.malformed += 1;
-            return Ok(());
-        }
-        let name = Span::new(start + first, start + first + name_len);
-        let Some((d, suffix, escaped)) = self.resolve(name) else {
-            self.stats.malformed += 1;
-            return Ok(());
+        // Consecutive samples mostly share a name: when this line starts with the previous
+        // sample's name, neither the name scan nor the family resolution needs doing again.
+        let rest = &line[first..];
+        let cached = self.last_sample.filter(|c| {
+            let prev = c.name.of(self.body);
+            rest.starts_with(prev)
+                && rest
+                    .get(prev.len())
+                    .is_none_or(|&b| !lex::is_metric_char(b))
+        });
+        let (name_len, d, suffix, escaped) = match cached {
+            Some(c) => (
+                (c.name.end - c.name.start) as usize,
+                c.decl,
+                c.suffix,
+                c.escaped,
+            ),
+            None => {
+                let name_len = lex::metric_name_len(rest);
+                if name_len == 0 {
+                    self.stats.malformed += 1;
+                    return Ok(());
+                }
+                let name = Span::new(start + first, start + first + name_len);
+                let Some((d, suffix, escaped)) = self.resolve(name) else {
+                    self.stats.malformed += 1;
+                    return Ok(());
+                };
+                self.last_sample = Some(LastSample {
+                    name,
+                    decl: d,
+                    suffix,
+                    escaped,
+                });
+                (name_len, d, suffix, escaped)
+            }
         };
         self.current = d;
         self.decls[d as usize].has_samples = true;
