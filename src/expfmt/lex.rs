@@ -231,12 +231,11 @@ fn lex_exemplar(
         return Err(LineError::TrailingGarbage);
     }
     let mut scratch = SampleLex::default();
-    let mut seen = Vec::new();
     let ex_opts = LexOptions {
         added: &[],
         ..*opts
     };
-    let close = lex_labels(line, i + 1, &ex_opts, &mut seen, &mut scratch)?;
+    let close = lex_labels(line, i + 1, &ex_opts, seen, &mut scratch)?;
     let j = skip_blanks(line, close + 1);
     let (vs, ve) = token(line, j);
     if j == close + 1 || !valid_float(&line[vs..ve]) {
