@@ -82,6 +82,8 @@ pub type UpstreamResult = Result<Arc<Exposition>, ScrapeError>;
 /// One completed fetch of a URL, parsed for every upstream that shares it.
 #[derive(Debug)]
 pub struct Fetch {
+    /// Unique per fetch: equal generations mean the very same results.
+    pub generation: u64,
     /// When the fetch finished.
     pub at: Instant,
     /// Per upstream of the target, in the order of `Target::upstreams`.
@@ -89,6 +91,20 @@ pub struct Fetch {
 }
 
 type SharedFetch = Shared<BoxFuture<'static, Arc<Fetch>>>;
+
+static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_generation() -> u64 {
+    GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// One upstream's part of a scrape.
+#[derive(Debug, Clone)]
+pub struct Scraped {
+    /// The generation of the fetch the result came from (a fresh one for a result made here).
+    pub generation: u64,
+    pub result: UpstreamResult,
+}
 
 #[derive(Default)]
 struct TargetState {
@@ -250,7 +266,7 @@ impl Scraper {
 
     /// Scrapes the given upstreams concurrently (each distinct URL once), each bounded by its own
     /// timeout and by `budget`; results come back in the order asked.
-    pub async fn scrape(&self, which: &[usize], budget: Option<Duration>) -> Vec<UpstreamResult> {
+    pub async fn scrape(&self, which: &[usize], budget: Option<Duration>) -> Vec<Scraped> {
         let mut targets: Vec<usize> = which.iter().map(|&u| self.position[u].0).collect();
         targets.sort_unstable();
         targets.dedup();
@@ -264,7 +280,10 @@ impl Scraper {
                     .binary_search(&t)
                     .expect("every asked target was fetched");
                 match &fetches[k] {
-                    Some(fetch) => fetch.results[pos].clone(),
+                    Some(fetch) => Scraped {
+                        generation: fetch.generation,
+                        result: fetch.results[pos].clone(),
+                    },
                     None => {
                         // This request's deadline came before the shared fetch finished.
                         let limit = budget.unwrap_or(self.inner.upstreams[u].timeout);
@@ -280,7 +299,10 @@ impl Scraper {
                             .upstream_up
                             .with_label_values(&[name])
                             .set(0);
-                        Err(err)
+                        Scraped {
+                            generation: next_generation(),
+                            result: Err(err),
+                        }
                     }
                 }
             })
@@ -307,6 +329,7 @@ impl Scraper {
                         task.await.unwrap_or_else(|err| {
                             tracing::error!(error = %err, "upstream fetch task failed");
                             Arc::new(Fetch {
+                                generation: next_generation(),
                                 at: Instant::now(),
                                 results: Vec::new(),
                             })
@@ -375,6 +398,7 @@ async fn run_fetch(inner: Arc<Inner>, target: Arc<Target>, timeout: Duration) ->
         record(&inner, u, result, elapsed);
     }
     let fetch = Arc::new(Fetch {
+        generation: next_generation(),
         at: Instant::now(),
         results,
     });

@@ -14,6 +14,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tower_http::compression::CompressionLayer;
@@ -21,7 +22,7 @@ use tower_http::compression::CompressionLayer;
 use crate::config::Config;
 use crate::expfmt::{self, MergeOptions, ParseLimits, ParseOptions, TEXT_CONTENT_TYPE};
 use crate::health::{self, Readiness};
-use crate::scrape::{self, Scraper};
+use crate::scrape::{self, Scraped, Scraper};
 use crate::telemetry::Telemetry;
 
 /// How long in-flight requests may take to finish once the listener has closed.
@@ -64,8 +65,13 @@ impl Drop for Runtime {
     }
 }
 
+/// The latest shared rendering of the engine families, held weakly: it lives only while the
+/// requests that share it are being answered.
+type RenderSlot = Option<(RenderKey, std::sync::Weak<tokio::sync::OnceCell<Bytes>>)>;
+
 struct App {
     runtime: RwLock<Arc<Runtime>>,
+    render: std::sync::Mutex<RenderSlot>,
     telemetry: Telemetry,
     client: reqwest::Client,
     shutting_down: watch::Sender<bool>,
@@ -160,6 +166,7 @@ impl Sysport {
         let runtime = Runtime::start(config, &client, &telemetry);
         let app = Arc::new(App {
             runtime: RwLock::new(Arc::new(runtime)),
+            render: std::sync::Mutex::new(None),
             telemetry,
             client,
             shutting_down: watch::channel(false).0,
@@ -233,7 +240,10 @@ pub async fn serve(
 
 fn router(app: Arc<App>) -> Router {
     Router::new().fallback(dispatch).with_state(app).layer(
+        // Prometheus asks for gzip on every scrape: the fastest level keeps compression from
+        // costing more than the merge itself, for most of the size benefit.
         CompressionLayer::new()
+            .quality(tower_http::CompressionLevel::Fastest)
             .gzip(true)
             .no_br()
             .no_deflate()
@@ -373,22 +383,90 @@ async fn metrics(
                 .any(|n| upstreams[i].keep.iter().any(|k| n.starts_with(k.as_str()))),
         })
         .collect();
-    let results = runtime.scraper.scrape(&which, budget(headers)).await;
-    let engines: Vec<&expfmt::Exposition> = results
-        .iter()
-        .filter_map(|r| r.as_ref().ok().map(|e| &**e))
-        .collect();
-    let opts = MergeOptions {
-        added: runtime.scraper.added_labels(),
-        names: name_refs.as_deref(),
-        hasher: runtime.scraper.hasher(),
+    let scraped = runtime.scraper.scrape(&which, budget(headers)).await;
+    let openmetrics = wants_openmetrics(headers);
+    let engines = match &name_refs {
+        Some(names) => render_engines(app, runtime, &which, &scraped, Some(names), openmetrics),
+        None => {
+            // Scrapers that share a fetch share its rendering too: one merge and one output
+            // buffer however many of them wait (Prometheus HA pairs, load tests).
+            let key = RenderKey {
+                generations: scraped.iter().map(|s| s.generation).collect(),
+                openmetrics,
+            };
+            let cell = app.render_cell(key);
+            cell.get_or_init(|| async {
+                render_engines(app, runtime, &which, &scraped, None, openmetrics)
+            })
+            .await
+            .clone()
+        }
     };
-    let merged = expfmt::merge(&engines, &opts);
-    if name_refs.is_none() {
+    // Rendered after the engine merge, so the series counts it sets are this scrape's.
+    let own = render_own(app, runtime, name_refs.as_deref(), openmetrics);
+    let content_type = if openmetrics {
+        expfmt::OPENMETRICS_CONTENT_TYPE
+    } else {
+        TEXT_CONTENT_TYPE
+    };
+    let chunks = [engines, own].map(Ok::<_, std::convert::Infallible>);
+    let mut r = Response::new(Body::from_stream(futures_util::stream::iter(chunks)));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+/// Identifies one rendering of the engine families: the fetches it came from and the format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RenderKey {
+    generations: Vec<u64>,
+    openmetrics: bool,
+}
+
+impl App {
+    /// The shared rendering for `key`, alive while some request holds it.
+    fn render_cell(&self, key: RenderKey) -> Arc<tokio::sync::OnceCell<Bytes>> {
+        let mut slot = self.render.lock().expect("render cache lock");
+        if let Some((k, weak)) = slot.as_ref()
+            && *k == key
+            && let Some(cell) = weak.upgrade()
+        {
+            return cell;
+        }
+        let cell = Arc::new(tokio::sync::OnceCell::new());
+        *slot = Some((key, Arc::downgrade(&cell)));
+        cell
+    }
+}
+
+/// Merges and writes the engine families of one scrape (no `# EOF`). Without a name filter it
+/// also records each upstream's series counts.
+fn render_engines(
+    app: &App,
+    runtime: &Runtime,
+    which: &[usize],
+    scraped: &[Scraped],
+    names: Option<&[&str]>,
+    openmetrics: bool,
+) -> Bytes {
+    let engines: Vec<&expfmt::Exposition> = scraped
+        .iter()
+        .filter_map(|s| s.result.as_ref().ok().map(|e| &**e))
+        .collect();
+    let merged = expfmt::merge(
+        &engines,
+        &MergeOptions {
+            added: runtime.scraper.added_labels(),
+            names,
+            hasher: runtime.scraper.hasher(),
+        },
+    );
+    if names.is_none() {
+        let upstreams = runtime.scraper.upstreams();
         let oks = which
             .iter()
-            .zip(&results)
-            .filter(|(_, r)| r.is_ok())
+            .zip(scraped)
+            .filter(|(_, s)| s.result.is_ok())
             .map(|(&i, _)| i);
         for (i, stats) in oks.zip(merged.stats()) {
             let name = upstreams[i].name.as_str();
@@ -398,15 +476,9 @@ async fn metrics(
             t.set_series(name, "duplicate", stats.duplicate);
         }
     }
-    // Rendered after the engine merge, so the series counts above are this scrape's.
-    let own = own_metrics(app, runtime, name_refs.as_deref());
-    let own_sources = [&own];
-    let own_merged = expfmt::merge(&own_sources, &MergeOptions { added: &[], ..opts });
-    let mut out = Vec::with_capacity(merged.size_hint() + own.body().len() + 4096);
-    let content_type = if wants_openmetrics(headers) {
+    let mut out = Vec::with_capacity(merged.size_hint());
+    if openmetrics {
         let stats = expfmt::write_openmetrics(&merged, &mut out);
-        expfmt::write_openmetrics(&own_merged, &mut out);
-        out.extend_from_slice(expfmt::OPENMETRICS_EOF);
         if stats.dropped_samples > 0 {
             app.telemetry
                 .openmetrics_dropped
@@ -416,16 +488,32 @@ async fn metrics(
                 "families OpenMetrics cannot express were left out"
             );
         }
-        expfmt::OPENMETRICS_CONTENT_TYPE
     } else {
         expfmt::write_text(&merged, &mut out);
-        expfmt::write_text(&own_merged, &mut out);
-        TEXT_CONTENT_TYPE
-    };
-    let mut r = Response::new(Body::from(out));
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    r
+    }
+    Bytes::from(out)
+}
+
+/// sysport's own metrics in the response's format; ends the OpenMetrics document.
+fn render_own(app: &App, runtime: &Runtime, names: Option<&[&str]>, openmetrics: bool) -> Bytes {
+    let own = own_metrics(app, runtime, names);
+    let sources = [&own];
+    let merged = expfmt::merge(
+        &sources,
+        &MergeOptions {
+            added: &[],
+            names,
+            hasher: runtime.scraper.hasher(),
+        },
+    );
+    let mut out = Vec::with_capacity(merged.size_hint() + 16);
+    if openmetrics {
+        expfmt::write_openmetrics(&merged, &mut out);
+        out.extend_from_slice(expfmt::OPENMETRICS_EOF);
+    } else {
+        expfmt::write_text(&merged, &mut out);
+    }
+    Bytes::from(out)
 }
 
 /// sysport's own metrics, read back like an upstream so `?name=` and both output formats treat

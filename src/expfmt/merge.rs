@@ -147,9 +147,21 @@ impl<'a> Merge<'a> {
             .iter()
             .map(|l| l.name.len() + l.escaped.len() + 4)
             .sum();
+        // Header lines exactly enough that writing never has to grow the buffer: HELP, TYPE
+        // and UNIT each repeat the name with a short keyword, HELP and UNIT add their text.
+        let headers = |s: &Exposition| -> usize {
+            s.families()
+                .iter()
+                .map(|f| {
+                    let (base, suffix) = s.family_name(f);
+                    let text = |t: Option<super::Span>| t.map_or(0, |t| (t.end - t.start) as usize);
+                    3 * (base.len() + suffix.len() + 24) + text(f.help) + text(f.unit)
+                })
+                .sum()
+        };
         self.sources
             .iter()
-            .map(|s| s.kept_bytes() + s.all_samples().len() * added + s.families().len() * 128)
+            .map(|s| s.kept_bytes() + s.all_samples().len() * added + headers(s))
             .sum()
     }
 }
