@@ -135,13 +135,42 @@ pub(crate) struct LexOptions<'a> {
     pub hasher: PairHasher,
 }
 
+/// Label names seen on a line: `(raw name hash, start, end)` relative to the line.
+type Names = Vec<(u64, u32, u32)>;
+
+/// Working memory for label lexing, reused for every line of a body. It remembers the label
+/// names of the previous line: the next line of the same family repeats them in order, so a
+/// byte comparison replaces the name scan, the hash and the repeated-name check.
+#[derive(Debug, Default)]
+pub(crate) struct LabelScratch<'b> {
+    seen: Names,
+    prev: Names,
+    prev_line: &'b [u8],
+    exemplar: Names,
+}
+
 /// Lexes a full sample line. `name_start..name_end` must already be known to hold a valid name.
-pub(crate) fn lex_sample(
-    line: &[u8],
+pub(crate) fn lex_sample<'b>(
+    line: &'b [u8],
     name_start: usize,
     name_end: usize,
     opts: &LexOptions<'_>,
-    seen_labels: &mut Vec<(u64, u32, u32)>,
+    scratch: &mut LabelScratch<'b>,
+) -> Result<SampleLex, LineError> {
+    let lexed = lex_sample_inner(line, name_start, name_end, opts, scratch)?;
+    if lexed.labels.0 != lexed.labels.1 {
+        std::mem::swap(&mut scratch.seen, &mut scratch.prev);
+        scratch.prev_line = line;
+    }
+    Ok(lexed)
+}
+
+fn lex_sample_inner<'b>(
+    line: &'b [u8],
+    name_start: usize,
+    name_end: usize,
+    opts: &LexOptions<'_>,
+    scratch: &mut LabelScratch<'b>,
 ) -> Result<SampleLex, LineError> {
     let mut out = SampleLex {
         name_start: name_start as u32,
@@ -158,7 +187,8 @@ pub(crate) fn lex_sample(
         }
     }
     if i < line.len() && line[i] == b'{' {
-        let close = lex_labels(line, i + 1, opts, seen_labels, &mut out)?;
+        let prev = (scratch.prev_line, scratch.prev.as_slice());
+        let close = lex_labels(line, i + 1, opts, &mut scratch.seen, Some(prev), &mut out)?;
         i = close + 1;
     }
     // Value: one or more blanks, then a token.
@@ -210,12 +240,12 @@ pub(crate) fn lex_sample(
         if opts.format == Format::Text || line[j] != b'#' {
             return Err(LineError::TrailingGarbage);
         }
-        return lex_exemplar(line, j, opts, seen_labels, out);
+        return lex_exemplar(line, j, opts, &mut scratch.exemplar, out);
     }
     if opts.format == Format::Text {
         return Err(LineError::TrailingGarbage);
     }
-    lex_exemplar(line, j, opts, seen_labels, out)
+    lex_exemplar(line, j, opts, &mut scratch.exemplar, out)
 }
 
 /// ` # {labels} value [timestamp]` after an OpenMetrics sample. Kept as one span.
@@ -223,7 +253,7 @@ fn lex_exemplar(
     line: &[u8],
     hash: usize,
     opts: &LexOptions<'_>,
-    seen: &mut Vec<(u64, u32, u32)>,
+    seen: &mut Names,
     mut out: SampleLex,
 ) -> Result<SampleLex, LineError> {
     let i = skip_blanks(line, hash + 1);
@@ -235,7 +265,7 @@ fn lex_exemplar(
         added: &[],
         ..*opts
     };
-    let close = lex_labels(line, i + 1, &ex_opts, seen, &mut scratch)?;
+    let close = lex_labels(line, i + 1, &ex_opts, seen, None, &mut scratch)?;
     let j = skip_blanks(line, close + 1);
     let (vs, ve) = token(line, j);
     if j == close + 1 || !valid_float(&line[vs..ve]) {
@@ -260,13 +290,17 @@ fn lex_labels(
     line: &[u8],
     start: usize,
     opts: &LexOptions<'_>,
-    seen: &mut Vec<(u64, u32, u32)>,
+    seen: &mut Names,
+    prev: Option<(&[u8], &[(u64, u32, u32)])>,
     out: &mut SampleLex,
 ) -> Result<usize, LineError> {
     seen.clear();
     let mut i = start;
     let mut hash = 0u64;
     let mut trailing_comma = false;
+    // While every name so far equals the previous line's at the same position, the names are
+    // known valid and distinct.
+    let mut same_as_prev = true;
     loop {
         let j = skip_blanks(line, i);
         if j != i {
@@ -287,25 +321,48 @@ fn lex_labels(
         }
         // Label name.
         let ns = i;
-        if !LABEL_START[line[i] as usize] {
-            return Err(LineError::BadLabelName);
-        }
-        i += 1;
-        while i < line.len() && LABEL_CONT[line[i] as usize] {
-            i += 1;
-        }
+        let repeated = same_as_prev
+            .then(|| {
+                prev.and_then(|(pl, names)| {
+                    names
+                        .get(seen.len())
+                        .map(|&(h, s, e)| (h, &pl[s as usize..e as usize]))
+                })
+            })
+            .flatten()
+            .filter(|(_, pname)| {
+                line[ns..].starts_with(pname) && line.get(ns + pname.len()) == Some(&b'=')
+            });
+        let name_hash = match repeated {
+            Some((h, pname)) => {
+                i = ns + pname.len();
+                h
+            }
+            None => {
+                same_as_prev = false;
+                if !LABEL_START[line[i] as usize] {
+                    return Err(LineError::BadLabelName);
+                }
+                i += 1;
+                while i < line.len() && LABEL_CONT[line[i] as usize] {
+                    i += 1;
+                }
+                let name = &line[ns..i];
+                if name.starts_with(b"__") {
+                    return Err(LineError::BadLabelName);
+                }
+                let h = opts.hasher.raw(name);
+                // Hashes first: a repeated name is rare, a byte comparison per pair is not.
+                if seen
+                    .iter()
+                    .any(|&(sh, s, e)| sh == h && &line[s as usize..e as usize] == name)
+                {
+                    return Err(LineError::BadLabelName);
+                }
+                h
+            }
+        };
         let name = &line[ns..i];
-        if name.starts_with(b"__") {
-            return Err(LineError::BadLabelName);
-        }
-        let name_hash = opts.hasher.raw(name);
-        // Hashes first: a repeated name is rare, a byte comparison per pair is not free.
-        if seen
-            .iter()
-            .any(|&(h, s, e)| h == name_hash && &line[s as usize..e as usize] == name)
-        {
-            return Err(LineError::BadLabelName);
-        }
         if seen.len() >= opts.max_labels {
             return Err(LineError::TooManyLabels);
         }
@@ -362,7 +419,7 @@ fn lex_labels(
 fn scan_quoted(line: &[u8], start: usize) -> Result<usize, LineError> {
     let mut i = start;
     loop {
-        match memchr::memchr2(b'"', b'\\', &line[i..]) {
+        match find_quote_or_backslash(&line[i..]) {
             None => return Err(LineError::BadLabelSyntax),
             Some(off) => {
                 let at = i + off;
@@ -376,6 +433,33 @@ fn scan_quoted(line: &[u8], start: usize) -> Result<usize, LineError> {
             }
         }
     }
+}
+
+/// The first `"` or `\\` in `s`. Label values are mostly a few bytes to a few dozen: eight bytes
+/// at a time in a register for the first 64, where a vector search would spend its time
+/// setting up, then `memchr2`.
+#[inline]
+fn find_quote_or_backslash(s: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let zero_byte = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let mut i = 0;
+    while i + 8 <= s.len() && i < 64 {
+        let w = u64::from_le_bytes(s[i..i + 8].try_into().expect("8 bytes"));
+        let hits = zero_byte(w ^ (ONES * b'"' as u64)) | zero_byte(w ^ (ONES * b'\\' as u64));
+        if hits != 0 {
+            // The lowest flagged byte is exact: borrows only run towards higher bytes.
+            return Some(i + (hits.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    if i < 64 {
+        return s[i..]
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\')
+            .map(|p| i + p);
+    }
+    memchr::memchr2(b'"', b'\\', &s[i..]).map(|p| i + p)
 }
 
 /// The token starting at `i`, up to the next blank or the end of the line.
@@ -598,7 +682,7 @@ mod tests {
         if n == 0 {
             return Err(LineError::BadName);
         }
-        lex_sample(b, 0, n, &opts(format), &mut Vec::new())
+        lex_sample(b, 0, n, &opts(format), &mut LabelScratch::default())
     }
 
     fn part(line: &str, r: (u32, u32)) -> &str {
@@ -625,6 +709,40 @@ mod tests {
             r#"a="x,y=z}",b="q\"uo\\te\nnl # not a comment""#
         );
         assert_eq!(part(l, s.value), "1");
+    }
+
+    #[test]
+    fn quote_search_matches_a_naive_scan() {
+        let alphabet = [
+            b'a',
+            b'"',
+            b'\\',
+            0x80,
+            0xff,
+            b'\n',
+            0x22 ^ 0x01,
+            0x5c ^ 0x80,
+        ];
+        let mut state = 12345u64;
+        for len in 0..200 {
+            for _ in 0..20 {
+                let v: Vec<u8> = (0..len)
+                    .map(|_| {
+                        state = state
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        let r = (state >> 33) as usize;
+                        if r % 16 == 0 {
+                            alphabet[(r / 16) % alphabet.len()]
+                        } else {
+                            b'x'
+                        }
+                    })
+                    .collect();
+                let naive = v.iter().position(|&b| b == b'"' || b == b'\\');
+                assert_eq!(find_quote_or_backslash(&v), naive, "{v:?}");
+            }
+        }
     }
 
     #[test]
@@ -712,7 +830,13 @@ mod tests {
     fn invalid_utf8_is_rejected() {
         let line = b"m{a=\"\xff\xfe\"} 1";
         assert_eq!(
-            lex_sample(line, 0, 1, &opts(Format::Text), &mut Vec::new()),
+            lex_sample(
+                line,
+                0,
+                1,
+                &opts(Format::Text),
+                &mut LabelScratch::default()
+            ),
             Err(LineError::NotUtf8)
         );
     }

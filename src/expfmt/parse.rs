@@ -79,6 +79,9 @@ struct Parser<'b, 'o> {
     by_name: HashMap<&'b [u8], u32>,
     /// Declared names with `:`, under their escaped form (`vllm:x` → `vllm_x`).
     by_escaped: HashMap<Vec<u8>, u32>,
+    /// Declarations with `:` in their name, and how many of them `by_escaped` holds.
+    colon_decls: Vec<u32>,
+    escaped_indexed: usize,
     families: Vec<Family>,
     family_kept: Vec<bool>,
     samples: Vec<Sample>,
@@ -87,7 +90,7 @@ struct Parser<'b, 'o> {
     grouped: bool,
     last_family: u32,
     family_seen: Vec<bool>,
-    scratch: Vec<(u64, u32, u32)>,
+    scratch: lex::LabelScratch<'b>,
     last_sample: Option<LastSample>,
 }
 
@@ -115,8 +118,10 @@ pub fn parse(
             format,
             opts,
             decls: Vec::new(),
-            by_name: HashMap::new(),
+            by_name: HashMap::with_capacity(256),
             by_escaped: HashMap::new(),
+            colon_decls: Vec::with_capacity(256),
+            escaped_indexed: 0,
             families: Vec::new(),
             family_kept: Vec::new(),
             samples: Vec::with_capacity(body.len() / 96),
@@ -125,7 +130,7 @@ pub fn parse(
             grouped: true,
             last_family: NONE,
             family_seen: Vec::new(),
-            scratch: Vec::with_capacity(16),
+            scratch: lex::LabelScratch::default(),
             last_sample: None,
         };
         p.run()?;
@@ -246,6 +251,20 @@ impl<'b> Parser<'b, '_> {
         }
     }
 
+    /// Adds the declarations with `:` made since the last call to the escaped-name index.
+    fn index_escaped(&mut self) {
+        for &d in &self.colon_decls[self.escaped_indexed..] {
+            let escaped: Vec<u8> = self.decls[d as usize]
+                .name
+                .of(self.body)
+                .iter()
+                .map(|&b| if b == b':' { b'_' } else { b })
+                .collect();
+            self.by_escaped.entry(escaped).or_insert(d);
+        }
+        self.escaped_indexed = self.colon_decls.len();
+    }
+
     /// Finds or creates the declaration for a name.
     fn declare(&mut self, name: Span) -> u32 {
         let bytes = name.of(self.body);
@@ -256,11 +275,7 @@ impl<'b> Parser<'b, '_> {
         let kept = self.keeps(bytes);
         let has_colon = memchr::memchr(b':', bytes).is_some();
         if has_colon {
-            let escaped: Vec<u8> = bytes
-                .iter()
-                .map(|&b| if b == b':' { b'_' } else { b })
-                .collect();
-            self.by_escaped.entry(escaped).or_insert(d);
+            self.colon_decls.push(d);
         }
         let primary = self.new_family(name, Suffix::None, Kind::Untyped, Role::Primary, kept);
         self.decls.push(Decl {
@@ -398,17 +413,22 @@ impl<'b> Parser<'b, '_> {
             return Some((d, s, e));
         }
         for suffix in Suffix::ALL {
-            if let Some(base) = name.strip_suffix(suffix.as_bytes()) {
-                if let Some(&d) = self.by_name.get(base)
-                    && let Some((s, e)) = self.matches(d, name)
-                {
-                    return Some((d, s, e));
-                }
-                if let Some(&d) = self.by_escaped.get(base)
-                    && let Some((s, e)) = self.matches(d, name)
-                {
-                    return Some((d, s, e));
-                }
+            if let Some(base) = name.strip_suffix(suffix.as_bytes())
+                && let Some(&d) = self.by_name.get(base)
+                && let Some((s, e)) = self.matches(d, name)
+            {
+                return Some((d, s, e));
+            }
+        }
+        // Escaped names (`vllm_x_total` for `vllm:x`) only come from OpenMetrics renderers with
+        // client_python#1177: the escaped index is built on the first name that needs it.
+        self.index_escaped();
+        for suffix in Suffix::ALL {
+            if let Some(base) = name.strip_suffix(suffix.as_bytes())
+                && let Some(&d) = self.by_escaped.get(base)
+                && let Some((s, e)) = self.matches(d, name)
+            {
+                return Some((d, s, e));
             }
         }
         if let Some(&d) = self.by_escaped.get(name)
@@ -447,7 +467,7 @@ impl<'b> Parser<'b, '_> {
 
     fn sample(
         &mut self,
-        line: &[u8],
+        line: &'b [u8],
         start: usize,
         first: usize,
         line_no: usize,
