@@ -187,7 +187,7 @@ fn lex_sample_inner<'b>(
         }
     }
     if i < line.len() && line[i] == b'{' {
-        let prev = (scratch.prev_line, scratch.prev.as_slice());
+        let prev = (scratch.prev_line, &scratch.prev);
         let close = lex_labels(line, i + 1, opts, &mut scratch.seen, Some(prev), &mut out)?;
         i = close + 1;
     }
@@ -291,7 +291,7 @@ fn lex_labels(
     start: usize,
     opts: &LexOptions<'_>,
     seen: &mut Names,
-    prev: Option<(&[u8], &[(u64, u32, u32)])>,
+    prev: Option<(&[u8], &Names)>,
     out: &mut SampleLex,
 ) -> Result<usize, LineError> {
     seen.clear();
