@@ -49,6 +49,16 @@ step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --all-targets --locked -- -D warnings
 step "cargo test" cargo test --all-targets --locked
 step "cargo build (binary for the suites below)" cargo build --locked --bin sysport
+# The image is built by the Dockerfile's own cargo line; run exactly that line so the two stay
+# in step (no Docker engine is needed for it).
+dockerfile_build() {
+  local line
+  line=$(grep -E '^RUN cargo build ' Dockerfile | tail -n 1 | sed 's/^RUN //')
+  [ -n "$line" ] || { echo "no 'RUN cargo build' line in Dockerfile"; return 1; }
+  echo "+ $line"
+  bash -c "$line"
+}
+step "Dockerfile build line" dockerfile_build
 for suite in tests/suites/*.sh; do
   [ -e "$suite" ] || continue
   step "$(basename "$suite" .sh)" bash "$suite"

@@ -26,6 +26,8 @@ pub enum ScrapeError {
     Timeout(Duration),
     #[error("cannot connect: {0}")]
     Connect(String),
+    #[error("connection reset or closed mid-response: {0}")]
+    Reset(String),
     #[error("HTTP status {0}")]
     Status(u16),
     #[error("too many redirects")]
@@ -44,6 +46,7 @@ impl ScrapeError {
         match self {
             ScrapeError::Timeout(_) => "timeout",
             ScrapeError::Connect(_) => "connect_error",
+            ScrapeError::Reset(_) => "reset",
             ScrapeError::Status(_) => "http_status",
             ScrapeError::Redirect => "redirect",
             ScrapeError::TooLarge { .. } => "too_large",
@@ -58,6 +61,8 @@ impl ScrapeError {
             ScrapeError::Timeout(timeout)
         } else if err.is_connect() {
             ScrapeError::Connect(root_cause(&err))
+        } else if was_reset(&err) {
+            ScrapeError::Reset(root_cause(&err))
         } else if err.is_redirect() {
             ScrapeError::Redirect
         } else if err.is_body() || err.is_decode() {
@@ -66,6 +71,32 @@ impl ScrapeError {
             ScrapeError::Request(root_cause(&err))
         }
     }
+}
+
+/// Whether the peer reset or closed the connection after it was established.
+fn was_reset(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut e: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(cur) = e {
+        if let Some(io) = cur.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            )
+        {
+            return true;
+        }
+        if cur
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_incomplete_message)
+        {
+            return true;
+        }
+        e = cur.source();
+    }
+    false
 }
 
 fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
@@ -285,7 +316,9 @@ impl Scraper {
                         result: fetch.results[pos].clone(),
                     },
                     None => {
-                        // This request's deadline came before the shared fetch finished.
+                        // This request's deadline came before the shared fetch finished: for
+                        // this scrape the upstream timed out (the fetch still counts its own
+                        // result when it ends).
                         let limit = budget.unwrap_or(self.inner.upstreams[u].timeout);
                         let err = ScrapeError::Timeout(limit);
                         let name = &self.inner.upstreams[u].name;
@@ -419,6 +452,7 @@ fn parse_for(inner: &Inner, u: usize, body: Bytes, format: Format) -> UpstreamRe
         limits: ParseLimits {
             max_line_bytes: limits.max_line_bytes,
             max_series: limits.max_series,
+            max_families: limits.max_families,
             max_labels: limits.max_labels,
             max_label_value_bytes: limits.max_label_value_bytes,
         },
@@ -432,6 +466,7 @@ fn parse_for(inner: &Inner, u: usize, body: Bytes, format: Format) -> UpstreamRe
             let limit = match limit {
                 expfmt::Limit::LineBytes => "line length",
                 expfmt::Limit::Series => "series",
+                expfmt::Limit::Families => "families",
                 expfmt::Limit::Labels => "label count",
                 expfmt::Limit::LabelValueBytes => "label value length",
             };

@@ -527,6 +527,7 @@ fn own_metrics(app: &App, runtime: &Runtime, names: Option<&[&str]>) -> expfmt::
         limits: ParseLimits {
             max_line_bytes: 1 << 20,
             max_series: 1 << 20,
+            max_families: 1 << 20,
             max_labels: 64,
             max_label_value_bytes: 1 << 20,
         },

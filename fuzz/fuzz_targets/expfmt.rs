@@ -17,9 +17,9 @@ use expfmt::{
 use libfuzzer_sys::fuzz_target;
 
 const LIMITS: ParseLimits =
-    ParseLimits { max_line_bytes: 1 << 16, max_series: 20_000, max_labels: 32, max_label_value_bytes: 1 << 12 };
+    ParseLimits { max_line_bytes: 1 << 16, max_series: 20_000, max_families: 5_000, max_labels: 32, max_label_value_bytes: 1 << 12 };
 const LOOSE: ParseLimits =
-    ParseLimits { max_line_bytes: 1 << 20, max_series: 1 << 20, max_labels: 64, max_label_value_bytes: 1 << 20 };
+    ParseLimits { max_line_bytes: 1 << 20, max_series: 1 << 20, max_families: 1 << 20, max_labels: 64, max_label_value_bytes: 1 << 20 };
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, body)) = data.split_first() else { return };

@@ -241,6 +241,12 @@ impl Loader<'_> {
                 parse_count,
                 defaults.max_series,
             ),
+            max_families: self.limit(
+                raw.max_families.as_ref(),
+                "limits.max_families",
+                parse_count,
+                defaults.max_families,
+            ),
             max_labels: self.limit(
                 raw.max_labels.as_ref(),
                 "limits.max_labels",

@@ -24,6 +24,7 @@
 //!   max_body_bytes: 16MiB
 //!   max_line_bytes: 1MiB
 //!   max_series: 250000
+//!   max_families: 20000
 //!   max_labels: 64
 //!   max_label_value_bytes: 512KiB
 //! shutdown: { drain_delay: 5s }
@@ -135,6 +136,8 @@ pub struct Limits {
     pub max_line_bytes: usize,
     /// Series per upstream, default 250 000.
     pub max_series: usize,
+    /// Metric families (distinct names) per upstream, default 20 000.
+    pub max_families: usize,
     /// Labels per series, default 64.
     pub max_labels: usize,
     /// Bytes in one label value, default 512 KiB.
@@ -229,6 +232,7 @@ impl Default for Limits {
             max_body_bytes: 16 << 20,
             max_line_bytes: 1 << 20,
             max_series: 250_000,
+            max_families: 20_000,
             max_labels: 64,
             max_label_value_bytes: 512 << 10,
         }

@@ -95,6 +95,9 @@ pub(crate) struct RawLimits {
     pub(crate) max_line_bytes: Option<Text>,
     /// Most series kept from one upstream, default 250000.
     pub(crate) max_series: Option<Text>,
+    /// Most metric families (distinct names) from one upstream, default 20000; vLLM exposes a
+    /// few hundred. Each costs far more than a series, so this bounds memory separately.
+    pub(crate) max_families: Option<Text>,
     /// Most labels on one series, default 64.
     pub(crate) max_labels: Option<Text>,
     /// Longest label value, default `512KiB`.

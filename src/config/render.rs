@@ -62,6 +62,7 @@ impl fmt::Display for Config {
             format_bytes(limits.max_line_bytes)
         )?;
         writeln!(f, "  max_series: {}", limits.max_series)?;
+        writeln!(f, "  max_families: {}", limits.max_families)?;
         writeln!(f, "  max_labels: {}", limits.max_labels)?;
         writeln!(
             f,

@@ -217,6 +217,7 @@ shutdown: { drain_delay: 0 }
         max_body_bytes: 1 << 20,
         max_line_bytes: 512 << 10,
         max_series: 1000,
+        max_families: 20_000,
         max_labels: 8,
         max_label_value_bytes: 100,
     };

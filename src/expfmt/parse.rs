@@ -21,6 +21,8 @@ use super::{
 pub struct ParseLimits {
     pub max_line_bytes: usize,
     pub max_series: usize,
+    /// Distinct names (declared or implied), kept or not: each costs a table entry.
+    pub max_families: usize,
     pub max_labels: usize,
     pub max_label_value_bytes: usize,
 }
@@ -44,6 +46,7 @@ pub struct ParseOptions<'a> {
 pub enum Limit {
     LineBytes,
     Series,
+    Families,
     Labels,
     LabelValueBytes,
 }
@@ -195,6 +198,12 @@ impl<'b> Parser<'b, '_> {
                     }
                     self.sample(line, start, i, line_no, &lex_opts)?;
                 }
+            }
+            if self.decls.len() > self.opts.limits.max_families {
+                return Err(ParseError::TooLarge {
+                    limit: Limit::Families,
+                    line: line_no,
+                });
             }
             start = next;
         }

@@ -8,6 +8,7 @@ use crate::expfmt::openmetrics::OpenMetricsStats;
 pub(crate) const LIMITS: ParseLimits = ParseLimits {
     max_line_bytes: 1 << 20,
     max_series: 100_000,
+    max_families: 10_000,
     max_labels: 64,
     max_label_value_bytes: 1 << 20,
 };
@@ -275,6 +276,7 @@ fn limits_turn_the_upstream_away_before_memory_is_spent() {
     let small = ParseLimits {
         max_line_bytes: 1000,
         max_series: 2,
+        max_families: 3,
         max_labels: 2,
         max_label_value_bytes: 100,
     };
@@ -311,6 +313,23 @@ fn limits_turn_the_upstream_away_before_memory_is_spent() {
             ..
         })
     ));
+    let names = "vllm:a 1\nvllm:b 1\nother_c 1\nvllm:d 1\n";
+    assert_eq!(
+        parse_one(
+            &up(names, &["vllm:"]),
+            &[],
+            ParseLimits {
+                max_series: 100,
+                ..small
+            }
+        )
+        .expect_err("too many names"),
+        ParseError::TooLarge {
+            limit: Limit::Families,
+            line: 4
+        },
+        "every distinct name counts, kept or not"
+    );
     // Dropped families do not count towards the series limit.
     let dropped = "other 1\nother 2\nother 3\nvllm:a 1\n";
     assert!(parse_one(&up(dropped, &["vllm:"]), &[], small).is_ok());

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 /// Checks a whole body; returns the families in order of appearance.
-pub fn check_text(body: &[u8]) -> Result<Vec<String>, String> {
+pub(crate) fn check_text(body: &[u8]) -> Result<Vec<String>, String> {
     let text = std::str::from_utf8(body).map_err(|e| format!("output is not UTF-8: {e}"))?;
     if !text.is_empty() && !text.ends_with('\n') {
         return Err("output does not end with a newline".into());
@@ -15,6 +15,7 @@ pub fn check_text(body: &[u8]) -> Result<Vec<String>, String> {
     let mut sampled: HashSet<String> = HashSet::new();
     let mut series: HashSet<&str> = HashSet::new();
     let mut order: Vec<String> = Vec::new();
+    let mut ordered: HashSet<String> = HashSet::new();
     for (i, line) in text.lines().enumerate() {
         let at = |why: &str| format!("line {}: {why}: {line:?}", i + 1);
         if let Some(comment) = line.strip_prefix('#') {
@@ -52,7 +53,7 @@ pub fn check_text(body: &[u8]) -> Result<Vec<String>, String> {
         }
         let family = family_of(name, &types).to_string();
         if order.last() != Some(&family) {
-            if order.contains(&family) {
+            if !ordered.insert(family.clone()) {
                 return Err(at(&format!("family {family} is split")));
             }
             order.push(family.clone());
@@ -79,8 +80,14 @@ fn family_of<'a>(name: &'a str, types: &HashMap<&'a str, &str>) -> &'a str {
 }
 
 fn check_name(name: &str) -> Result<(), String> {
-    let ok = name.bytes().enumerate().all(|(i, b)| b.is_ascii_alphabetic() || b == b'_' || b == b':' || (i > 0 && b.is_ascii_digit()));
-    if name.is_empty() || !ok { Err(format!("bad metric name {name:?}")) } else { Ok(()) }
+    let ok = name.bytes().enumerate().all(|(i, b)| {
+        b.is_ascii_alphabetic() || b == b'_' || b == b':' || (i > 0 && b.is_ascii_digit())
+    });
+    if name.is_empty() || !ok {
+        Err(format!("bad metric name {name:?}"))
+    } else {
+        Ok(())
+    }
 }
 
 /// Checks `name{labels} value [timestamp]`; returns the name and the `name{labels}` key.
@@ -93,9 +100,13 @@ fn check_sample(line: &str) -> Result<(&str, &str), String> {
         rest = check_labels(labels)?;
     }
     let key = &line[..line.len() - rest.len()];
-    let mut fields = rest.strip_prefix(' ').ok_or("no space before the value")?.split(' ');
+    let mut fields = rest
+        .strip_prefix(' ')
+        .ok_or("no space before the value")?
+        .split(' ');
     let value = fields.next().ok_or("no value")?;
-    let valid_value = matches!(value, "+Inf" | "-Inf" | "Inf" | "NaN") || value.parse::<f64>().is_ok();
+    let valid_value =
+        matches!(value, "+Inf" | "-Inf" | "Inf" | "NaN") || value.parse::<f64>().is_ok();
     if !valid_value {
         return Err(format!("bad value {value:?}"));
     }
@@ -120,14 +131,19 @@ fn check_labels(mut s: &str) -> Result<&str, String> {
         let eq = s.find('=').ok_or("label without `=`")?;
         let label = &s[..eq];
         let ok = !label.is_empty()
-            && label.bytes().enumerate().all(|(i, b)| b.is_ascii_alphabetic() || b == b'_' || (i > 0 && b.is_ascii_digit()));
+            && label.bytes().enumerate().all(|(i, b)| {
+                b.is_ascii_alphabetic() || b == b'_' || (i > 0 && b.is_ascii_digit())
+            });
         if !ok {
             return Err(format!("bad label name {label:?}"));
         }
         if !seen.insert(label) {
             return Err(format!("repeated label {label:?}"));
         }
-        let mut chars = s[eq + 1..].strip_prefix('"').ok_or("label value not quoted")?.char_indices();
+        let mut chars = s[eq + 1..]
+            .strip_prefix('"')
+            .ok_or("label value not quoted")?
+            .char_indices();
         let end = loop {
             match chars.next().ok_or("unterminated label value")? {
                 (_, '\\') => match chars.next() {

@@ -8,22 +8,22 @@ use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
 
 /// One upstream entry of the generated config.
-pub struct UpstreamSpec<'a> {
-    pub name: &'a str,
-    pub url: &'a str,
-    pub timeout: &'a str,
+pub(crate) struct UpstreamSpec<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) url: &'a str,
+    pub(crate) timeout: &'a str,
 }
 
 /// A `/metrics` (or other) answer and how long it took, body included.
-pub struct Timed {
-    pub status: u16,
-    pub elapsed: Duration,
-    pub body: Vec<u8>,
+pub(crate) struct Timed {
+    pub(crate) status: u16,
+    pub(crate) elapsed: Duration,
+    pub(crate) body: Vec<u8>,
 }
 
-pub struct Sidecar {
+pub(crate) struct Sidecar {
     child: Child,
-    pub base: String,
+    pub(crate) base: String,
     dir: PathBuf,
     client: reqwest::Client,
 }
@@ -31,8 +31,9 @@ pub struct Sidecar {
 impl Sidecar {
     /// Starts sysport in front of `upstreams` and waits until `/live` answers. `extra` is more
     /// YAML appended to the file (for example a `limits:` section).
-    pub async fn start(test: &str, upstreams: &[UpstreamSpec<'_>], extra: &str) -> Sidecar {
-        let dir = std::env::temp_dir().join(format!("sysport-faults-{}-{test}", std::process::id()));
+    pub(crate) async fn start(test: &str, upstreams: &[UpstreamSpec<'_>], extra: &str) -> Sidecar {
+        let dir =
+            std::env::temp_dir().join(format!("sysport-faults-{}-{test}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let client = reqwest::Client::builder()
             .no_proxy()
@@ -58,14 +59,22 @@ impl Sidecar {
                 .kill_on_drop(true)
                 .spawn()
                 .expect("spawn sysport");
-            let mut sidecar = Sidecar { child, base: format!("http://127.0.0.1:{port}"), dir: dir.clone(), client: client.clone() };
+            let mut sidecar = Sidecar {
+                child,
+                base: format!("http://127.0.0.1:{port}"),
+                dir: dir.clone(),
+                client: client.clone(),
+            };
             if sidecar.wait_live().await {
                 return sidecar;
             }
             let _ = sidecar.child.start_kill();
             let _ = sidecar.child.wait().await;
         }
-        panic!("sysport did not start; log:\n{}", std::fs::read_to_string(dir.join("sysport.log")).unwrap_or_default());
+        panic!(
+            "sysport did not start; log:\n{}",
+            std::fs::read_to_string(dir.join("sysport.log")).unwrap_or_default()
+        );
     }
 
     async fn wait_live(&mut self) -> bool {
@@ -84,12 +93,12 @@ impl Sidecar {
         false
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id().expect("sysport is running")
     }
 
     /// GET `path` with extra headers; the clock runs from the request until the whole body.
-    pub async fn get(&self, path: &str, headers: &[(&str, &str)]) -> Timed {
+    pub(crate) async fn get(&self, path: &str, headers: &[(&str, &str)]) -> Timed {
         let started = Instant::now();
         let mut req = self.client.get(format!("{}{path}", self.base));
         for (k, v) in headers {
@@ -98,12 +107,17 @@ impl Sidecar {
         let r = req.send().await.expect("sysport answers");
         let status = r.status().as_u16();
         let body = r.bytes().await.expect("sysport sends the body").to_vec();
-        Timed { status, elapsed: started.elapsed(), body }
+        Timed {
+            status,
+            elapsed: started.elapsed(),
+            body,
+        }
     }
 
     /// Peak resident set size (`VmHWM`) in KiB.
-    pub fn vm_hwm_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("read /proc/PID/status");
+    pub(crate) fn vm_hwm_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("read /proc/PID/status");
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmHWM:"))
@@ -112,15 +126,21 @@ impl Sidecar {
     }
 
     /// SIGTERM, then waits for a clean exit.
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         let pid = self.pid().to_string();
-        let sent = std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("run kill");
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("run kill");
         assert!(sent.success(), "kill -TERM {pid}");
         let status = tokio::time::timeout(Duration::from_secs(10), self.child.wait())
             .await
             .expect("sysport exits within 10 s of SIGTERM")
             .expect("wait for sysport");
-        assert!(status.success(), "sysport exited with {status} after SIGTERM");
+        assert!(
+            status.success(),
+            "sysport exited with {status} after SIGTERM"
+        );
     }
 }
 

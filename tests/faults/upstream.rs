@@ -12,9 +12,13 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// What the upstream does once it has read a request.
 #[derive(Debug, Clone)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// A complete response with `Content-Length`, then close.
-    Respond { status: &'static str, headers: Vec<(&'static str, String)>, body: Bytes },
+    Respond {
+        status: &'static str,
+        headers: Vec<(&'static str, String)>,
+        body: Bytes,
+    },
     /// Never writes a byte; holds the connection until the peer leaves.
     Silent,
     /// Headers announcing 1 MiB of body, 64 bytes of it, then nothing.
@@ -33,17 +37,21 @@ pub enum Fault {
 
 impl Fault {
     /// A 200 text 0.0.4 response.
-    pub fn text(body: impl Into<Bytes>) -> Fault {
+    pub(crate) fn text(body: impl Into<Bytes>) -> Fault {
         Fault::ok("text/plain; version=0.0.4; charset=utf-8", body)
     }
 
     /// A 200 response of the given content type.
-    pub fn ok(content_type: &str, body: impl Into<Bytes>) -> Fault {
-        Fault::Respond { status: "200 OK", headers: vec![("Content-Type", content_type.to_string())], body: body.into() }
+    pub(crate) fn ok(content_type: &str, body: impl Into<Bytes>) -> Fault {
+        Fault::Respond {
+            status: "200 OK",
+            headers: vec![("Content-Type", content_type.to_string())],
+            body: body.into(),
+        }
     }
 
     /// An error status with a short plain body.
-    pub fn status(status: &'static str) -> Fault {
+    pub(crate) fn status(status: &'static str) -> Fault {
         Fault::Respond {
             status,
             headers: vec![("Content-Type", "text/plain".to_string())],
@@ -53,14 +61,16 @@ impl Fault {
 }
 
 /// A running raw upstream; it stops with the test's runtime.
-pub struct RawUpstream {
-    pub addr: SocketAddr,
+pub(crate) struct RawUpstream {
+    pub(crate) addr: SocketAddr,
     requests: Arc<AtomicUsize>,
 }
 
 impl RawUpstream {
-    pub async fn start(fault: Fault) -> RawUpstream {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    pub(crate) async fn start(fault: Fault) -> RawUpstream {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
         let addr = listener.local_addr().expect("local addr");
         let requests = Arc::new(AtomicUsize::new(0));
         let fault = Arc::new(fault);
@@ -82,18 +92,18 @@ impl RawUpstream {
         RawUpstream { addr, requests }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}/metrics", self.addr)
     }
 
     /// Requests read so far.
-    pub fn requests(&self) -> usize {
+    pub(crate) fn requests(&self) -> usize {
         self.requests.load(Ordering::SeqCst)
     }
 }
 
 /// A loopback URL where nothing listens: the port was bound once, then released.
-pub fn refused_url() -> String {
+pub(crate) fn refused_url() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
     let addr = listener.local_addr().expect("local addr");
     drop(listener);
@@ -143,16 +153,28 @@ fn head(status: &str, headers: &[(&str, String)], content_length: Option<usize>)
 
 async fn respond(mut stream: TcpStream, fault: &Fault, addr: SocketAddr) -> std::io::Result<()> {
     match fault {
-        Fault::Respond { status, headers, body } => {
-            stream.write_all(&head(status, headers, Some(body.len()))).await?;
+        Fault::Respond {
+            status,
+            headers,
+            body,
+        } => {
+            stream
+                .write_all(&head(status, headers, Some(body.len())))
+                .await?;
             stream.write_all(body).await?;
             stream.shutdown().await?;
         }
         Fault::Silent => hold(stream).await,
         Fault::StallMidBody => {
             let headers = [("Content-Type", "text/plain; version=0.0.4".to_string())];
-            stream.write_all(&head("200 OK", &headers, Some(1 << 20))).await?;
-            stream.write_all(b"# TYPE vllm:stalled gauge\nvllm:stalled{phase=\"mid-body\"} 1\nvllm:st").await?;
+            stream
+                .write_all(&head("200 OK", &headers, Some(1 << 20)))
+                .await?;
+            stream
+                .write_all(
+                    b"# TYPE vllm:stalled gauge\nvllm:stalled{phase=\"mid-body\"} 1\nvllm:st",
+                )
+                .await?;
             hold(stream).await;
         }
         Fault::Trickle(body) => {
@@ -166,7 +188,9 @@ async fn respond(mut stream: TcpStream, fault: &Fault, addr: SocketAddr) -> std:
         }
         Fault::RedirectToSelf => {
             let headers = [("Location", format!("http://{addr}/metrics"))];
-            stream.write_all(&head("302 Found", &headers, Some(0))).await?;
+            stream
+                .write_all(&head("302 Found", &headers, Some(0)))
+                .await?;
             stream.shutdown().await?;
         }
         Fault::Stream { chunk, times } => {
@@ -178,11 +202,15 @@ async fn respond(mut stream: TcpStream, fault: &Fault, addr: SocketAddr) -> std:
             stream.shutdown().await?;
         }
         Fault::Reset => {
+            // Deprecated because a non-zero linger blocks the thread on drop; zero never does.
+            #[allow(deprecated)]
             stream.set_linger(Some(Duration::ZERO))?;
             drop(stream);
         }
         Fault::PartialHeaders => {
-            stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/pl").await?;
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/pl")
+                .await?;
             stream.shutdown().await?;
         }
     }
