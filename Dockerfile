@@ -41,9 +41,9 @@ LABEL org.opencontainers.image.title="sysport" \
 COPY --from=builder /build/target/release/sysport /usr/local/bin/sysport
 COPY config/sysport.example.yaml /etc/sysport/config.yaml
 
-# glibc's per-thread arenas each keep their high-water mark; two bound peak RSS with large
-# upstream bodies (bench/RESULTS.md).
-ENV MALLOC_ARENA_MAX=2
+# glibc's per-thread arenas each keep their high-water mark; a single one bounds peak RSS with large
+# upstream bodies (bench/RESULTS.md); one arena is enough for a sidecar.
+ENV MALLOC_ARENA_MAX=1
 USER 65532:65532
 # The default system port (DYN_SYSTEM_PORT). Not set as ENV here: the environment overrides the
 # config file, and the file's listen.port should win when one is given.
