@@ -186,14 +186,7 @@ async fn sigterm_drains_and_exits_zero_and_sighup_reloads() {
     eventually(Duration::from_secs(5), "reloaded", || {
         let metrics = metrics.clone();
         async move {
-            let body = client()
-                .get(&metrics)
-                .send()
-                .await
-                .expect("answers")
-                .text()
-                .await
-                .expect("body");
+            let body = get_text(&metrics).await;
             body.contains("vllm:b 2")
         }
     })
@@ -204,14 +197,7 @@ async fn sigterm_drains_and_exits_zero_and_sighup_reloads() {
     eventually(Duration::from_secs(5), "refusal counted", || {
         let metrics = metrics.clone();
         async move {
-            let body = client()
-                .get(&metrics)
-                .send()
-                .await
-                .expect("answers")
-                .text()
-                .await
-                .expect("body");
+            let body = get_text(&metrics).await;
             body.contains("vllm:b 2")
                 && body.contains("dynamo_sysport_config_reloads_total{result=\"failure\"} 1")
         }

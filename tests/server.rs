@@ -186,12 +186,7 @@ async fn min_interval_reuses_a_recent_fetch() {
 #[tokio::test]
 async fn name_query_returns_only_those_families() {
     let a = Upstream::start(Reply::text(VLLM)).await;
-    let sp = Running::start(config(vec![upstream_config(
-        "vllm",
-        &a.metrics_url(),
-        &["vllm:", "lmcache:"],
-    )]))
-    .await;
+    let sp = start_single(&a.metrics_url(), &["vllm:", "lmcache:"]).await;
     let (code, body) = sp
         .get("/metrics?name=lmcache:num_hit_tokens_total&name=dynamo_sysport_upstream_up")
         .await;
@@ -311,12 +306,7 @@ async fn a_dead_upstream_fails_readiness_but_never_metrics_or_liveness() {
 #[tokio::test]
 async fn readiness_without_health_url_follows_scrapes_and_unhealthy_status_codes() {
     let a = Upstream::start(Reply::text(VLLM)).await;
-    let sp = Running::start(config(vec![upstream_config(
-        "vllm",
-        &a.metrics_url(),
-        &["vllm:"],
-    )]))
-    .await;
+    let sp = start_single(&a.metrics_url(), &["vllm:"]).await;
     eventually(Duration::from_secs(5), "ready", || async {
         sp.get("/health").await.0 == 200
     })
@@ -362,12 +352,7 @@ async fn starting_status_holds_until_the_first_check() {
 #[tokio::test]
 async fn unknown_paths_are_404_and_other_methods_405() {
     let a = Upstream::start(Reply::text(VLLM)).await;
-    let sp = Running::start(config(vec![upstream_config(
-        "vllm",
-        &a.metrics_url(),
-        &["vllm:"],
-    )]))
-    .await;
+    let sp = start_single(&a.metrics_url(), &["vllm:"]).await;
     assert_eq!(sp.get("/nope").await.0, 404);
     let r = client()
         .post(sp.url("/metrics"))
@@ -404,12 +389,7 @@ async fn unknown_paths_are_404_and_other_methods_405() {
 #[tokio::test]
 async fn gzip_is_served_when_asked() {
     let a = Upstream::start(Reply::text(VLLM)).await;
-    let sp = Running::start(config(vec![upstream_config(
-        "vllm",
-        &a.metrics_url(),
-        &["vllm:"],
-    )]))
-    .await;
+    let sp = start_single(&a.metrics_url(), &["vllm:"]).await;
     let raw = reqwest::Client::builder()
         .no_proxy()
         .no_gzip()
@@ -556,12 +536,7 @@ async fn reload_replaces_upstreams_atomically() {
 #[tokio::test]
 async fn openmetrics_is_served_when_preferred() {
     let a = Upstream::start(Reply::text(VLLM)).await;
-    let sp = Running::start(config(vec![upstream_config(
-        "vllm",
-        &a.metrics_url(),
-        &["vllm:", "lmcache:"],
-    )]))
-    .await;
+    let sp = start_single(&a.metrics_url(), &["vllm:", "lmcache:"]).await;
     let prometheus_accept = "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
     let r = client()
         .get(sp.url("/metrics"))

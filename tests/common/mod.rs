@@ -237,6 +237,23 @@ impl Running {
     }
 }
 
+/// The body of a GET, which must succeed.
+pub async fn get_text(url: &str) -> String {
+    client()
+        .get(url)
+        .send()
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("body")
+}
+
+/// sysport in front of one upstream.
+pub async fn start_single(url: &str, keep: &[&str]) -> Running {
+    Running::start(config(vec![upstream_config("vllm", url, keep)])).await
+}
+
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .no_proxy()
