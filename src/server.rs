@@ -282,12 +282,6 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
     } else {
         None
     };
-    let label = match route {
-        Some(Route::Metrics) => "/metrics",
-        Some(Route::Health) => "health",
-        Some(Route::Live) => "live",
-        None => "other",
-    };
     let response = match route {
         None => (StatusCode::NOT_FOUND, "not found\n").into_response(),
         Some(_) if req.method() != Method::GET && req.method() != Method::HEAD => {
@@ -301,9 +295,10 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
         Some(Route::Metrics) => metrics(&app, &runtime, req.uri().query(), req.headers()).await,
     };
     let path_label = match route {
+        Some(Route::Metrics) => "/metrics",
         Some(Route::Health) => runtime.config.health.path.as_str(),
         Some(Route::Live) => runtime.config.health.live_path.as_str(),
-        _ => label,
+        None => "other",
     };
     app.telemetry
         .http_requests

@@ -280,6 +280,8 @@ pub struct Exposition {
     families: Vec<Family>,
     samples: Vec<Sample>,
     stats: ParseStats,
+    /// Bytes of the kept sample lines with their newlines, known once parsed.
+    kept_bytes: usize,
 }
 
 impl Exposition {
@@ -291,6 +293,7 @@ impl Exposition {
             families: Vec::new(),
             samples: Vec::new(),
             stats: ParseStats::default(),
+            kept_bytes: 0,
         }
     }
 
@@ -355,10 +358,7 @@ impl Exposition {
 
     /// Total bytes of kept sample lines, for sizing output buffers.
     pub fn kept_bytes(&self) -> usize {
-        self.samples
-            .iter()
-            .map(|s| (s.line_end - s.line_start) as usize + 1)
-            .sum()
+        self.kept_bytes
     }
 }
 #[cfg(test)]

@@ -217,14 +217,11 @@ fn parse_f64(v: &[u8]) -> Option<f64> {
 }
 
 fn suffix_of<'a>(it: &Item<'a>, base: &[u8]) -> &'a [u8] {
+    // The written name is `a` + `b`: a recovered name is `base` + suffix `b`, any other is
+    // all in `a`, which starts with `base`.
     let (a, b) = it.src.sample_name(it.fam, it.s);
-    // Names here are `base` + suffix; `a` + `b` is the whole name.
-    let whole_len = a.len() + b.len();
-    if whole_len < base.len() {
-        return b"";
-    }
     if b.is_empty() {
-        &a[base.len().min(a.len())..]
+        a.get(base.len()..).unwrap_or(b"")
     } else {
         b
     }

@@ -139,12 +139,17 @@ pub fn parse(
         p.run()?;
         p.finish()
     };
+    let kept_bytes = samples
+        .iter()
+        .map(|s| (s.line_end - s.line_start) as usize + 1)
+        .sum();
     Ok(Exposition {
         body,
         format,
         families,
         samples,
         stats,
+        kept_bytes,
     })
 }
 
