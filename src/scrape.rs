@@ -5,6 +5,11 @@
 //! each upstream on that URL (each with its own `keep` prefixes), so the parse is shared too.
 //! Requests wait for the shared result with their own deadline, derived from Prometheus'
 //! `X-Prometheus-Scrape-Timeout-Seconds`, so sysport answers before its scraper gives up.
+//!
+//! With `min_interval` above zero a completed fetch is also reused: a request within
+//! `min_interval` of it gets it as it is, and one within twice that gets it at once while a
+//! refresh starts behind it (see [`Reuse`]). The engine then sees at most one request per
+//! `min_interval` however many readers there are, and readers rarely wait for it.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -134,7 +139,35 @@ fn next_generation() -> u64 {
 pub struct Scraped {
     /// The generation of the fetch the result came from (a fresh one for a result made here).
     pub generation: u64,
+    /// When that fetch finished: the age of the data is measured from here.
+    pub at: Instant,
     pub result: UpstreamResult,
+}
+
+/// What a request does with its target's last completed fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reuse {
+    /// Younger than `min_interval`: answered with it.
+    Fresh,
+    /// Younger than twice `min_interval`: answered with it at once, and a refresh starts (unless
+    /// one is running) so that later requests get newer data without waiting for the engine.
+    Stale,
+    /// Older, or `min_interval` is zero: the request waits for a fetch.
+    No,
+}
+
+impl Reuse {
+    fn of(age: Duration, min_interval: Duration) -> Reuse {
+        if min_interval.is_zero() {
+            Reuse::No
+        } else if age < min_interval {
+            Reuse::Fresh
+        } else if age < min_interval.saturating_mul(2) {
+            Reuse::Stale
+        } else {
+            Reuse::No
+        }
+    }
 }
 
 #[derive(Default)]
@@ -313,6 +346,7 @@ impl Scraper {
                 match &fetches[k] {
                     Some(fetch) => Scraped {
                         generation: fetch.generation,
+                        at: fetch.at,
                         result: fetch.results[pos].clone(),
                     },
                     None => {
@@ -334,6 +368,7 @@ impl Scraper {
                             .set(0);
                         Scraped {
                             generation: next_generation(),
+                            at: Instant::now(),
                             result: Err(err),
                         }
                     }
@@ -342,45 +377,56 @@ impl Scraper {
             .collect()
     }
 
-    /// Joins or starts the fetch of target `t`; `None` when `budget` ran out first.
+    /// Reuses, joins or starts the fetch of target `t`; `None` when `budget` ran out first.
     async fn fetch(&self, t: usize, budget: Option<Duration>) -> Option<Arc<Fetch>> {
         let target = &self.targets[t];
+        let timeout = budget.map_or(target.timeout, |b| b.min(target.timeout));
         let shared = {
             let mut state = target.state.lock().expect("target state lock");
-            if let Some(last) = &state.last
-                && !target.min_interval.is_zero()
-                && last.at.elapsed() < target.min_interval
-            {
-                return Some(last.clone());
-            }
-            match &state.inflight {
-                Some(f) => f.clone(),
-                None => {
-                    let timeout = budget.map_or(target.timeout, |b| b.min(target.timeout));
-                    let task = tokio::spawn(run_fetch(self.inner.clone(), target.clone(), timeout));
-                    let f = async move {
-                        task.await.unwrap_or_else(|err| {
-                            tracing::error!(error = %err, "upstream fetch task failed");
-                            Arc::new(Fetch {
-                                generation: next_generation(),
-                                at: Instant::now(),
-                                results: Vec::new(),
-                            })
-                        })
+            let reuse = state.last.as_ref().map_or(Reuse::No, |last| {
+                Reuse::of(last.at.elapsed(), target.min_interval)
+            });
+            match (reuse, &state.last) {
+                (Reuse::Fresh, Some(last)) => return Some(last.clone()),
+                (Reuse::Stale, Some(last)) => {
+                    let last = last.clone();
+                    if state.inflight.is_none() {
+                        // Nobody waits for this one: it gets the upstream's whole timeout.
+                        state.inflight = Some(self.start(target, target.timeout));
                     }
-                    .boxed()
-                    .shared();
-                    state.inflight = Some(f.clone());
-                    f
+                    return Some(last);
                 }
+                _ => state
+                    .inflight
+                    .get_or_insert_with(|| self.start(target, timeout))
+                    .clone(),
             }
         };
-        let wait =
-            budget.map_or(target.timeout, |b| b.min(target.timeout)) + Duration::from_millis(50);
-        match tokio::time::timeout(wait, shared).await {
+        match tokio::time::timeout(timeout + Duration::from_millis(50), shared).await {
             Ok(fetch) if fetch.results.len() == target.upstreams.len() => Some(fetch),
             _ => None,
         }
+    }
+
+    /// Starts fetching `target` in a task of its own; the task records the result in the
+    /// target's state when it ends, whether or not anyone still waits for it.
+    fn start(&self, target: &Arc<Target>, timeout: Duration) -> SharedFetch {
+        let task = tokio::spawn(run_fetch(self.inner.clone(), target.clone(), timeout));
+        let target = target.clone();
+        async move {
+            task.await.unwrap_or_else(|err| {
+                tracing::error!(error = %err, "upstream fetch task failed");
+                // The task did not get to clear its slot: clear it, so the next request retries.
+                target.state.lock().expect("target state lock").inflight = None;
+                Arc::new(Fetch {
+                    generation: next_generation(),
+                    at: Instant::now(),
+                    results: Vec::new(),
+                })
+            })
+        }
+        .boxed()
+        .shared()
     }
 }
 
@@ -572,4 +618,26 @@ async fn get(
     let body = buf.freeze();
     let format = Format::detect(content_type.as_deref(), &body);
     Ok((body, format))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fetch_is_reused_fresh_then_stale_then_not_at_all() {
+        let ms = Duration::from_millis;
+        let interval = ms(25);
+        assert_eq!(Reuse::of(ms(0), interval), Reuse::Fresh);
+        assert_eq!(Reuse::of(ms(24), interval), Reuse::Fresh);
+        assert_eq!(Reuse::of(ms(25), interval), Reuse::Stale);
+        assert_eq!(Reuse::of(ms(49), interval), Reuse::Stale);
+        assert_eq!(Reuse::of(ms(50), interval), Reuse::No);
+        assert_eq!(Reuse::of(Duration::from_secs(3600), interval), Reuse::No);
+        // min_interval 0: every scrape fetches.
+        assert_eq!(Reuse::of(ms(0), Duration::ZERO), Reuse::No);
+        assert_eq!(Reuse::of(Duration::ZERO, Duration::ZERO), Reuse::No);
+        // No overflow at the top of the range.
+        assert_eq!(Reuse::of(ms(1), Duration::MAX), Reuse::Fresh);
+    }
 }

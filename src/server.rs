@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::expfmt::{self, MergeOptions, ParseLimits, ParseOptions, TEXT_CONTENT_TYPE};
 use crate::health::{self, Readiness};
 use crate::scrape::{self, Scraped, Scraper};
-use crate::telemetry::Telemetry;
+use crate::telemetry::{self, Telemetry};
 
 /// Below this, the engine part of a response is copied next to sysport's own metrics and sent
 /// in one write; above it, the shared rendering is sent as it is.
@@ -271,6 +271,7 @@ enum Route {
 }
 
 async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
+    let started = Instant::now();
     let runtime = app.current();
     let path = req.uri().path();
     let route = if path == "/metrics" {
@@ -282,6 +283,12 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
     } else {
         None
     };
+    // Any query on /metrics is an attempt at a selective read, well-formed or not.
+    let read = match (route, req.uri().query()) {
+        (Some(Route::Metrics), Some(q)) if !q.is_empty() => "selective",
+        (Some(Route::Metrics), _) => "full",
+        _ => "",
+    };
     let response = match route {
         None => (StatusCode::NOT_FOUND, "not found\n").into_response(),
         Some(_) if req.method() != Method::GET && req.method() != Method::HEAD => {
@@ -292,7 +299,10 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
         }
         Some(Route::Live) => live(&runtime),
         Some(Route::Health) => health(&app, &runtime),
-        Some(Route::Metrics) => metrics(&app, &runtime, req.uri().query(), req.headers()).await,
+        Some(Route::Metrics) => match requested_names(req.uri().query()) {
+            Ok(names) => metrics(&app, &runtime, names, read, req.headers(), started).await,
+            Err(msg) => (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response(),
+        },
     };
     let path_label = match route {
         Some(Route::Metrics) => "/metrics",
@@ -300,10 +310,15 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
         Some(Route::Live) => runtime.config.health.live_path.as_str(),
         None => "other",
     };
-    app.telemetry
-        .http_requests
-        .with_label_values(&[path_label, response.status().as_str()])
+    let t = &app.telemetry;
+    t.http_requests
+        .with_label_values(&[path_label, response.status().as_str(), read])
         .inc();
+    if route == Some(Route::Metrics) {
+        t.metrics_duration
+            .with_label_values(&[read])
+            .observe(started.elapsed().as_secs_f64());
+    }
     response
 }
 
@@ -356,27 +371,55 @@ fn budget(headers: &HeaderMap) -> Option<Duration> {
     Some(Duration::from_secs_f64((secs - margin).max(0.01)))
 }
 
-/// `?name=a&name=b` → the requested family names (percent-decoded).
-fn requested_names(query: Option<&str>) -> Option<Vec<String>> {
-    let query = query?;
-    let names: Vec<String> = reqwest::Url::parse("http://q/")
-        .ok()?
-        .join(&format!("?{query}"))
-        .ok()?
-        .query_pairs()
-        .filter(|(k, _)| k == "name")
-        .map(|(_, v)| v.into_owned())
-        .collect();
-    (!names.is_empty()).then_some(names)
+/// At most this many `name` parameters in one read.
+const MAX_NAMES: usize = 256;
+
+/// `?name=a&name=b` → the requested family names (percent-decoded); `None` for the whole page.
+/// `name[]` (prometheus_client's spelling) is accepted too. Anything else is refused with a
+/// message, rather than silently answered with the whole page.
+fn requested_names(query: Option<&str>) -> Result<Option<Vec<String>>, String> {
+    let Some(query) = query.filter(|q| !q.is_empty()) else {
+        return Ok(None);
+    };
+    let url = reqwest::Url::parse(&format!("http://q/?{query}"))
+        .map_err(|err| format!("unreadable query `{query}`: {err}"))?;
+    let mut names = Vec::new();
+    for (key, value) in url.query_pairs() {
+        if key != "name" && key != "name[]" {
+            return Err(format!(
+                "unknown query parameter `{key}`: /metrics takes only `name` (repeatable), \
+                 e.g. /metrics?name=vllm:num_requests_waiting&name=vllm:kv_cache_usage_perc"
+            ));
+        }
+        if !is_metric_name(&value) {
+            return Err(format!(
+                "`name={value}` is not a metric family name ([a-zA-Z_:][a-zA-Z0-9_:]*)"
+            ));
+        }
+        if names.len() == MAX_NAMES {
+            return Err(format!("more than {MAX_NAMES} `name` parameters"));
+        }
+        names.push(value.into_owned());
+    }
+    Ok(Some(names))
+}
+
+fn is_metric_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_' || b == b':')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
 }
 
 async fn metrics(
     app: &App,
     runtime: &Runtime,
-    query: Option<&str>,
+    names: Option<Vec<String>>,
+    read: &str,
     headers: &HeaderMap,
+    started: Instant,
 ) -> Response {
-    let names = requested_names(query);
     let name_refs: Option<Vec<&str>> = names
         .as_ref()
         .map(|n| n.iter().map(String::as_str).collect());
@@ -391,8 +434,14 @@ async fn metrics(
         })
         .collect();
     let scraped = runtime.scraper.scrape(&which, budget(headers)).await;
+    let rendering = Instant::now();
     let openmetrics = wants_openmetrics(headers);
     let engines = match &name_refs {
+        Some(names) if openmetrics => {
+            let with = with_companions(names);
+            let with: Vec<&str> = with.iter().map(String::as_str).collect();
+            render_engines(app, runtime, &which, &scraped, Some(&with), openmetrics)
+        }
         Some(names) => render_engines(app, runtime, &which, &scraped, Some(names), openmetrics),
         None => {
             // Scrapers that share a fetch share its rendering too: one merge and one output
@@ -409,8 +458,22 @@ async fn metrics(
             .clone()
         }
     };
+    let now = Instant::now();
+    // The age of the oldest data in this response.
+    let age = scraped
+        .iter()
+        .filter(|s| s.result.is_ok())
+        .map(|s| (now.saturating_duration_since(s.at), s.at < started))
+        .max();
     // Rendered after the engine merge, so the series counts it sets are this scrape's.
-    let own = render_own(app, runtime, name_refs.as_deref(), openmetrics);
+    let own = if wants_own(name_refs.as_deref()) {
+        set_fetch_ages(app, runtime, &which, &scraped, now);
+        render_own(app, runtime, name_refs.as_deref(), openmetrics)
+    } else if openmetrics {
+        Bytes::from_static(expfmt::OPENMETRICS_EOF)
+    } else {
+        Bytes::new()
+    };
     let content_type = if openmetrics {
         expfmt::OPENMETRICS_CONTENT_TYPE
     } else {
@@ -424,9 +487,75 @@ async fn metrics(
         Body::from_stream(futures_util::stream::iter(chunks))
     };
     let mut r = Response::new(body);
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if let Some((age, reused)) = age {
+        // Seconds with millisecond precision, for readers that judge staleness at 50 ms scale.
+        if let Ok(v) = HeaderValue::from_str(&format!("{:.3}", age.as_secs_f64())) {
+            h.insert(SYSPORT_AGE, v);
+        }
+        // HTTP's own `Age` (whole seconds) when the data predates the request: it came from a
+        // fetch that an earlier request made (`min_interval`).
+        if reused {
+            h.insert(header::AGE, HeaderValue::from(age.as_secs()));
+        }
+    }
+    app.telemetry
+        .render_duration
+        .with_label_values(&[read])
+        .observe(rendering.elapsed().as_secs_f64());
     r
+}
+
+/// `names` and the text-format families that OpenMetrics folds into them (`x_created` into the
+/// counter `x_total` or the histogram `x`; `_gcount`/`_gsum` into a gauge histogram), so a
+/// selective OpenMetrics read carries the same MetricPoints as the full page.
+fn with_companions(names: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    for n in names {
+        let base = n.strip_suffix("_total").unwrap_or(n);
+        for suffix in ["_created", "_gcount", "_gsum"] {
+            out.push(format!("{base}{suffix}"));
+        }
+    }
+    out
+}
+
+/// Response header: seconds since the oldest upstream data in the response was fetched.
+pub const SYSPORT_AGE: &str = "sysport-age";
+
+/// Whether a read includes sysport's own families at all (they cost a registry walk).
+fn wants_own(names: Option<&[&str]>) -> bool {
+    let prefix = telemetry::NAMESPACE;
+    names.is_none_or(|ns| {
+        ns.iter().any(|n| {
+            n.strip_prefix(prefix)
+                .is_some_and(|rest| rest.starts_with('_'))
+        })
+    })
+}
+
+/// Sets `upstream_last_fetch_age_seconds` for every upstream: from this read's fetch where it
+/// succeeded, else from the upstream's last success (absent until there is one).
+fn set_fetch_ages(
+    app: &App,
+    runtime: &Runtime,
+    which: &[usize],
+    scraped: &[Scraped],
+    now: Instant,
+) {
+    let gauge = &app.telemetry.last_fetch_age;
+    for (i, u) in runtime.scraper.upstreams().iter().enumerate() {
+        let here = which
+            .iter()
+            .position(|&w| w == i)
+            .and_then(|k| scraped[k].result.is_ok().then_some(scraped[k].at));
+        if let Some(at) = here.or_else(|| runtime.scraper.last_success(i)) {
+            gauge
+                .with_label_values(&[&u.name])
+                .set(now.saturating_duration_since(at).as_secs_f64());
+        }
+    }
 }
 
 /// Identifies one rendering of the engine families: the fetches it came from and the format.
@@ -637,14 +766,37 @@ mod tests {
     fn names_are_percent_decoded_and_repeatable() {
         assert_eq!(
             requested_names(Some(
-                "name=vllm%3Anum_requests_running&x=1&name=vllm:kv_cache_usage_perc"
+                "name=vllm%3Anum_requests_running&name[]=vllm:kv_cache_usage_perc"
             )),
-            Some(vec![
+            Ok(Some(vec![
                 "vllm:num_requests_running".to_string(),
                 "vllm:kv_cache_usage_perc".to_string()
-            ])
+            ]))
         );
-        assert_eq!(requested_names(Some("x=1")), None);
-        assert_eq!(requested_names(None), None);
+        assert_eq!(requested_names(None), Ok(None));
+        assert_eq!(requested_names(Some("")), Ok(None));
+    }
+
+    #[test]
+    fn bad_query_parameters_are_refused_with_the_reason() {
+        let err = |q: &str| requested_names(Some(q)).expect_err(q);
+        assert!(err("x=1").contains("unknown query parameter `x`"));
+        assert!(err("name=vllm:a&match[]=up").contains("unknown query parameter `match[]`"));
+        assert!(err("name=").contains("`name=` is not a metric family name"));
+        assert!(err("name=vllm:a&name=1abc").contains("`name=1abc`"));
+        assert!(err("name=vllm%20a").contains("`name=vllm a`"));
+        assert!(err("name").contains("`name=`"));
+        let many = vec!["name=a"; MAX_NAMES + 1].join("&");
+        assert!(err(&many).contains("more than 256"));
+        assert!(requested_names(Some(&vec!["name=a"; MAX_NAMES].join("&"))).is_ok());
+    }
+
+    #[test]
+    fn own_metrics_are_rendered_only_when_a_read_can_include_them() {
+        assert!(wants_own(None));
+        assert!(wants_own(Some(&["vllm:a", "dynamo_sysport_upstream_up"])));
+        assert!(!wants_own(Some(&["vllm:a", "vllm:b"])));
+        assert!(!wants_own(Some(&["dynamo_sysportx"])));
+        assert!(!wants_own(Some(&[])));
     }
 }

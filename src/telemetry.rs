@@ -6,8 +6,8 @@
 use std::time::Instant;
 
 use prometheus::{
-    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts, Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Namespace of every metric here.
@@ -34,8 +34,14 @@ pub struct Telemetry {
     pub series: IntGaugeVec,
     /// `health_ready`: 1 when `/health` answers 200.
     pub health_ready: IntGauge,
-    /// `http_requests_total{path,code}`.
+    /// `upstream_last_fetch_age_seconds{upstream}`: age of the newest data from the upstream.
+    pub last_fetch_age: GaugeVec,
+    /// `http_requests_total{path,code,read}`; `read` is `full` or `selective` on `/metrics`.
     pub http_requests: IntCounterVec,
+    /// `metrics_request_duration_seconds{read}`: `/metrics` handling time, upstream wait included.
+    pub metrics_duration: HistogramVec,
+    /// `metrics_render_seconds{read}`: sysport's own work per `/metrics` read, without the wait.
+    pub render_duration: HistogramVec,
     /// `config_reloads_total{result}`.
     pub config_reloads: IntCounterVec,
     /// `openmetrics_dropped_series_total`: series OpenMetrics output could not express.
@@ -113,12 +119,46 @@ impl Telemetry {
         let health_ready =
             IntGauge::with_opts(opts("health_ready", "1 if /health reports ready, else 0."))
                 .expect("valid metric");
+        let last_fetch_age = GaugeVec::new(
+            opts(
+                "upstream_last_fetch_age_seconds",
+                "Age of the newest successful fetch of the upstream when this page was made: \
+                 how stale its families here are (grows while the upstream is down).",
+            ),
+            &["upstream"],
+        )
+        .expect("valid metric");
         let http_requests = IntCounterVec::new(
             opts(
                 "http_requests_total",
-                "HTTP requests served by sysport, by route and status code.",
+                "HTTP requests served by sysport, by route and status code; on /metrics, read is \
+                 full (the whole page) or selective (?name=).",
             ),
-            &["path", "code"],
+            &["path", "code", "read"],
+        )
+        .expect("valid metric");
+        // Sub-millisecond buckets: a selective read costs tens of microseconds.
+        let fast_buckets = vec![
+            0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+            0.5, 1.0, 2.5, 10.0,
+        ];
+        let metrics_duration = HistogramVec::new(
+            HistogramOpts::from(opts(
+                "metrics_request_duration_seconds",
+                "Time to answer /metrics (before compression), waiting for upstreams included.",
+            ))
+            .buckets(fast_buckets.clone()),
+            &["read"],
+        )
+        .expect("valid metric");
+        let render_duration = HistogramVec::new(
+            HistogramOpts::from(opts(
+                "metrics_render_seconds",
+                "sysport's own work per /metrics read (merge, write, own metrics), without the \
+                 wait for upstreams or compression.",
+            ))
+            .buckets(fast_buckets),
+            &["read"],
         )
         .expect("valid metric");
         let config_reloads = IntCounterVec::new(
@@ -143,7 +183,10 @@ impl Telemetry {
             Box::new(response_bytes.clone()),
             Box::new(series.clone()),
             Box::new(health_ready.clone()),
+            Box::new(last_fetch_age.clone()),
             Box::new(http_requests.clone()),
+            Box::new(metrics_duration.clone()),
+            Box::new(render_duration.clone()),
             Box::new(config_reloads.clone()),
             Box::new(openmetrics_dropped.clone()),
         ] {
@@ -160,7 +203,10 @@ impl Telemetry {
             response_bytes,
             series,
             health_ready,
+            last_fetch_age,
             http_requests,
+            metrics_duration,
+            render_duration,
             config_reloads,
             openmetrics_dropped,
             process,
@@ -192,6 +238,7 @@ impl Telemetry {
     pub fn forget_upstream(&self, name: &str) {
         let _ = self.upstream_up.remove_label_values(&[name]);
         let _ = self.response_bytes.remove_label_values(&[name]);
+        let _ = self.last_fetch_age.remove_label_values(&[name]);
         let _ = self.scrape_duration.remove_label_values(&[name]);
         for outcome in SERIES_OUTCOMES {
             let _ = self.series.remove_label_values(&[name, outcome]);

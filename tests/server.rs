@@ -168,22 +168,6 @@ async fn concurrent_scrapes_share_one_fetch() {
 }
 
 #[tokio::test]
-async fn min_interval_reuses_a_recent_fetch() {
-    let a = Upstream::start(Reply::text(VLLM)).await;
-    let mut cfg = config(vec![upstream_config("vllm", &a.metrics_url(), &["vllm:"])]);
-    cfg.health.interval = Duration::from_secs(3600);
-    cfg.upstreams[0].health_url = Some(a.health_url().parse().expect("url"));
-    cfg.upstreams[0].min_interval = Duration::from_secs(60);
-    let sp = Running::start(cfg).await;
-    for _ in 0..5 {
-        let (code, body) = sp.get("/metrics?name=vllm:num_requests_running").await;
-        assert_eq!(code, 200);
-        assert_eq!(metric(&body, "vllm:num_requests_running").value(), 3.0);
-    }
-    assert_eq!(a.requests(), 1);
-}
-
-#[tokio::test]
 async fn name_query_returns_only_those_families() {
     let a = Upstream::start(Reply::text(VLLM)).await;
     let sp = start_single(&a.metrics_url(), &["vllm:", "lmcache:"]).await;

@@ -1,0 +1,341 @@
+//! High-frequency readers (inference-gateway endpoint pickers): `min_interval` coalescing,
+//! selective `?name=` reads, and how a response tells the age of its data. Upstream hits are
+//! counted at the upstream; the few waits use margins of hundreds of milliseconds.
+
+mod common;
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use common::*;
+
+const MEDIUM: &str = include_str!("fixtures/medium.prom");
+
+/// What an endpoint picker reads, plus a histogram and a counter named the text-format way.
+const PICKER: [&str; 6] = [
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:lora_requests_info",
+    "vllm:cache_config_info",
+    "vllm:e2e_request_latency_seconds",
+    "vllm:num_preemptions_total",
+];
+
+fn gauge(v: f64) -> String {
+    format!(
+        "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{{engine=\"0\"}} {v}\n"
+    )
+}
+
+const WAITING: &str = "/metrics?name=vllm:num_requests_waiting";
+
+/// sysport in front of `upstream` with `min_interval`, health checks out of the way (they would
+/// add upstream hits of their own).
+async fn start(upstream: &Upstream, min_interval: Duration) -> Running {
+    let mut cfg = config(vec![upstream_config(
+        "vllm",
+        &upstream.metrics_url(),
+        &["vllm:"],
+    )]);
+    cfg.health.interval = Duration::from_secs(3600);
+    cfg.upstreams[0].health_url = Some(upstream.health_url().parse().expect("url"));
+    cfg.upstreams[0].min_interval = min_interval;
+    Running::start(cfg).await
+}
+
+/// Status, `Sysport-Age` in seconds, `Age` and the body of a GET.
+async fn read(sp: &Running, path: &str) -> (StatusCode, Option<f64>, Option<u64>, String) {
+    let r = client().get(sp.url(path)).send().await.expect("answers");
+    let status = StatusCode::from_u16(r.status().as_u16()).expect("status");
+    let header = |name: &str| {
+        r.headers()
+            .get(name)
+            .map(|v| v.to_str().expect("ascii").to_string())
+    };
+    let sysport_age = header("sysport-age").map(|v| v.parse().expect("seconds"));
+    let age = header("age").map(|v| v.parse().expect("whole seconds"));
+    (status, sysport_age, age, r.text().await.expect("body"))
+}
+
+#[tokio::test]
+async fn concurrent_and_repeated_reads_reach_the_engine_once_per_min_interval() {
+    let mut reply = Reply::text(gauge(4.0));
+    // Slow enough that all the concurrent reads below arrive while the fetch is in flight.
+    reply.delay = Duration::from_millis(300);
+    let a = Upstream::start(reply).await;
+    let sp = start(&a, Duration::from_secs(60)).await;
+    let reads = (0..20).map(|i| {
+        let path = if i % 4 == 0 { "/metrics" } else { WAITING };
+        let url = sp.url(path);
+        tokio::spawn(async move { get_text(&url).await })
+    });
+    for body in futures_util::future::join_all(reads).await {
+        let body = body.expect("read task");
+        assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), 4.0);
+    }
+    assert_eq!(a.requests(), 1, "20 concurrent reads, one fetch");
+    for _ in 0..20 {
+        let (code, _, _, body) = read(&sp, WAITING).await;
+        assert_eq!(code, 200);
+        assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), 4.0);
+    }
+    assert_eq!(
+        a.requests(),
+        1,
+        "repeated reads within min_interval reuse it"
+    );
+    let (_, _, _, page) = read(&sp, "/metrics").await;
+    assert_eq!(
+        metric(&page, "dynamo_sysport_upstream_scrapes_total")
+            .label("result", "success")
+            .value(),
+        1.0,
+        "sysport counts the fetches that reached the engine"
+    );
+}
+
+#[tokio::test]
+async fn min_interval_zero_fetches_every_scrape_and_shares_concurrent_ones() {
+    let a = Upstream::start(Reply::text(gauge(1.0))).await;
+    let sp = start(&a, Duration::ZERO).await;
+    for i in 0..5 {
+        a.set(Reply::text(gauge(i as f64)));
+        let (code, sysport_age, age, body) = read(&sp, WAITING).await;
+        assert_eq!(code, 200);
+        assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), i as f64);
+        assert!(sysport_age.expect("Sysport-Age") < 1.0);
+        assert_eq!(age, None, "fresh data is not from a cache");
+    }
+    assert_eq!(a.requests(), 5);
+    let mut reply = Reply::text(gauge(7.0));
+    reply.delay = Duration::from_millis(400);
+    a.set(reply);
+    let reads = (0..10).map(|_| {
+        let url = sp.url(WAITING);
+        tokio::spawn(async move { get_text(&url).await })
+    });
+    for body in futures_util::future::join_all(reads).await {
+        assert_eq!(
+            metric(&body.expect("read task"), "vllm:num_requests_waiting").value(),
+            7.0
+        );
+    }
+    assert_eq!(
+        a.requests(),
+        6,
+        "concurrent scrapes share one in-flight fetch"
+    );
+}
+
+#[tokio::test]
+async fn a_read_past_min_interval_gets_the_last_fetch_at_once_and_a_refresh_starts() {
+    let a = Upstream::start(Reply::text(gauge(3.0))).await;
+    let sp = start(&a, Duration::from_secs(1)).await;
+    let (_, sysport_age, age, body) = read(&sp, WAITING).await;
+    assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), 3.0);
+    assert!(sysport_age.expect("Sysport-Age") < 1.0);
+    assert_eq!(age, None);
+
+    // Between one and two min_intervals later: the last fetch is served without waiting for the
+    // (slow) refresh, which starts behind it.
+    let mut reply = Reply::text(gauge(9.0));
+    reply.delay = Duration::from_millis(500);
+    a.set(reply);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (code, sysport_age, age, body) = read(
+        &sp,
+        "/metrics?name=vllm:num_requests_waiting&name=dynamo_sysport_upstream_last_fetch_age_seconds",
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), 3.0);
+    let sysport_age = sysport_age.expect("Sysport-Age");
+    assert!((1.2..2.0).contains(&sysport_age), "{sysport_age}");
+    assert_eq!(age, Some(1), "HTTP Age in whole seconds for reused data");
+    let gauge_age = metric(&body, "dynamo_sysport_upstream_last_fetch_age_seconds")
+        .label("upstream", "vllm")
+        .value();
+    assert!((1.2..2.0).contains(&gauge_age), "{gauge_age}");
+    eventually(
+        Duration::from_secs(5),
+        "the refresh reaches the engine",
+        || {
+            let n = a.requests();
+            async move { n == 2 }
+        },
+    )
+    .await;
+    eventually(Duration::from_secs(5), "the refresh is served", || async {
+        let (_, _, _, body) = read(&sp, WAITING).await;
+        metric(&body, "vllm:num_requests_waiting").value() == 9.0
+    })
+    .await;
+    assert_eq!(a.requests(), 2, "one refresh for every read in between");
+
+    // More than two min_intervals later the read waits for fresh data.
+    a.set(Reply::text(gauge(11.0)));
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let (_, sysport_age, _, body) = read(&sp, WAITING).await;
+    assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), 11.0);
+    assert!(sysport_age.expect("Sysport-Age") < 1.0);
+    assert_eq!(a.requests(), 3);
+}
+
+/// The page cut into its families: (name, lines), where a family starts at a HELP, TYPE or UNIT
+/// line for a new name.
+fn families(page: &str) -> Vec<(String, Vec<&str>)> {
+    let mut out: Vec<(String, Vec<&str>)> = Vec::new();
+    for line in page.lines().filter(|l| *l != "# EOF") {
+        let meta = ["# HELP ", "# TYPE ", "# UNIT "]
+            .iter()
+            .find_map(|p| line.strip_prefix(p))
+            .and_then(|rest| rest.split(' ').next());
+        match (meta, out.last_mut()) {
+            (Some(name), Some((current, _))) if current == name => {}
+            (Some(name), _) => out.push((name.to_string(), Vec::new())),
+            (None, None) => panic!("sample before any family: {line}"),
+            (None, Some(_)) => {}
+        }
+        out.last_mut().expect("a family").1.push(line);
+    }
+    out
+}
+
+#[tokio::test]
+async fn selective_output_equals_the_full_page_for_those_families() {
+    let a = Upstream::start(Reply::text(MEDIUM)).await;
+    let sp = start(&a, Duration::from_secs(60)).await;
+    let query: Vec<String> = PICKER.iter().map(|n| format!("name={n}")).collect();
+    let path = format!("/metrics?{}", query.join("&"));
+    for accept in ["text/plain", "application/openmetrics-text;version=1.0.0"] {
+        let get = |p: String| {
+            let url = sp.url(&p);
+            async move {
+                let r = client()
+                    .get(url)
+                    .header("accept", accept)
+                    .send()
+                    .await
+                    .expect("answers");
+                assert_eq!(r.status(), 200);
+                let ct = r.headers()["content-type"]
+                    .to_str()
+                    .expect("ascii")
+                    .to_string();
+                (ct, r.text().await.expect("body"))
+            }
+        };
+        let (full_type, full) = get("/metrics".into()).await;
+        let (sel_type, selective) = get(path.clone()).await;
+        assert_eq!(full_type, sel_type);
+        let openmetrics = accept.starts_with("application/openmetrics-text");
+        assert_eq!(selective.ends_with("# EOF\n"), openmetrics);
+        let wanted = |name: &str| {
+            PICKER
+                .iter()
+                .any(|n| *n == name || n.strip_suffix("_total") == Some(name))
+        };
+        let expected: Vec<(String, Vec<&str>)> = families(&full)
+            .into_iter()
+            .filter(|(name, _)| wanted(name))
+            .collect();
+        assert_eq!(expected.len(), PICKER.len(), "{accept}: all in the page");
+        assert_eq!(families(&selective), expected, "{accept}");
+        let (_, histogram) = expected
+            .iter()
+            .find(|(name, _)| name == "vllm:e2e_request_latency_seconds")
+            .expect("the histogram");
+        let buckets = |lines: &mut dyn Iterator<Item = &str>| {
+            lines
+                .filter(|l| l.starts_with("vllm:e2e_request_latency_seconds_bucket{"))
+                .count()
+        };
+        assert_eq!(
+            buckets(&mut histogram.iter().copied()),
+            buckets(&mut MEDIUM.lines()),
+            "every engine's buckets"
+        );
+    }
+    // The full page was fetched once, and the selective reads reused it.
+    assert_eq!(a.requests(), 1);
+}
+
+#[tokio::test]
+async fn bad_parameters_get_400_and_unknown_names_get_nothing() {
+    let a = Upstream::start(Reply::text(MEDIUM)).await;
+    let sp = start(&a, Duration::ZERO).await;
+    for (query, message) in [
+        ("foo=1", "unknown query parameter `foo`"),
+        (
+            "name=vllm:a&match[]=up",
+            "unknown query parameter `match[]`",
+        ),
+        ("name=", "`name=` is not a metric family name"),
+        ("name=vllm%20x", "`name=vllm x` is not a metric family name"),
+    ] {
+        let (code, body) = sp.get(&format!("/metrics?{query}")).await;
+        assert_eq!(code, 400, "{query}");
+        assert!(body.contains(message), "{query}: {body}");
+    }
+    assert_eq!(a.requests(), 0, "a refused read costs the engine nothing");
+    let (code, body) = sp.get("/metrics?name=vllm:no_such_family").await;
+    assert_eq!((code, body.as_str()), (StatusCode::OK, ""));
+    let r = client()
+        .get(sp.url("/metrics?name=vllm:no_such_family"))
+        .header("accept", "application/openmetrics-text")
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(r.text().await.expect("body"), "# EOF\n");
+}
+
+#[tokio::test]
+async fn full_and_selective_reads_are_counted_apart_with_their_cost() {
+    let a = Upstream::start(Reply::text(MEDIUM)).await;
+    let sp = start(&a, Duration::from_secs(60)).await;
+    for _ in 0..7 {
+        let (code, _) = sp.get(WAITING).await;
+        assert_eq!(code, 200);
+    }
+    let (code, _) = sp.get("/metrics?bad=1").await;
+    assert_eq!(code, 400);
+    for _ in 0..2 {
+        sp.get("/metrics").await;
+    }
+    let (_, page) = sp.get("/metrics").await;
+    let requests = |read: &str, code: &str| {
+        metric(&page, "dynamo_sysport_http_requests_total")
+            .label("path", "/metrics")
+            .label("code", code)
+            .label("read", read)
+            .value()
+    };
+    assert_eq!(requests("selective", "200"), 7.0);
+    assert_eq!(requests("selective", "400"), 1.0);
+    // The page being rendered is not counted yet.
+    assert_eq!(requests("full", "200"), 2.0);
+    let renders = |read: &str| {
+        metric(&page, "dynamo_sysport_metrics_render_seconds_count")
+            .label("read", read)
+            .value()
+    };
+    assert_eq!(renders("selective"), 7.0);
+    assert_eq!(renders("full"), 2.0);
+    let selective_cost = metric(&page, "dynamo_sysport_metrics_render_seconds_sum")
+        .label("read", "selective")
+        .value();
+    assert!(selective_cost > 0.0);
+    let answered = metric(
+        &page,
+        "dynamo_sysport_metrics_request_duration_seconds_count",
+    )
+    .label("read", "selective")
+    .value();
+    assert_eq!(answered, 8.0, "the refused read was answered too");
+    assert!(
+        metric(&page, "dynamo_sysport_upstream_last_fetch_age_seconds")
+            .label("upstream", "vllm")
+            .value()
+            < 60.0
+    );
+}
