@@ -169,7 +169,12 @@ pub async fn check_all(
                         crate::scrape::ScrapeError::from_reqwest(e, u.timeout)
                     )),
                 },
-                None => match scraper.scrape(&[i], None).await.pop().map(|s| s.result) {
+                None => match scraper
+                    .scrape(&[i], None, None)
+                    .await
+                    .pop()
+                    .map(|s| s.result)
+                {
                     Some(Ok(_)) => Ok(()),
                     Some(Err(e)) => Err(format!("scrape failed: {e}")),
                     None => Err("no scrape result".to_string()),

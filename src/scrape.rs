@@ -171,19 +171,55 @@ impl Reuse {
 }
 
 #[derive(Default)]
-struct TargetState {
+struct SlotState {
     last: Option<Arc<Fetch>>,
     inflight: Option<SharedFetch>,
 }
 
+/// One URL to fetch and its reuse state: a target's full page, or one set of selected families.
+struct Slot {
+    url: Url,
+    /// Whether this fetch asks the engine for selected families only.
+    selective: bool,
+    state: Mutex<SlotState>,
+}
+
+impl Slot {
+    fn new(url: Url, selective: bool) -> Arc<Slot> {
+        Arc::new(Slot {
+            url,
+            selective,
+            state: Mutex::new(SlotState::default()),
+        })
+    }
+}
+
+/// At most this many selected name sets per target keep a slot of their own.
+const MAX_NAME_SETS: usize = 8;
+
+/// How long a check that the engine's selection (`name[]`) returns what the full page has
+/// stays valid.
+const SELECTION_CHECK_EVERY: Duration = Duration::from_secs(60);
+
+/// One selected name set of a target (`?name=`), fetched from the engine with
+/// prometheus_client's `name[]` parameter so it renders only those families.
+struct NameSet {
+    names: Vec<String>,
+    slot: Arc<Slot>,
+    /// When the engine's selection was last compared with its full page, and whether it held
+    /// every family the page has.
+    checked: Option<(Instant, bool)>,
+}
+
 /// A distinct URL and the upstreams that read it.
 struct Target {
-    url: Url,
     timeout: Duration,
     min_interval: Duration,
     /// Indexes into `Scraper::upstreams`.
     upstreams: Vec<usize>,
-    state: Mutex<TargetState>,
+    full: Arc<Slot>,
+    /// Most recently used last.
+    name_sets: Mutex<Vec<NameSet>>,
 }
 
 /// Per upstream state, for logging state changes once.
@@ -250,7 +286,7 @@ impl Scraper {
         let mut position = Vec::with_capacity(config.upstreams.len());
         for (i, u) in config.upstreams.iter().enumerate() {
             telemetry.register_upstream(&u.name);
-            match targets.iter_mut().position(|t| t.url == u.url) {
+            match targets.iter_mut().position(|t| t.full.url == u.url) {
                 Some(t) => {
                     let target = &mut targets[t];
                     target.timeout = target.timeout.max(u.timeout);
@@ -261,11 +297,11 @@ impl Scraper {
                 None => {
                     position.push((targets.len(), 0));
                     targets.push(Target {
-                        url: u.url.clone(),
                         timeout: u.timeout,
                         min_interval: u.min_interval,
                         upstreams: vec![i],
-                        state: Mutex::new(TargetState::default()),
+                        full: Slot::new(u.url.clone(), false),
+                        name_sets: Mutex::new(Vec::new()),
                     });
                 }
             }
@@ -330,12 +366,28 @@ impl Scraper {
 
     /// Scrapes the given upstreams concurrently (each distinct URL once), each bounded by its own
     /// timeout and by `budget`; results come back in the order asked.
-    pub async fn scrape(&self, which: &[usize], budget: Option<Duration>) -> Vec<Scraped> {
+    ///
+    /// With `names` (a selective read), each target is asked for those families only, once a
+    /// comparison with its full page has shown that it answers `name[]` faithfully.
+    pub async fn scrape(
+        &self,
+        which: &[usize],
+        names: Option<&[&str]>,
+        budget: Option<Duration>,
+    ) -> Vec<Scraped> {
         let mut targets: Vec<usize> = which.iter().map(|&u| self.position[u].0).collect();
         targets.sort_unstable();
         targets.dedup();
-        let fetches =
-            futures_util::future::join_all(targets.iter().map(|&t| self.fetch(t, budget))).await;
+        let fetches = futures_util::future::join_all(targets.iter().map(|&t| async move {
+            match names {
+                None => {
+                    self.fetch(&self.targets[t], &self.targets[t].full, budget)
+                        .await
+                }
+                Some(names) => self.fetch_selected(t, names, budget).await,
+            }
+        }))
+        .await;
         which
             .iter()
             .map(|&u| {
@@ -377,12 +429,87 @@ impl Scraper {
             .collect()
     }
 
-    /// Reuses, joins or starts the fetch of target `t`; `None` when `budget` ran out first.
-    async fn fetch(&self, t: usize, budget: Option<Duration>) -> Option<Arc<Fetch>> {
+    /// A selective read of target `t`: from the engine's own selection when it has been shown
+    /// to agree with the full page, else from the full page (and the comparison is made).
+    async fn fetch_selected(
+        &self,
+        t: usize,
+        names: &[&str],
+        budget: Option<Duration>,
+    ) -> Option<Arc<Fetch>> {
         let target = &self.targets[t];
+        let mut wanted: Vec<String> = names
+            .iter()
+            .filter(|n| {
+                target
+                    .upstreams
+                    .iter()
+                    .any(|&u| self.inner.keep[u].iter().any(|k| n.starts_with(k.as_str())))
+            })
+            .map(|n| n.to_string())
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let slot_names = wanted.clone();
+        let (slot, checked) = {
+            let mut sets = target.name_sets.lock().expect("name sets lock");
+            let set = match sets.iter().position(|s| s.names == wanted) {
+                Some(i) => sets.remove(i),
+                None => NameSet {
+                    slot: Slot::new(selection_url(&target.full.url, &wanted), true),
+                    names: wanted,
+                    checked: None,
+                },
+            };
+            let checked = set
+                .checked
+                .filter(|(at, _)| at.elapsed() < SELECTION_CHECK_EVERY)
+                .map(|(_, agreed)| agreed);
+            let slot = set.slot.clone();
+            if sets.len() == MAX_NAME_SETS {
+                sets.remove(0);
+            }
+            sets.push(set);
+            (slot, checked)
+        };
+        match checked {
+            Some(true) => self.fetch(target, &slot, budget).await,
+            Some(false) => self.fetch(target, &target.full, budget).await,
+            None => {
+                let (full, selected) = tokio::join!(
+                    self.fetch(target, &target.full, budget),
+                    self.fetch(target, &slot, budget)
+                );
+                if let Some(full) = &full
+                    && let Some(agreed) = selection_agrees(full, selected.as_deref(), &slot_names)
+                {
+                    if !agreed {
+                        tracing::warn!(
+                            url = %target.full.url,
+                            "the upstream's name[] selection fails or lacks families its full \
+                             page has: these selective reads use the full page"
+                        );
+                    }
+                    let mut sets = target.name_sets.lock().expect("name sets lock");
+                    if let Some(set) = sets.iter_mut().find(|s| Arc::ptr_eq(&s.slot, &slot)) {
+                        set.checked = Some((Instant::now(), agreed));
+                    }
+                }
+                full
+            }
+        }
+    }
+
+    /// Reuses, joins or starts the fetch of `slot`; `None` when `budget` ran out first.
+    async fn fetch(
+        &self,
+        target: &Arc<Target>,
+        slot: &Arc<Slot>,
+        budget: Option<Duration>,
+    ) -> Option<Arc<Fetch>> {
         let timeout = budget.map_or(target.timeout, |b| b.min(target.timeout));
         let shared = {
-            let mut state = target.state.lock().expect("target state lock");
+            let mut state = slot.state.lock().expect("slot state lock");
             let reuse = state.last.as_ref().map_or(Reuse::No, |last| {
                 Reuse::of(last.at.elapsed(), target.min_interval)
             });
@@ -392,13 +519,13 @@ impl Scraper {
                     let last = last.clone();
                     if state.inflight.is_none() {
                         // Nobody waits for this one: it gets the upstream's whole timeout.
-                        state.inflight = Some(self.start(target, target.timeout));
+                        state.inflight = Some(self.start(target, slot, target.timeout));
                     }
                     return Some(last);
                 }
                 _ => state
                     .inflight
-                    .get_or_insert_with(|| self.start(target, timeout))
+                    .get_or_insert_with(|| self.start(target, slot, timeout))
                     .clone(),
             }
         };
@@ -408,16 +535,21 @@ impl Scraper {
         }
     }
 
-    /// Starts fetching `target` in a task of its own; the task records the result in the
-    /// target's state when it ends, whether or not anyone still waits for it.
-    fn start(&self, target: &Arc<Target>, timeout: Duration) -> SharedFetch {
-        let task = tokio::spawn(run_fetch(self.inner.clone(), target.clone(), timeout));
-        let target = target.clone();
+    /// Starts fetching `slot` in a task of its own; the task records the result in the slot
+    /// when it ends, whether or not anyone still waits for it.
+    fn start(&self, target: &Arc<Target>, slot: &Arc<Slot>, timeout: Duration) -> SharedFetch {
+        let task = tokio::spawn(run_fetch(
+            self.inner.clone(),
+            target.clone(),
+            slot.clone(),
+            timeout,
+        ));
+        let slot = slot.clone();
         async move {
             task.await.unwrap_or_else(|err| {
                 tracing::error!(error = %err, "upstream fetch task failed");
                 // The task did not get to clear its slot: clear it, so the next request retries.
-                target.state.lock().expect("target state lock").inflight = None;
+                slot.state.lock().expect("slot state lock").inflight = None;
                 Arc::new(Fetch {
                     generation: next_generation(),
                     at: Instant::now(),
@@ -430,13 +562,75 @@ impl Scraper {
     }
 }
 
+/// The companion sample names prometheus_client's `name[]` filter needs besides a family
+/// name: it selects samples, so a histogram is `_bucket`, `_count`, `_sum` and `_created`.
+const SELECTION_SUFFIXES: [&str; 9] = [
+    "", "_total", "_created", "_bucket", "_count", "_sum", "_info", "_gcount", "_gsum",
+];
+
+/// `url` asking for `names` only, the way prometheus_client's exposition handlers take it.
+fn selection_url(url: &Url, names: &[String]) -> Url {
+    let mut url = url.clone();
+    {
+        let mut query = url.query_pairs_mut();
+        for name in names {
+            let base = name.strip_suffix("_total").unwrap_or(name);
+            for suffix in SELECTION_SUFFIXES {
+                query.append_pair("name[]", &format!("{base}{suffix}"));
+            }
+        }
+    }
+    url
+}
+
+/// Whether a selective fetch holds every family of the full page that `names` select, per
+/// upstream; `None` when the full fetch failed and nothing can be said.
+fn selection_agrees(full: &Fetch, selected: Option<&Fetch>, names: &[String]) -> Option<bool> {
+    if full.results.iter().any(Result::is_err) {
+        return None;
+    }
+    let Some(selected) = selected else {
+        return Some(false);
+    };
+    Some(
+        full.results.len() == selected.results.len()
+            && full.results.iter().zip(&selected.results).all(|(f, s)| {
+                let (Ok(f), Ok(s)) = (f, s) else {
+                    return false;
+                };
+                let has = selected_families(s, names);
+                selected_families(f, names).iter().all(|n| has.contains(n))
+            }),
+    )
+}
+
+/// The text names of the families in `exp` that `names` select and that have samples.
+fn selected_families(exp: &Exposition, names: &[String]) -> Vec<Vec<u8>> {
+    exp.families()
+        .iter()
+        .filter(|f| f.samples.1 > f.samples.0)
+        .filter_map(|f| {
+            let (name, suffix) = exp.family_name(f);
+            let text = [name, suffix].concat();
+            names
+                .iter()
+                .any(|n| n.as_bytes() == text || n.as_bytes() == name)
+                .then_some(text)
+        })
+        .collect()
+}
+
 /// Fetches a target once, parses it for each of its upstreams, records the outcome.
-async fn run_fetch(inner: Arc<Inner>, target: Arc<Target>, timeout: Duration) -> Arc<Fetch> {
+async fn run_fetch(
+    inner: Arc<Inner>,
+    target: Arc<Target>,
+    slot: Arc<Slot>,
+    timeout: Duration,
+) -> Arc<Fetch> {
     let started = Instant::now();
     let max_body = inner.limits.max_body_bytes;
     let fetched =
-        match tokio::time::timeout(timeout, get(&inner.client, &target.url, timeout, max_body))
-            .await
+        match tokio::time::timeout(timeout, get(&inner.client, &slot.url, timeout, max_body)).await
         {
             Ok(r) => r,
             Err(_) => Err(ScrapeError::Timeout(timeout)),
@@ -456,7 +650,7 @@ async fn run_fetch(inner: Arc<Inner>, target: Arc<Target>, timeout: Duration) ->
             .await;
             match parsed {
                 Ok(results) => {
-                    for &u in &target.upstreams {
+                    for &u in target.upstreams.iter().filter(|_| !slot.selective) {
                         inner
                             .telemetry
                             .response_bytes
@@ -474,14 +668,14 @@ async fn run_fetch(inner: Arc<Inner>, target: Arc<Target>, timeout: Duration) ->
         Err(e) => target.upstreams.iter().map(|_| Err(e.clone())).collect(),
     };
     for (&u, result) in target.upstreams.iter().zip(&results) {
-        record(&inner, u, result, elapsed);
+        record(&inner, u, result, elapsed, slot.selective);
     }
     let fetch = Arc::new(Fetch {
         generation: next_generation(),
         at: Instant::now(),
         results,
     });
-    let mut state = target.state.lock().expect("target state lock");
+    let mut state = slot.state.lock().expect("slot state lock");
     // Kept only where it can be reused: a 16 MiB body should not stay resident between scrapes.
     if !target.min_interval.is_zero() {
         state.last = Some(fetch.clone());
@@ -523,33 +717,32 @@ fn parse_for(inner: &Inner, u: usize, body: Bytes, format: Format) -> UpstreamRe
     }
 }
 
-/// Updates metrics and logs a line when the upstream changes state.
-fn record(inner: &Inner, u: usize, result: &UpstreamResult, elapsed: Duration) {
+/// Updates metrics and logs a line when the upstream changes state. A selective fetch counts
+/// as a request to the engine, but its duration, size and series are not the full page's.
+fn record(inner: &Inner, u: usize, result: &UpstreamResult, elapsed: Duration, selective: bool) {
     let t = &inner.telemetry;
     let name = inner.upstreams[u].name.as_str();
-    t.scrape_duration
-        .with_label_values(&[name])
-        .observe(elapsed.as_secs_f64());
     let up = result.is_ok();
-    match result {
-        Ok(exp) => {
-            let s = exp.stats();
-            t.scrapes.with_label_values(&[name, "success"]).inc();
-            t.set_series(name, "dropped", s.dropped);
-            t.set_series(name, "malformed", s.malformed);
-            if s.malformed > 0 {
-                tracing::debug!(
-                    upstream = name,
-                    malformed = s.malformed,
-                    "malformed lines dropped"
-                );
-            }
-        }
-        Err(e) => {
-            t.scrapes.with_label_values(&[name, e.reason()]).inc();
-            for outcome in crate::telemetry::SERIES_OUTCOMES {
+    let reason = result.as_ref().map_or_else(|e| e.reason(), |_| "success");
+    t.scrapes.with_label_values(&[name, reason]).inc();
+    if !selective {
+        t.scrape_duration
+            .with_label_values(&[name])
+            .observe(elapsed.as_secs_f64());
+        let s = result.as_ref().map(|exp| exp.stats()).unwrap_or_default();
+        t.set_series(name, "dropped", s.dropped);
+        t.set_series(name, "malformed", s.malformed);
+        if result.is_err() {
+            for outcome in ["kept", "conflict", "duplicate"] {
                 t.set_series(name, outcome, 0);
             }
+        }
+        if s.malformed > 0 {
+            tracing::debug!(
+                upstream = name,
+                malformed = s.malformed,
+                "malformed lines dropped"
+            );
         }
     }
     t.upstream_up.with_label_values(&[name]).set(up as i64);
@@ -639,5 +832,29 @@ mod tests {
         assert_eq!(Reuse::of(Duration::ZERO, Duration::ZERO), Reuse::No);
         // No overflow at the top of the range.
         assert_eq!(Reuse::of(ms(1), Duration::MAX), Reuse::Fresh);
+    }
+
+    #[test]
+    fn a_selection_asks_for_every_sample_name_of_the_families() {
+        let url = Url::parse("http://127.0.0.1:8000/metrics?x=1").expect("url");
+        let names = ["vllm:h".to_string(), "vllm:c_total".to_string()];
+        let url = selection_url(&url, &names);
+        let pairs: Vec<(String, String)> = url.query_pairs().into_owned().collect();
+        assert_eq!(pairs[0], ("x".to_string(), "1".to_string()));
+        let asked: Vec<&str> = pairs[1..].iter().map(|(_, v)| v.as_str()).collect();
+        assert!(pairs[1..].iter().all(|(k, _)| k == "name[]"));
+        for n in [
+            "vllm:h",
+            "vllm:h_bucket",
+            "vllm:h_count",
+            "vllm:h_sum",
+            "vllm:h_created",
+        ] {
+            assert!(asked.contains(&n), "{n}");
+        }
+        for n in ["vllm:c", "vllm:c_total", "vllm:c_created"] {
+            assert!(asked.contains(&n), "{n}");
+        }
+        assert_eq!(asked.len(), 2 * SELECTION_SUFFIXES.len());
     }
 }

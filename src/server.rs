@@ -433,7 +433,10 @@ async fn metrics(
                 .any(|n| upstreams[i].keep.iter().any(|k| n.starts_with(k.as_str()))),
         })
         .collect();
-    let scraped = runtime.scraper.scrape(&which, budget(headers)).await;
+    let scraped = runtime
+        .scraper
+        .scrape(&which, name_refs.as_deref(), budget(headers))
+        .await;
     let rendering = Instant::now();
     let openmetrics = wants_openmetrics(headers);
     let engines = match &name_refs {

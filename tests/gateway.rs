@@ -73,7 +73,11 @@ async fn concurrent_and_repeated_reads_reach_the_engine_once_per_min_interval() 
         let body = body.expect("read task");
         assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), 4.0);
     }
-    assert_eq!(a.requests(), 1, "20 concurrent reads, one fetch");
+    let mut queries = a.queries();
+    queries.sort();
+    assert_eq!(queries.len(), 2, "20 concurrent reads: {queries:?}");
+    assert_eq!(queries[0], "", "one fetch of the full page");
+    assert!(queries[1].contains("name%5B%5D="), "one of the selection");
     for _ in 0..20 {
         let (code, _, _, body) = read(&sp, WAITING).await;
         assert_eq!(code, 200);
@@ -81,15 +85,15 @@ async fn concurrent_and_repeated_reads_reach_the_engine_once_per_min_interval() 
     }
     assert_eq!(
         a.requests(),
-        1,
-        "repeated reads within min_interval reuse it"
+        2,
+        "repeated reads within min_interval reuse them"
     );
     let (_, _, _, page) = read(&sp, "/metrics").await;
     assert_eq!(
         metric(&page, "dynamo_sysport_upstream_scrapes_total")
             .label("result", "success")
             .value(),
-        1.0,
+        2.0,
         "sysport counts the fetches that reached the engine"
     );
 }
@@ -100,7 +104,7 @@ async fn min_interval_zero_fetches_every_scrape_and_shares_concurrent_ones() {
     let sp = start(&a, Duration::ZERO).await;
     for i in 0..5 {
         a.set(Reply::text(gauge(i as f64)));
-        let (code, sysport_age, age, body) = read(&sp, WAITING).await;
+        let (code, sysport_age, age, body) = read(&sp, "/metrics").await;
         assert_eq!(code, 200);
         assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), i as f64);
         assert!(sysport_age.expect("Sysport-Age") < 1.0);
@@ -111,7 +115,7 @@ async fn min_interval_zero_fetches_every_scrape_and_shares_concurrent_ones() {
     reply.delay = Duration::from_millis(400);
     a.set(reply);
     let reads = (0..10).map(|_| {
-        let url = sp.url(WAITING);
+        let url = sp.url("/metrics");
         tokio::spawn(async move { get_text(&url).await })
     });
     for body in futures_util::future::join_all(reads).await {
@@ -131,7 +135,7 @@ async fn min_interval_zero_fetches_every_scrape_and_shares_concurrent_ones() {
 async fn a_read_past_min_interval_gets_the_last_fetch_at_once_and_a_refresh_starts() {
     let a = Upstream::start(Reply::text(gauge(3.0))).await;
     let sp = start(&a, Duration::from_secs(1)).await;
-    let (_, sysport_age, age, body) = read(&sp, WAITING).await;
+    let (_, sysport_age, age, body) = read(&sp, "/metrics").await;
     assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), 3.0);
     assert!(sysport_age.expect("Sysport-Age") < 1.0);
     assert_eq!(age, None);
@@ -142,11 +146,7 @@ async fn a_read_past_min_interval_gets_the_last_fetch_at_once_and_a_refresh_star
     reply.delay = Duration::from_millis(500);
     a.set(reply);
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    let (code, sysport_age, age, body) = read(
-        &sp,
-        "/metrics?name=vllm:num_requests_waiting&name=dynamo_sysport_upstream_last_fetch_age_seconds",
-    )
-    .await;
+    let (code, sysport_age, age, body) = read(&sp, "/metrics").await;
     assert_eq!(code, 200);
     assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), 3.0);
     let sysport_age = sysport_age.expect("Sysport-Age");
@@ -166,7 +166,7 @@ async fn a_read_past_min_interval_gets_the_last_fetch_at_once_and_a_refresh_star
     )
     .await;
     eventually(Duration::from_secs(5), "the refresh is served", || async {
-        let (_, _, _, body) = read(&sp, WAITING).await;
+        let (_, _, _, body) = read(&sp, "/metrics").await;
         metric(&body, "vllm:num_requests_waiting").value() == 9.0
     })
     .await;
@@ -175,7 +175,7 @@ async fn a_read_past_min_interval_gets_the_last_fetch_at_once_and_a_refresh_star
     // More than two min_intervals later the read waits for fresh data.
     a.set(Reply::text(gauge(11.0)));
     tokio::time::sleep(Duration::from_millis(2100)).await;
-    let (_, sysport_age, _, body) = read(&sp, WAITING).await;
+    let (_, sysport_age, _, body) = read(&sp, "/metrics").await;
     assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), 11.0);
     assert!(sysport_age.expect("Sysport-Age") < 1.0);
     assert_eq!(a.requests(), 3);
@@ -256,8 +256,9 @@ async fn selective_output_equals_the_full_page_for_those_families() {
             "every engine's buckets"
         );
     }
-    // The full page was fetched once, and the selective reads reused it.
-    assert_eq!(a.requests(), 1);
+    // The full page was fetched once; the selection once, by the first selective read (which
+    // compared it with the full page); every other read reused them.
+    assert_eq!(a.requests(), 2);
 }
 
 #[tokio::test]
@@ -338,4 +339,65 @@ async fn full_and_selective_reads_are_counted_apart_with_their_cost() {
             .value()
             < 60.0
     );
+}
+
+const THREE: &str = "# TYPE vllm:num_requests_waiting gauge\n\
+vllm:num_requests_waiting{engine=\"0\"} 2.0\n\
+# TYPE vllm:kv_cache_usage_perc gauge\n\
+vllm:kv_cache_usage_perc{engine=\"0\"} 0.25\n\
+# TYPE vllm:iteration_tokens_total histogram\n\
+vllm:iteration_tokens_total_bucket{engine=\"0\",le=\"+Inf\"} 9.0\n\
+vllm:iteration_tokens_total_count{engine=\"0\"} 9.0\n\
+vllm:iteration_tokens_total_sum{engine=\"0\"} 120.0\n";
+
+/// The engine's answer to `name[]=vllm:num_requests_waiting...`, as prometheus_client selects.
+const WAITING_ONLY: &str =
+    "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{engine=\"0\"} 2.0\n";
+
+#[tokio::test]
+async fn selective_reads_ask_the_engine_for_those_families_once_checked() {
+    let a = Upstream::start(Reply::text(THREE)).await;
+    a.set_selected(WAITING_ONLY);
+    let sp = start(&a, Duration::ZERO).await;
+    for _ in 0..3 {
+        let (code, _, _, body) = read(&sp, WAITING).await;
+        assert_eq!(code, 200);
+        assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), 2.0);
+        assert!(!body.contains("kv_cache"), "{body}");
+    }
+    let queries = a.queries();
+    assert_eq!(queries.len(), 4, "{queries:?}");
+    // The first read compares the engine's selection with its full page.
+    let (first, rest) = queries.split_at(2);
+    assert!(first.iter().any(String::is_empty), "{queries:?}");
+    for q in first.iter().filter(|q| !q.is_empty()).chain(rest) {
+        assert!(q.contains("name%5B%5D=vllm%3Anum_requests_waiting&"), "{q}");
+        assert!(!q.contains("kv_cache"), "{q}");
+    }
+    // A full page still reads the whole engine.
+    let (_, _, _, page) = read(&sp, "/metrics").await;
+    assert_eq!(metric(&page, "vllm:kv_cache_usage_perc").value(), 0.25);
+    assert_eq!(a.queries().last().map(String::as_str), Some(""));
+}
+
+#[tokio::test]
+async fn an_engine_whose_selection_lacks_families_is_read_in_full() {
+    let a = Upstream::start(Reply::text(THREE)).await;
+    // prometheus_client in multiprocess mode: its collector registers no names, so `name[]`
+    // selects nothing.
+    a.set_selected("");
+    let sp = start(&a, Duration::ZERO).await;
+    let path = "/metrics?name=vllm:num_requests_waiting&name=vllm:iteration_tokens_total";
+    for _ in 0..3 {
+        let (code, _, _, body) = read(&sp, path).await;
+        assert_eq!(code, 200);
+        assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), 2.0);
+        assert_eq!(
+            metric(&body, "vllm:iteration_tokens_total_count").value(),
+            9.0
+        );
+    }
+    let queries = a.queries();
+    assert_eq!(queries.len(), 4, "one check, then full pages: {queries:?}");
+    assert!(queries[2..].iter().all(String::is_empty), "{queries:?}");
 }

@@ -40,6 +40,9 @@ impl Reply {
 
 struct UpstreamState {
     metrics: Mutex<Reply>,
+    /// The body for a request with prometheus_client's `name[]` selection, when set.
+    selected: Mutex<Option<Vec<u8>>>,
+    queries: Mutex<Vec<String>>,
     health: Mutex<StatusCode>,
     requests: AtomicUsize,
 }
@@ -59,6 +62,8 @@ impl Upstream {
         let addr = listener.local_addr().expect("local addr");
         let state = Arc::new(UpstreamState {
             metrics: Mutex::new(reply),
+            selected: Mutex::new(None),
+            queries: Mutex::new(Vec::new()),
             health: Mutex::new(StatusCode::OK),
             requests: AtomicUsize::new(0),
         });
@@ -78,9 +83,16 @@ impl Upstream {
                 "/metrics",
                 axum::routing::get({
                     let state = state.clone();
-                    move || async move {
+                    move |uri: axum::http::Uri| async move {
                         state.requests.fetch_add(1, Ordering::SeqCst);
-                        let reply = state.metrics.lock().expect("lock").clone();
+                        let query = uri.query().unwrap_or("").to_string();
+                        let mut reply = state.metrics.lock().expect("lock").clone();
+                        if query.contains("name%5B%5D=")
+                            && let Some(selected) = state.selected.lock().expect("lock").clone()
+                        {
+                            reply.body = selected;
+                        }
+                        state.queries.lock().expect("lock").push(query);
                         tokio::time::sleep(reply.delay).await;
                         let mut r = (reply.status, reply.body).into_response();
                         r.headers_mut().insert(
@@ -116,6 +128,16 @@ impl Upstream {
 
     pub fn set(&self, reply: Reply) {
         *self.state.metrics.lock().expect("lock") = reply;
+    }
+
+    /// What a `name[]` request gets instead of the full body (prometheus_client's selection).
+    pub fn set_selected(&self, body: impl Into<Vec<u8>>) {
+        *self.state.selected.lock().expect("lock") = Some(body.into());
+    }
+
+    /// The query strings of the `/metrics` requests so far, in order.
+    pub fn queries(&self) -> Vec<String> {
+        self.state.queries.lock().expect("lock").clone()
     }
 
     pub fn set_health(&self, code: StatusCode) {
