@@ -7,7 +7,7 @@
 //! `X-Prometheus-Scrape-Timeout-Seconds`, so sysport answers before its scraper gives up.
 //!
 //! With `min_interval` above zero a completed fetch is also reused: a request within
-//! `min_interval` of it gets it as it is, and one within twice that gets it at once while a
+//! `min_interval` of it gets it as it is, and one a little later gets it at once while a
 //! refresh starts behind it (see [`Reuse`]). The engine then sees at most one request per
 //! `min_interval` however many readers there are, and readers rarely wait for it.
 
@@ -122,6 +122,8 @@ pub struct Fetch {
     pub generation: u64,
     /// When the fetch finished.
     pub at: Instant,
+    /// How long it took.
+    pub took: Duration,
     /// Per upstream of the target, in the order of `Target::upstreams`.
     pub results: Vec<UpstreamResult>,
 }
@@ -149,20 +151,21 @@ pub struct Scraped {
 enum Reuse {
     /// Younger than `min_interval`: answered with it.
     Fresh,
-    /// Younger than twice `min_interval`: answered with it at once, and a refresh starts (unless
-    /// one is running) so that later requests get newer data without waiting for the engine.
+    /// Younger than `min_interval` plus the longer of `min_interval` and twice what the fetch
+    /// took: answered with it at once, and a refresh starts (unless one is running), so that
+    /// later requests get newer data without waiting for the engine, even a slow one.
     Stale,
     /// Older, or `min_interval` is zero: the request waits for a fetch.
     No,
 }
 
 impl Reuse {
-    fn of(age: Duration, min_interval: Duration) -> Reuse {
+    fn of(age: Duration, min_interval: Duration, took: Duration) -> Reuse {
         if min_interval.is_zero() {
             Reuse::No
         } else if age < min_interval {
             Reuse::Fresh
-        } else if age < min_interval.saturating_mul(2) {
+        } else if age < min_interval.saturating_add(min_interval.max(took.saturating_mul(2))) {
             Reuse::Stale
         } else {
             Reuse::No
@@ -511,7 +514,7 @@ impl Scraper {
         let shared = {
             let mut state = slot.state.lock().expect("slot state lock");
             let reuse = state.last.as_ref().map_or(Reuse::No, |last| {
-                Reuse::of(last.at.elapsed(), target.min_interval)
+                Reuse::of(last.at.elapsed(), target.min_interval, last.took)
             });
             match (reuse, &state.last) {
                 (Reuse::Fresh, Some(last)) => return Some(last.clone()),
@@ -553,6 +556,7 @@ impl Scraper {
                 Arc::new(Fetch {
                     generation: next_generation(),
                     at: Instant::now(),
+                    took: Duration::ZERO,
                     results: Vec::new(),
                 })
             })
@@ -673,6 +677,7 @@ async fn run_fetch(
     let fetch = Arc::new(Fetch {
         generation: next_generation(),
         at: Instant::now(),
+        took: started.elapsed(),
         results,
     });
     let mut state = slot.state.lock().expect("slot state lock");
@@ -821,17 +826,24 @@ mod tests {
     fn a_fetch_is_reused_fresh_then_stale_then_not_at_all() {
         let ms = Duration::from_millis;
         let interval = ms(25);
-        assert_eq!(Reuse::of(ms(0), interval), Reuse::Fresh);
-        assert_eq!(Reuse::of(ms(24), interval), Reuse::Fresh);
-        assert_eq!(Reuse::of(ms(25), interval), Reuse::Stale);
-        assert_eq!(Reuse::of(ms(49), interval), Reuse::Stale);
-        assert_eq!(Reuse::of(ms(50), interval), Reuse::No);
-        assert_eq!(Reuse::of(Duration::from_secs(3600), interval), Reuse::No);
+        let quick = ms(1);
+        assert_eq!(Reuse::of(ms(0), interval, quick), Reuse::Fresh);
+        assert_eq!(Reuse::of(ms(24), interval, quick), Reuse::Fresh);
+        assert_eq!(Reuse::of(ms(25), interval, quick), Reuse::Stale);
+        assert_eq!(Reuse::of(ms(49), interval, quick), Reuse::Stale);
+        assert_eq!(Reuse::of(ms(50), interval, quick), Reuse::No);
+        assert_eq!(
+            Reuse::of(Duration::from_secs(3600), interval, quick),
+            Reuse::No
+        );
+        // An engine slower than min_interval: its refresh has time to land before readers wait.
+        assert_eq!(Reuse::of(ms(70), interval, ms(24)), Reuse::Stale);
+        assert_eq!(Reuse::of(ms(73), interval, ms(24)), Reuse::No);
         // min_interval 0: every scrape fetches.
-        assert_eq!(Reuse::of(ms(0), Duration::ZERO), Reuse::No);
-        assert_eq!(Reuse::of(Duration::ZERO, Duration::ZERO), Reuse::No);
+        assert_eq!(Reuse::of(ms(0), Duration::ZERO, quick), Reuse::No);
+        assert_eq!(Reuse::of(Duration::ZERO, Duration::ZERO, quick), Reuse::No);
         // No overflow at the top of the range.
-        assert_eq!(Reuse::of(ms(1), Duration::MAX), Reuse::Fresh);
+        assert_eq!(Reuse::of(ms(1), Duration::MAX, Duration::MAX), Reuse::Fresh);
     }
 
     #[test]

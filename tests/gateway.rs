@@ -172,9 +172,10 @@ async fn a_read_past_min_interval_gets_the_last_fetch_at_once_and_a_refresh_star
     .await;
     assert_eq!(a.requests(), 2, "one refresh for every read in between");
 
-    // More than two min_intervals later the read waits for fresh data.
+    // Past the stale window (min_interval plus the longer of min_interval and twice the 0.5 s
+    // the last fetch took: 2 s) the read waits for fresh data.
     a.set(Reply::text(gauge(11.0)));
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    tokio::time::sleep(Duration::from_millis(2600)).await;
     let (_, sysport_age, _, body) = read(&sp, "/metrics").await;
     assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), 11.0);
     assert!(sysport_age.expect("Sysport-Age") < 1.0);

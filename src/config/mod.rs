@@ -123,8 +123,8 @@ pub struct UpstreamConfig {
     pub health_url: Option<Url>,
     /// Whether readiness needs this upstream, default true.
     pub required: bool,
-    /// Reuse a fetch younger than this, and serve one younger than twice this while a refresh
-    /// runs (0 = always fetch), default 0.
+    /// Reuse a fetch younger than this, and serve a slightly older one while a refresh runs
+    /// (0 = always fetch), default 0.
     pub min_interval: Duration,
 }
 
