@@ -331,7 +331,7 @@ fn group_label(kind: Kind) -> Option<&'static [u8]> {
 /// The series (MetricPoint) a sample belongs to: its label set, added labels included, without
 /// the label that [`group_label`] names for its kind.
 pub(crate) fn group_key(m: &Merge<'_>, src: &Exposition, kind: Kind, s: &Sample) -> u64 {
-    let mut key = s.lex.labels_hash;
+    let mut key = s.labels_hash();
     let missing = missing_added(s, m.added.len());
     for (bit, l) in m.added.iter().enumerate().take(8) {
         if missing & (1 << bit) != 0 {
@@ -339,7 +339,7 @@ pub(crate) fn group_key(m: &Merge<'_>, src: &Exposition, kind: Kind, s: &Sample)
         }
     }
     if let Some(drop) = group_label(kind) {
-        for (name, value) in label_pairs(src.sample_part(s, s.lex.labels)) {
+        for (name, value) in label_pairs(src.sample_part(s, src.lex(s).labels)) {
             if name == drop {
                 key = key.wrapping_sub(pair_hash(m.hasher, name, value));
             }
@@ -360,9 +360,9 @@ fn series_hash(h: PairHasher, src: &Exposition, fam: &Family, s: &Sample, added:
     } else {
         h.bytes(&[a, b].concat())
     };
-    let mut sum = name_hash.wrapping_add(s.lex.labels_hash);
+    let mut sum = name_hash.wrapping_add(s.labels_hash());
     for (bit, ah) in added.iter().enumerate() {
-        if bit >= 8 || s.lex.present & (1 << bit) == 0 {
+        if bit >= 8 || s.present() & (1 << bit) == 0 {
             sum = sum.wrapping_add(*ah);
         }
     }
@@ -388,12 +388,12 @@ fn same_labels(
     except: Option<&[u8]>,
 ) -> bool {
     let labels = |(src, _, s): SampleRef<'_>| {
-        let mut v: Vec<(Vec<u8>, Vec<u8>)> = label_pairs(src.sample_part(s, s.lex.labels))
+        let mut v: Vec<(Vec<u8>, Vec<u8>)> = label_pairs(src.sample_part(s, src.lex(s).labels))
             .filter(|(n, _)| Some(*n) != except)
             .map(|(n, v)| (n.to_vec(), v.to_vec()))
             .collect();
         for (bit, l) in added.iter().enumerate() {
-            if bit >= 8 || s.lex.present & (1 << bit) == 0 {
+            if bit >= 8 || s.present() & (1 << bit) == 0 {
                 v.push((l.name.clone(), l.escaped.clone()));
             }
         }

@@ -159,6 +159,19 @@ impl Suffix {
         }
     }
 
+    /// Every suffix, in declaration order (`Suffix as usize` indexes it).
+    const BY_INDEX: [Suffix; 9] = [
+        Suffix::None,
+        Suffix::Total,
+        Suffix::Created,
+        Suffix::Bucket,
+        Suffix::Count,
+        Suffix::Sum,
+        Suffix::GCount,
+        Suffix::GSum,
+        Suffix::Info,
+    ];
+
     const ALL: [Suffix; 8] = [
         Suffix::Total,
         Suffix::Created,
@@ -243,19 +256,158 @@ pub struct Family {
     pub samples: (u32, u32),
 }
 
-/// One sample line that was kept.
+/// One sample line that was kept, in 32 bytes: a 16 MiB body holds some 130,000 of them.
+///
+/// The offsets of the line's parts are kept relative to the line as `u16`. A line with a
+/// timestamp or an exemplar, or one too long for `u16` offsets, keeps its whole [`SampleLex`] in
+/// a side table of the exposition instead (rare: the engines sysport fronts write neither), so
+/// [`Exposition::lex`] is the way to read any of them.
 #[derive(Debug, Clone, Copy)]
 pub struct Sample {
-    /// Start of the line in the body; the lexed offsets below are relative to it.
-    pub line_start: u32,
-    /// End of the line (without `\r\n`).
-    pub line_end: u32,
-    /// Offsets within the line.
-    pub lex: lex::SampleLex,
+    /// Start of the line in the body.
+    line_start: u32,
+    family: u32,
+    labels_hash: u64,
+    /// `name_start`, `name_end`, labels start and end, value start and end, line length; for a
+    /// line in the side table the first two hold its index there (low half first).
+    offsets: [u16; 7],
+    /// [`SampleLex::present`].
+    present: u8,
+    /// `CANONICAL`, `SIDE`, and the rename suffix (0 = none, else its index + 1) from bit 2.
+    flags: u8,
+}
+
+const CANONICAL: u8 = 1;
+const SIDE: u8 = 2;
+const RENAME_SHIFT: u32 = 2;
+
+impl Sample {
+    /// A sample for the line at `line_start..line_end`. Returns `None` when its lexing has to go
+    /// to the side table; then [`Sample::new_side`] makes it.
+    pub(crate) fn new(
+        line_start: usize,
+        line_end: usize,
+        lex: &SampleLex,
+        rename: Option<Suffix>,
+        family: u32,
+    ) -> Option<Sample> {
+        let len = line_end - line_start;
+        // One test for all three: a length over 16 bits, a timestamp, an exemplar.
+        let extra = (len >> 16) as u32
+            | (lex.timestamp.1 - lex.timestamp.0)
+            | (lex.exemplar.1 - lex.exemplar.0);
+        if extra != 0 {
+            return None;
+        }
+        // Every offset is within the line, so each fits once the length does.
+        let offsets = [
+            lex.name_start as u16,
+            lex.name_end as u16,
+            lex.labels.0 as u16,
+            lex.labels.1 as u16,
+            lex.value.0 as u16,
+            lex.value.1 as u16,
+            len as u16,
+        ];
+        Some(Sample {
+            line_start: line_start as u32,
+            family,
+            labels_hash: lex.labels_hash,
+            offsets,
+            present: lex.present,
+            flags: Sample::flags(lex, rename, 0),
+        })
+    }
+
+    /// A sample whose lexing is entry `index` of the side table.
+    pub(crate) fn new_side(
+        line_start: usize,
+        lex: &SampleLex,
+        rename: Option<Suffix>,
+        family: u32,
+        index: u32,
+    ) -> Sample {
+        let mut offsets = [0u16; 7];
+        offsets[0] = index as u16;
+        offsets[1] = (index >> 16) as u16;
+        Sample {
+            line_start: line_start as u32,
+            family,
+            labels_hash: lex.labels_hash,
+            offsets,
+            present: lex.present,
+            flags: Sample::flags(lex, rename, SIDE),
+        }
+    }
+
+    fn flags(lex: &SampleLex, rename: Option<Suffix>, side: u8) -> u8 {
+        let rename = rename.map_or(0, |r| r as u8 + 1);
+        (if lex.canonical { CANONICAL } else { 0 }) | side | (rename << RENAME_SHIFT)
+    }
+
+    /// Start of the line in the body.
+    #[inline]
+    pub fn line_start(&self) -> u32 {
+        self.line_start
+    }
+
+    /// Order-independent hash of the label pairs ([`SampleLex::labels_hash`]).
+    #[inline]
+    pub fn labels_hash(&self) -> u64 {
+        self.labels_hash
+    }
+
+    /// Bit `i` set when the line carries the `i`-th added label ([`SampleLex::present`]).
+    #[inline]
+    pub fn present(&self) -> u8 {
+        self.present
+    }
+
+    /// Whether the line can be copied as it stands ([`SampleLex::canonical`]).
+    #[inline]
+    pub fn canonical(&self) -> bool {
+        self.flags & CANONICAL != 0
+    }
+
     /// When not `None`, the name as written is an escaped form (`vllm_x_total` for `vllm:x`,
     /// prometheus/client_python#1177) and the real name is the family's `base` + this suffix.
-    pub rename: Option<Suffix>,
-    family: u32,
+    #[inline]
+    pub fn rename(&self) -> Option<Suffix> {
+        match self.flags >> RENAME_SHIFT {
+            0 => None,
+            r => Some(Suffix::BY_INDEX[r as usize - 1]),
+        }
+    }
+
+    #[inline]
+    fn side_index(&self) -> Option<usize> {
+        (self.flags & SIDE != 0)
+            .then(|| self.offsets[0] as usize | (self.offsets[1] as usize) << 16)
+    }
+
+    /// The length of the line, given the side table of its exposition.
+    #[inline]
+    pub(crate) fn line_len(&self, side: &[SideLex]) -> usize {
+        match self.side_index() {
+            None => self.offsets[6] as usize,
+            Some(i) => (side[i].line_end - self.line_start) as usize,
+        }
+    }
+
+    pub(crate) fn family(&self) -> u32 {
+        self.family
+    }
+
+    pub(crate) fn set_family(&mut self, family: u32) {
+        self.family = family;
+    }
+}
+
+/// A line's whole lexing, for the samples that [`Sample`] cannot hold in its own 32 bytes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SideLex {
+    pub line_end: u32,
+    pub lex: SampleLex,
 }
 
 /// Counts from parsing one upstream body.
@@ -279,6 +431,8 @@ pub struct Exposition {
     format: Format,
     families: Vec<Family>,
     samples: Vec<Sample>,
+    /// The lexing of samples that do not fit [`Sample`].
+    side: Vec<SideLex>,
     stats: ParseStats,
     /// Bytes of the kept sample lines with their newlines, known once parsed.
     kept_bytes: usize,
@@ -292,6 +446,7 @@ impl Exposition {
             format: Format::Text,
             families: Vec::new(),
             samples: Vec::new(),
+            side: Vec::new(),
             stats: ParseStats::default(),
             kept_bytes: 0,
         }
@@ -334,12 +489,37 @@ impl Exposition {
 
     /// The sample's name as written out: its name in the body, or the recovered one.
     pub fn sample_name(&self, family: &Family, sample: &Sample) -> (&[u8], &'static [u8]) {
-        match sample.rename {
+        match sample.rename() {
             Some(suffix) => (family.base.of(&self.body), suffix.as_bytes()),
-            None => (
-                self.sample_part(sample, (sample.lex.name_start, sample.lex.name_end)),
-                b"",
-            ),
+            None => {
+                let lex = self.lex(sample);
+                (
+                    self.sample_part(sample, (lex.name_start, lex.name_end)),
+                    b"",
+                )
+            }
+        }
+    }
+
+    /// The offsets of a sample's parts within its line.
+    #[inline]
+    pub fn lex(&self, sample: &Sample) -> SampleLex {
+        match sample.side_index() {
+            None => {
+                let o = sample.offsets;
+                SampleLex {
+                    name_start: o[0] as u32,
+                    name_end: o[1] as u32,
+                    labels: (o[2] as u32, o[3] as u32),
+                    value: (o[4] as u32, o[5] as u32),
+                    timestamp: (0, 0),
+                    exemplar: (0, 0),
+                    labels_hash: sample.labels_hash,
+                    present: sample.present,
+                    canonical: sample.canonical(),
+                }
+            }
+            Some(i) => self.side[i].lex,
         }
     }
 
@@ -353,7 +533,24 @@ impl Exposition {
     /// The whole sample line.
     #[inline]
     pub fn line(&self, sample: &Sample) -> &[u8] {
-        &self.body[sample.line_start as usize..sample.line_end as usize]
+        let start = sample.line_start as usize;
+        &self.body[start..start + self.line_len(sample)]
+    }
+
+    /// The line when it can be written out as it stands: canonical, under its own name, and
+    /// without timestamp or exemplar (the common case, checked without decoding the offsets).
+    #[inline]
+    pub fn plain_line(&self, sample: &Sample) -> Option<&[u8]> {
+        (sample.flags == CANONICAL).then(|| {
+            let start = sample.line_start as usize;
+            &self.body[start..start + sample.offsets[6] as usize]
+        })
+    }
+
+    /// The length of the sample's line.
+    #[inline]
+    pub fn line_len(&self, sample: &Sample) -> usize {
+        sample.line_len(&self.side)
     }
 
     /// Total bytes of kept sample lines, for sizing output buffers.

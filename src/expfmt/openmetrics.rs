@@ -208,7 +208,7 @@ fn collect<'a>(
 }
 
 fn value_of(it: &Item<'_>) -> f64 {
-    let v = it.src.sample_part(it.s, it.s.lex.value);
+    let v = it.src.sample_part(it.s, it.src.lex(it.s).value);
     parse_f64(v).unwrap_or(f64::NAN)
 }
 
@@ -228,7 +228,7 @@ fn suffix_of<'a>(it: &Item<'a>, base: &[u8]) -> &'a [u8] {
 }
 
 fn label_value<'a>(it: &Item<'a>, name: &[u8]) -> Option<&'a [u8]> {
-    label_pairs(it.src.sample_part(it.s, it.s.lex.labels))
+    label_pairs(it.src.sample_part(it.s, it.src.lex(it.s).labels))
         .find(|(n, _)| *n == name)
         .map(|(_, v)| v)
 }
@@ -368,16 +368,17 @@ fn write_sample(m: &Merge<'_>, kind: Kind, it: &Item<'_>, out: &mut Vec<u8>) {
     }
     write_labels(src, s, m, missing, out);
     out.push(b' ');
-    write_value(src.sample_part(s, s.lex.value), out);
-    if s.lex.timestamp.0 != s.lex.timestamp.1 {
+    let lex = src.lex(s);
+    write_value(src.sample_part(s, lex.value), out);
+    if lex.timestamp.0 != lex.timestamp.1 {
         out.push(b' ');
-        let ts = src.sample_part(s, s.lex.timestamp);
+        let ts = src.sample_part(s, lex.timestamp);
         match src.format() {
             Format::OpenMetrics => out.extend_from_slice(ts),
             Format::Text => write_millis_as_seconds(ts, out),
         }
     }
-    if s.lex.exemplar.0 != s.lex.exemplar.1 {
+    if lex.exemplar.0 != lex.exemplar.1 {
         let name_end = [a, b].concat();
         let allowed = match kind {
             Kind::Counter => name_end.ends_with(b"_total"),
@@ -386,7 +387,7 @@ fn write_sample(m: &Merge<'_>, kind: Kind, it: &Item<'_>, out: &mut Vec<u8>) {
         };
         if allowed {
             out.push(b' ');
-            out.extend_from_slice(src.sample_part(s, s.lex.exemplar));
+            out.extend_from_slice(src.sample_part(s, lex.exemplar));
         }
     }
     out.push(b'\n');

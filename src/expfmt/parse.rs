@@ -12,8 +12,8 @@ use bytes::Bytes;
 
 use super::lex::{self, Comment, LexOptions, LineError};
 use super::{
-    Exposition, Family, Format, Kind, PairHasher, ParseStats, RESERVED_PREFIX, Role, Sample, Span,
-    Suffix,
+    Exposition, Family, Format, Kind, PairHasher, ParseStats, RESERVED_PREFIX, Role, Sample,
+    SideLex, Span, Suffix,
 };
 
 /// Limits applied while parsing one body.
@@ -88,6 +88,9 @@ struct Parser<'b, 'o> {
     families: Vec<Family>,
     family_kept: Vec<bool>,
     samples: Vec<Sample>,
+    side: Vec<SideLex>,
+    /// Bytes of the lines in `samples`, each with its newline.
+    kept_bytes: usize,
     stats: ParseStats,
     current: u32,
     grouped: bool,
@@ -115,7 +118,7 @@ pub fn parse(
     if body.len() > u32::MAX as usize - 1 {
         return Err(ParseError::BodyTooLarge);
     }
-    let (families, samples, stats) = {
+    let (families, samples, side, kept_bytes, stats) = {
         let mut p = Parser {
             body: &body,
             format,
@@ -128,6 +131,8 @@ pub fn parse(
             families: Vec::new(),
             family_kept: Vec::new(),
             samples: Vec::with_capacity(body.len() / 96),
+            side: Vec::new(),
+            kept_bytes: 0,
             stats: ParseStats::default(),
             current: NONE,
             grouped: true,
@@ -139,15 +144,12 @@ pub fn parse(
         p.run()?;
         p.finish()
     };
-    let kept_bytes = samples
-        .iter()
-        .map(|s| (s.line_end - s.line_start) as usize + 1)
-        .sum();
     Ok(Exposition {
         body,
         format,
         families,
         samples,
+        side,
         stats,
         kept_bytes,
     })
@@ -579,18 +581,25 @@ impl<'b> Parser<'b, '_> {
         } else {
             None
         };
-        self.samples.push(Sample {
-            line_start: start as u32,
-            line_end: (start + line.len()) as u32,
-            lex: lexed,
-            rename,
-            family,
-        });
+        let end = start + line.len();
+        let sample = match Sample::new(start, end, &lexed, rename, family) {
+            Some(s) => s,
+            None => {
+                self.side.push(SideLex {
+                    line_end: end as u32,
+                    lex: lexed,
+                });
+                let index = (self.side.len() - 1) as u32;
+                Sample::new_side(start, &lexed, rename, family, index)
+            }
+        };
+        self.samples.push(sample);
+        self.kept_bytes += line.len() + 1;
         Ok(())
     }
 
     /// Drops families that are not kept, orders samples by family.
-    fn finish(mut self) -> (Vec<Family>, Vec<Sample>, ParseStats) {
+    fn finish(mut self) -> (Vec<Family>, Vec<Sample>, Vec<SideLex>, usize, ParseStats) {
         let mut remap = vec![NONE; self.families.len()];
         let mut kept_families = Vec::with_capacity(self.families.len());
         for (i, fam) in self.families.iter().enumerate() {
@@ -606,20 +615,33 @@ impl<'b> Parser<'b, '_> {
             }
         }
         let before = self.samples.len();
-        self.samples.retain(|s| remap[s.family as usize] != NONE);
+        let side = &self.side;
+        let mut removed_bytes = 0;
+        self.samples.retain(|s| {
+            let keep = remap[s.family() as usize] != NONE;
+            if !keep {
+                removed_bytes += s.line_len(side) + 1;
+            }
+            keep
+        });
+        self.kept_bytes -= removed_bytes;
         let reserved_samples = (before - self.samples.len()) as u64;
         self.stats.dropped += reserved_samples;
         for s in &mut self.samples {
-            s.family = remap[s.family as usize];
+            s.set_family(remap[s.family() as usize]);
         }
-        let sorted = self.grouped && self.samples.windows(2).all(|w| w[0].family <= w[1].family);
+        let sorted = self.grouped
+            && self
+                .samples
+                .windows(2)
+                .all(|w| w[0].family() <= w[1].family());
         let samples = if sorted {
             self.samples
         } else {
             // Counting sort by family: stable, O(n), one allocation.
             let mut starts = vec![0u32; kept_families.len() + 1];
             for s in &self.samples {
-                starts[s.family as usize + 1] += 1;
+                starts[s.family() as usize + 1] += 1;
             }
             for i in 1..starts.len() {
                 starts[i] += starts[i - 1];
@@ -627,7 +649,7 @@ impl<'b> Parser<'b, '_> {
             let mut next = starts.clone();
             let mut out = vec![self.samples[0]; self.samples.len()];
             for s in &self.samples {
-                let slot = &mut next[s.family as usize];
+                let slot = &mut next[s.family() as usize];
                 out[*slot as usize] = *s;
                 *slot += 1;
             }
@@ -636,13 +658,19 @@ impl<'b> Parser<'b, '_> {
         let mut i = 0usize;
         for (f, fam) in kept_families.iter_mut().enumerate() {
             let start = i;
-            while i < samples.len() && samples[i].family as usize == f {
+            while i < samples.len() && samples[i].family() as usize == f {
                 i += 1;
             }
             fam.samples = (start as u32, i as u32);
         }
         self.stats.kept = samples.len() as u64;
-        (kept_families, samples, self.stats)
+        (
+            kept_families,
+            samples,
+            self.side,
+            self.kept_bytes,
+            self.stats,
+        )
     }
 }
 

@@ -125,6 +125,48 @@ fn rule2_non_canonical_spacing_is_normalised_not_lost() {
 }
 
 #[test]
+fn a_sample_is_32_bytes() {
+    // A 16 MiB body has some 130,000 kept samples; this is most of what parsing holds.
+    assert_eq!(std::mem::size_of::<Sample>(), 32);
+}
+
+#[test]
+fn lines_longer_than_64_kib_and_timestamps_keep_every_part() {
+    // Offsets past u16 and timestamps go to the exposition's side table; mixed with short
+    // lines, in and out of canonical form, with and without an added label.
+    let v = "y".repeat(70_000);
+    let input = format!(
+        "vllm:a{{x=\"{v}\"}} 1\nvllm:a{{x=\"s\"}} 2 1700000000000\nvllm:a{{x=\"t\"}} 3\nvllm:a {{ x=\"{v}z\" }} 4 5\nvllm:b{{x=\"{v}\"}} 6 7\n"
+    );
+    let (out, stats) = run(&[up(&input, &["vllm:"])], &[]);
+    assert_eq!(
+        lines(&out),
+        [
+            format!("vllm:a{{x=\"{v}\"}} 1"),
+            "vllm:a{x=\"s\"} 2 1700000000000".to_string(),
+            "vllm:a{x=\"t\"} 3".to_string(),
+            format!("vllm:a{{x=\"{v}z\"}} 4 5"),
+            format!("vllm:b{{x=\"{v}\"}} 6 7"),
+        ]
+    );
+    assert_eq!(stats[0].0.kept, 5);
+    let added = [AddedLabel::new("pod", "p")];
+    let (out, _) = run(&[up(&input, &["vllm:"])], &added);
+    assert_eq!(
+        lines(&out)[3..],
+        [
+            format!("vllm:a{{x=\"{v}z\",pod=\"p\"}} 4 5"),
+            format!("vllm:b{{x=\"{v}\",pod=\"p\"}} 6 7"),
+        ]
+    );
+    let long =
+        format!("# TYPE vllm:c counter\nvllm:c_total{{x=\"{v}\"}} 1 # {{t=\"{v}\"}} 0.5\n# EOF\n");
+    let (out, _) = run_om(&[om(&long, &["vllm:"])]);
+    let want = format!("vllm:c_total{{x=\"{v}\"}} 1 # {{t=\"{v}\"}} 0.5");
+    assert!(lines(&out).contains(&want.as_str()), "exemplar kept");
+}
+
+#[test]
 fn keep_prefixes_are_family_aware() {
     let input = "# TYPE foo histogram\nfoo_bucket{le=\"1\"} 1\nfoo_count 1\nfoo_sum 1\n# TYPE foo_b gauge\nfoo_b 2\n";
     let (out, stats) = run(&[up(input, &["foo_b"])], &[]);

@@ -88,9 +88,17 @@ fn write_help_as_text(help: &[u8], from: Format, out: &mut Vec<u8>) {
 
 fn write_sample(src: &Exposition, fam: &Family, s: &Sample, m: &Merge<'_>, out: &mut Vec<u8>) {
     let missing = missing_added(s, m.added.len());
+    if missing == 0
+        && let Some(line) = src.plain_line(s)
+    {
+        out.extend_from_slice(line);
+        out.push(b'\n');
+        return;
+    }
+    let lex = src.lex(s);
     let plain = src.format() == Format::Text
-        || (s.lex.timestamp.0 == s.lex.timestamp.1 && s.lex.exemplar.0 == s.lex.exemplar.1);
-    if s.lex.canonical && s.rename.is_none() && missing == 0 && plain {
+        || (lex.timestamp.0 == lex.timestamp.1 && lex.exemplar.0 == lex.exemplar.1);
+    if s.canonical() && s.rename().is_none() && missing == 0 && plain {
         out.extend_from_slice(src.line(s));
         out.push(b'\n');
         return;
@@ -100,9 +108,9 @@ fn write_sample(src: &Exposition, fam: &Family, s: &Sample, m: &Merge<'_>, out: 
     out.extend_from_slice(b);
     write_labels(src, s, m, missing, out);
     out.push(b' ');
-    out.extend_from_slice(src.sample_part(s, s.lex.value));
-    if s.lex.timestamp.0 != s.lex.timestamp.1 {
-        let ts = src.sample_part(s, s.lex.timestamp);
+    out.extend_from_slice(src.sample_part(s, lex.value));
+    if lex.timestamp.0 != lex.timestamp.1 {
+        let ts = src.sample_part(s, lex.timestamp);
         out.push(b' ');
         match src.format() {
             Format::Text => out.extend_from_slice(ts),
@@ -116,7 +124,7 @@ fn write_sample(src: &Exposition, fam: &Family, s: &Sample, m: &Merge<'_>, out: 
 #[inline]
 pub(crate) fn missing_added(s: &Sample, n: usize) -> u16 {
     let all: u16 = if n >= 8 { 0xff } else { (1u16 << n) - 1 };
-    all & !(s.lex.present as u16)
+    all & !(s.present() as u16)
 }
 
 /// `{labels,added}` in canonical form, or nothing when there are no labels at all.
@@ -127,13 +135,13 @@ pub(crate) fn write_labels(
     missing: u16,
     out: &mut Vec<u8>,
 ) {
-    let block = src.sample_part(s, s.lex.labels);
+    let block = src.sample_part(s, src.lex(s).labels);
     if block.is_empty() && missing == 0 {
         return;
     }
     out.push(b'{');
     let mut any = false;
-    if s.lex.canonical {
+    if s.canonical() {
         out.extend_from_slice(block);
         any = !block.is_empty();
     } else {
