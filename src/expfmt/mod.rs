@@ -273,13 +273,17 @@ pub struct Sample {
     offsets: [u16; 7],
     /// [`SampleLex::present`].
     present: u8,
-    /// `CANONICAL`, `SIDE`, and the rename suffix (0 = none, else its index + 1) from bit 2.
+    /// `CANONICAL`, `SIDE`, the rename suffix (0 = none, else its index + 1) in bits 2 to 5,
+    /// `SAME_NAME`.
     flags: u8,
 }
 
 const CANONICAL: u8 = 1;
 const SIDE: u8 = 2;
 const RENAME_SHIFT: u32 = 2;
+const RENAME_MASK: u8 = 0xf;
+/// The sample's name is the one of the sample before it in the exposition.
+const SAME_NAME: u8 = 0x80;
 
 impl Sample {
     /// A sample for the line at `line_start..line_end`. Returns `None` when its lexing has to go
@@ -373,7 +377,7 @@ impl Sample {
     /// prometheus/client_python#1177) and the real name is the family's `base` + this suffix.
     #[inline]
     pub fn rename(&self) -> Option<Suffix> {
-        match self.flags >> RENAME_SHIFT {
+        match (self.flags >> RENAME_SHIFT) & RENAME_MASK {
             0 => None,
             r => Some(Suffix::BY_INDEX[r as usize - 1]),
         }
@@ -392,6 +396,17 @@ impl Sample {
             None => self.offsets[6] as usize,
             Some(i) => (side[i].line_end - self.line_start) as usize,
         }
+    }
+
+    /// Whether the sample's name (as [`Exposition::sample_name`] gives it) is the one of the
+    /// sample before it in [`Exposition::all_samples`]; `false` when not known.
+    #[inline]
+    pub(crate) fn same_name_as_previous(&self) -> bool {
+        self.flags & SAME_NAME != 0
+    }
+
+    pub(crate) fn set_same_name_as_previous(&mut self, same: bool) {
+        self.flags = self.flags & !SAME_NAME | if same { SAME_NAME } else { 0 };
     }
 
     pub(crate) fn family(&self) -> u32 {
@@ -541,7 +556,7 @@ impl Exposition {
     /// without timestamp or exemplar (the common case, checked without decoding the offsets).
     #[inline]
     pub fn plain_line(&self, sample: &Sample) -> Option<&[u8]> {
-        (sample.flags == CANONICAL).then(|| {
+        (sample.flags & !SAME_NAME == CANONICAL).then(|| {
             let start = sample.line_start as usize;
             &self.body[start..start + sample.offsets[6] as usize]
         })

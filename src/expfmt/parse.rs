@@ -98,6 +98,9 @@ struct Parser<'b, 'o> {
     family_seen: Vec<bool>,
     scratch: lex::LabelScratch<'b>,
     last_sample: Option<LastSample>,
+    /// Declaration, suffix and escaping of the last sample pushed: the same three give the same
+    /// sample name.
+    last_pushed: Option<(u32, Suffix, bool)>,
 }
 
 /// How the previous sample's name resolved.
@@ -140,6 +143,7 @@ pub fn parse(
             family_seen: Vec::new(),
             scratch: lex::LabelScratch::default(),
             last_sample: None,
+            last_pushed: None,
         };
         p.run()?;
         p.finish()
@@ -582,7 +586,7 @@ impl<'b> Parser<'b, '_> {
             None
         };
         let end = start + line.len();
-        let sample = match Sample::new(start, end, &lexed, rename, family) {
+        let mut sample = match Sample::new(start, end, &lexed, rename, family) {
             Some(s) => s,
             None => {
                 self.side.push(SideLex {
@@ -593,6 +597,9 @@ impl<'b> Parser<'b, '_> {
                 Sample::new_side(start, &lexed, rename, family, index)
             }
         };
+        let pushed = (d, suffix, escaped);
+        sample.set_same_name_as_previous(self.last_pushed == Some(pushed));
+        self.last_pushed = Some(pushed);
         self.samples.push(sample);
         self.kept_bytes += line.len() + 1;
         Ok(())
@@ -638,7 +645,8 @@ impl<'b> Parser<'b, '_> {
         let samples = if sorted {
             self.samples
         } else {
-            // Counting sort by family: stable, O(n), one allocation.
+            // Counting sort by family: stable, O(n), one allocation. A sample with the same
+            // name as the one before it is in the same family, so it still follows it.
             let mut starts = vec![0u32; kept_families.len() + 1];
             for s in &self.samples {
                 starts[s.family() as usize + 1] += 1;

@@ -217,6 +217,45 @@ fn rule4_same_family_from_two_upstreams_merges_under_one_header() {
 }
 
 #[test]
+fn rule4_duplicates_are_found_whatever_order_the_upstreams_list_families_in() {
+    let a = "vllm:b{x=\"1\"} 1\nvllm:a{x=\"1\"} 2\n";
+    let b = "vllm:a{x=\"1\"} 3\nvllm:a{x=\"2\"} 4\nvllm:b{x=\"1\"} 5\nvllm:b{x=\"2\"} 6\n";
+    let (out, stats) = run(&[up(a, &["vllm:"]), up(b, &["vllm:"])], &[]);
+    assert_eq!(
+        lines(&out),
+        [
+            "vllm:b{x=\"1\"} 1",
+            "vllm:b{x=\"2\"} 6",
+            "vllm:a{x=\"1\"} 2",
+            "vllm:a{x=\"2\"} 4",
+        ]
+    );
+    assert_eq!((stats[1].1.kept, stats[1].1.duplicate), (2, 2));
+}
+
+#[test]
+fn rule4_a_sample_name_two_families_share_is_still_deduplicated() {
+    // `vllm:x_count` is a sample of the histogram `vllm:x` in one upstream and a gauge family
+    // of its own in the other: the same series, written once.
+    let a = "# TYPE vllm:x histogram\nvllm:x_bucket{le=\"+Inf\"} 1\nvllm:x_count 1\nvllm:x_sum 2\n";
+    let b = "# TYPE vllm:x_count gauge\nvllm:x_count 1\nvllm:x_count{y=\"1\"} 3\n";
+    let (out, stats) = run(&[up(a, &["vllm:"]), up(b, &["vllm:"])], &[]);
+    assert_eq!(
+        lines(&out),
+        [
+            "# TYPE vllm:x histogram",
+            "vllm:x_bucket{le=\"+Inf\"} 1",
+            "vllm:x_count 1",
+            "vllm:x_sum 2",
+            "# TYPE vllm:x_count gauge",
+            "vllm:x_count{y=\"1\"} 3",
+        ]
+    );
+    assert_eq!((stats[0].1.kept, stats[0].1.duplicate), (3, 0));
+    assert_eq!((stats[1].1.kept, stats[1].1.duplicate), (1, 1));
+}
+
+#[test]
 fn rule4_type_conflict_keeps_the_first_and_counts_the_other() {
     let a = "# TYPE vllm:r gauge\nvllm:r 1\n";
     let b = "# TYPE vllm:r counter\nvllm:r 2\nvllm:r{x=\"1\"} 3\n# TYPE vllm:s gauge\nvllm:s 4\n";
