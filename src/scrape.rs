@@ -802,7 +802,20 @@ async fn get(
         .get(reqwest::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let mut buf = BytesMut::with_capacity(resp.content_length().map_or(64 << 10, |n| n as usize));
+    // A compressed body's decoded length is not known before it has been read (the length the
+    // response declares is the compressed one, and the decoder drops it): start from the last
+    // body of the same URL, with room to grow, so that a 16 MB page is not built by doubling a
+    // 64 KiB buffer eight times, each step a new block and a copy.
+    static LAST_LEN: Mutex<Vec<(Url, usize)>> = Mutex::new(Vec::new());
+    let last_len = || {
+        let last = LAST_LEN.lock().ok()?;
+        last.iter()
+            .find(|(u, _)| u == url)
+            .map(|&(_, n)| n + n / 64)
+    };
+    let expected = resp.content_length().map(|n| n as usize);
+    let mut buf =
+        BytesMut::with_capacity(expected.or_else(last_len).unwrap_or(64 << 10).min(max_body));
     while let Some(chunk) = resp
         .chunk()
         .await
@@ -812,6 +825,14 @@ async fn get(
             return Err(ScrapeError::TooLarge { limit: "body size" });
         }
         buf.extend_from_slice(&chunk);
+    }
+    if expected.is_none()
+        && let Ok(mut last) = LAST_LEN.lock()
+    {
+        match last.iter_mut().find(|(u, _)| u == url) {
+            Some((_, n)) => *n = buf.len(),
+            None => last.push((url.clone(), buf.len())),
+        }
     }
     let body = buf.freeze();
     let format = Format::detect(content_type.as_deref(), &body);

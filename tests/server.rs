@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
@@ -391,6 +392,69 @@ async fn gzip_is_served_when_asked() {
     std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
         .expect("valid gzip");
     assert_eq!(metric(&text, "vllm:num_requests_running").value(), 3.0);
+}
+
+fn gzip(text: &str) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut e, text.as_bytes()).expect("in memory");
+    e.finish().expect("in memory")
+}
+
+/// A `/metrics` that answers with the gzip stream in the returned cell, as
+/// `Content-Encoding: gzip`.
+async fn gzip_upstream() -> (String, Arc<Mutex<Vec<u8>>>) {
+    let current = Arc::new(Mutex::new(Vec::new()));
+    let served = current.clone();
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let body = served.lock().expect("lock").clone();
+            async move {
+                (
+                    [
+                        ("content-type", "text/plain; version=0.0.4; charset=utf-8"),
+                        ("content-encoding", "gzip"),
+                    ],
+                    body,
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let url = format!("http://{}/metrics", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, current)
+}
+
+#[tokio::test]
+async fn gzip_upstream_bodies_that_grow_and_shrink_are_read_whole() {
+    // The decoded length of a compressed body is only known once read; the buffer for the
+    // next one is sized from it. Each body here is larger or smaller than the one before.
+    let page = |n: usize| -> String {
+        let mut s = String::from("# TYPE vllm:x gauge\n");
+        for i in 0..n {
+            s.push_str(&format!(
+                "vllm:x{{i=\"{i}\",model_name=\"some-model\"}} {i}\n"
+            ));
+        }
+        s
+    };
+    let (url, body) = gzip_upstream().await;
+    let sp = start_single(&url, &["vllm:"]).await;
+    for n in [2_000, 2_000, 30_000, 31_000, 10, 5_000] {
+        *body.lock().expect("lock") = gzip(&page(n));
+        let text = get_text(&sp.url("/metrics")).await;
+        assert_eq!(metric(&text, "vllm:x").count(), n, "{n} series");
+        let last = (n - 1).to_string();
+        assert_eq!(
+            metric(&text, "vllm:x").label("i", &last).value(),
+            (n - 1) as f64
+        );
+    }
 }
 
 #[tokio::test]
