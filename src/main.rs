@@ -43,13 +43,21 @@ enum Command {
     },
 }
 
+/// Runtime worker threads at most (`TOKIO_WORKER_THREADS` overrides). Two serve any number of
+/// scrapers, since parsing runs on blocking threads; and each thread that renders a large page
+/// keeps a block of that size in its own glibc arena, so one worker per core of a large node
+/// would multiply peak RSS by the node's core count.
+const MAX_WORKERS: usize = 2;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        builder.worker_threads(cores.min(MAX_WORKERS));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("sysport: cannot start the async runtime: {err}");
