@@ -11,6 +11,7 @@
 //! refresh starts behind it (see [`Reuse`]). The engine then sees at most one request per
 //! `min_interval` however many readers there are, and readers rarely wait for it.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -184,6 +185,8 @@ struct Slot {
     url: Url,
     /// Whether this fetch asks the engine for selected families only.
     selective: bool,
+    /// Decoded length of the last body of unknown length (a compressed one), 0 before it.
+    last_len: AtomicUsize,
     state: Mutex<SlotState>,
 }
 
@@ -192,6 +195,7 @@ impl Slot {
         Arc::new(Slot {
             url,
             selective,
+            last_len: AtomicUsize::new(0),
             state: Mutex::new(SlotState::default()),
         })
     }
@@ -633,12 +637,15 @@ async fn run_fetch(
 ) -> Arc<Fetch> {
     let started = Instant::now();
     let max_body = inner.limits.max_body_bytes;
-    let fetched =
-        match tokio::time::timeout(timeout, get(&inner.client, &slot.url, timeout, max_body)).await
-        {
-            Ok(r) => r,
-            Err(_) => Err(ScrapeError::Timeout(timeout)),
-        };
+    let fetched = match tokio::time::timeout(
+        timeout,
+        get(&inner.client, &slot.url, timeout, max_body, &slot.last_len),
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(_) => Err(ScrapeError::Timeout(timeout)),
+    };
     let elapsed = started.elapsed();
     let results: Vec<UpstreamResult> = match fetched {
         Ok((body, format)) => {
@@ -777,6 +784,7 @@ async fn get(
     url: &Url,
     timeout: Duration,
     max_body: usize,
+    last_len: &AtomicUsize,
 ) -> Result<(Bytes, Format), ScrapeError> {
     let mut resp = client
         .get(url.clone())
@@ -806,16 +814,10 @@ async fn get(
     // response declares is the compressed one, and the decoder drops it): start from the last
     // body of the same URL, with room to grow, so that a 16 MB page is not built by doubling a
     // 64 KiB buffer eight times, each step a new block and a copy.
-    static LAST_LEN: Mutex<Vec<(Url, usize)>> = Mutex::new(Vec::new());
-    let last_len = || {
-        let last = LAST_LEN.lock().ok()?;
-        last.iter()
-            .find(|(u, _)| u == url)
-            .map(|&(_, n)| n + n / 64)
-    };
     let expected = resp.content_length().map(|n| n as usize);
-    let mut buf =
-        BytesMut::with_capacity(expected.or_else(last_len).unwrap_or(64 << 10).min(max_body));
+    let last = last_len.load(Ordering::Relaxed);
+    let guess = (last > 0).then(|| last + last / 64);
+    let mut buf = BytesMut::with_capacity(expected.or(guess).unwrap_or(64 << 10).min(max_body));
     while let Some(chunk) = resp
         .chunk()
         .await
@@ -826,13 +828,8 @@ async fn get(
         }
         buf.extend_from_slice(&chunk);
     }
-    if expected.is_none()
-        && let Ok(mut last) = LAST_LEN.lock()
-    {
-        match last.iter_mut().find(|(u, _)| u == url) {
-            Some((_, n)) => *n = buf.len(),
-            None => last.push((url.clone(), buf.len())),
-        }
+    if expected.is_none() {
+        last_len.store(buf.len(), Ordering::Relaxed);
     }
     let body = buf.freeze();
     let format = Format::detect(content_type.as_deref(), &body);
