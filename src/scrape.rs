@@ -354,6 +354,13 @@ impl Scraper {
         &self.inner.upstreams
     }
 
+    /// Whether upstream `i` keeps a family named `name` (one of its prefixes starts it).
+    pub fn may_hold(&self, i: usize, name: &str) -> bool {
+        self.inner.keep[i]
+            .iter()
+            .any(|k| name.starts_with(k.as_str()))
+    }
+
     /// What the last fetch of upstream `i` left.
     pub fn status(&self, i: usize) -> UpstreamStatus {
         let s = self.inner.states[i].lock().expect("upstream state lock");
@@ -447,24 +454,18 @@ impl Scraper {
         let target = &self.targets[t];
         let mut wanted: Vec<String> = names
             .iter()
-            .filter(|n| {
-                target
-                    .upstreams
-                    .iter()
-                    .any(|&u| self.inner.keep[u].iter().any(|k| n.starts_with(k.as_str())))
-            })
+            .filter(|n| target.upstreams.iter().any(|&u| self.may_hold(u, n)))
             .map(|n| n.to_string())
             .collect();
         wanted.sort_unstable();
         wanted.dedup();
-        let slot_names = wanted.clone();
         let (slot, checked) = {
             let mut sets = target.name_sets.lock().expect("name sets lock");
             let set = match sets.iter().position(|s| s.names == wanted) {
                 Some(i) => sets.remove(i),
                 None => NameSet {
                     slot: Slot::new(selection_url(&target.full.url, &wanted), true),
-                    names: wanted,
+                    names: wanted.clone(),
                     checked: None,
                 },
             };
@@ -488,7 +489,7 @@ impl Scraper {
                     self.fetch(target, &slot, budget)
                 );
                 if let Some(full) = &full
-                    && let Some(agreed) = selection_agrees(full, selected.as_deref(), &slot_names)
+                    && let Some(agreed) = selection_agrees(full, selected.as_deref(), &wanted)
                 {
                     if !agreed {
                         tracing::warn!(
@@ -661,12 +662,15 @@ async fn run_fetch(
             .await;
             match parsed {
                 Ok(results) => {
-                    for &u in target.upstreams.iter().filter(|_| !slot.selective) {
-                        inner
-                            .telemetry
-                            .response_bytes
-                            .with_label_values(&[&inner.upstreams[u].name])
-                            .set(body_len as i64);
+                    // A selective body's size is not the page's.
+                    if !slot.selective {
+                        for &u in &target.upstreams {
+                            inner
+                                .telemetry
+                                .response_bytes
+                                .with_label_values(&[&inner.upstreams[u].name])
+                                .set(body_len as i64);
+                        }
                     }
                     results
                 }
@@ -741,20 +745,24 @@ fn record(inner: &Inner, u: usize, result: &UpstreamResult, elapsed: Duration, s
         t.scrape_duration
             .with_label_values(&[name])
             .observe(elapsed.as_secs_f64());
-        let s = result.as_ref().map(|exp| exp.stats()).unwrap_or_default();
-        t.set_series(name, "dropped", s.dropped);
-        t.set_series(name, "malformed", s.malformed);
-        if result.is_err() {
-            for outcome in ["kept", "conflict", "duplicate"] {
-                t.set_series(name, outcome, 0);
+        match result {
+            Ok(exp) => {
+                let s = exp.stats();
+                t.set_series(name, "dropped", s.dropped);
+                t.set_series(name, "malformed", s.malformed);
+                if s.malformed > 0 {
+                    tracing::debug!(
+                        upstream = name,
+                        malformed = s.malformed,
+                        "malformed lines dropped"
+                    );
+                }
             }
-        }
-        if s.malformed > 0 {
-            tracing::debug!(
-                upstream = name,
-                malformed = s.malformed,
-                "malformed lines dropped"
-            );
+            Err(_) => {
+                for outcome in crate::telemetry::SERIES_OUTCOMES {
+                    t.set_series(name, outcome, 0);
+                }
+            }
         }
     }
     t.upstream_up.with_label_values(&[name]).set(up as i64);

@@ -391,7 +391,7 @@ fn requested_names(query: Option<&str>) -> Result<Option<Vec<String>>, String> {
                  e.g. /metrics?name=vllm:num_requests_waiting&name=vllm:kv_cache_usage_perc"
             ));
         }
-        if !is_metric_name(&value) {
+        if !expfmt::is_metric_name(value.as_bytes()) {
             return Err(format!(
                 "`name={value}` is not a metric family name ([a-zA-Z_:][a-zA-Z0-9_:]*)"
             ));
@@ -402,14 +402,6 @@ fn requested_names(query: Option<&str>) -> Result<Option<Vec<String>>, String> {
         names.push(value.into_owned());
     }
     Ok(Some(names))
-}
-
-fn is_metric_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    bytes
-        .next()
-        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_' || b == b':')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
 }
 
 async fn metrics(
@@ -423,14 +415,12 @@ async fn metrics(
     let name_refs: Option<Vec<&str>> = names
         .as_ref()
         .map(|n| n.iter().map(String::as_str).collect());
-    let upstreams = runtime.scraper.upstreams();
+    let scraper = &runtime.scraper;
     // With `?name=`, only upstreams whose prefixes could hold one of the names are fetched.
-    let which: Vec<usize> = (0..upstreams.len())
+    let which: Vec<usize> = (0..scraper.upstreams().len())
         .filter(|&i| match &name_refs {
             None => true,
-            Some(ns) => ns
-                .iter()
-                .any(|n| upstreams[i].keep.iter().any(|k| n.starts_with(k.as_str()))),
+            Some(ns) => ns.iter().any(|n| scraper.may_hold(i, n)),
         })
         .collect();
     let scraped = runtime
