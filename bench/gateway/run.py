@@ -27,7 +27,6 @@ SYSPORT_GATEWAY_PIDFILE (where the pids of started processes are listed, for the
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +34,10 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "../.."))
+# The process helpers of the load test (bench/load/run.py), imported under another name.
+sys.path.insert(0, os.path.join(ROOT, "bench/load"))
+import run as loadrun  # noqa: E402
+from run import free_port, wait_http  # noqa: E402
 SYSPORT = os.path.join(ROOT, "target/release/sysport")
 READERS_BIN = os.path.join(ROOT, "target/bench-driver/release/gateway-readers")
 STATIC_BIN = os.path.join(ROOT, "target/bench-driver/release/static-serve")
@@ -64,18 +67,6 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
 def machine_cpu_seconds():
     """(user+nice+system, irq+softirq+steal) CPU seconds of the whole machine, from /proc/stat."""
     with open("/proc/stat") as f:
@@ -84,68 +75,16 @@ def machine_cpu_seconds():
     return (v[0] + v[1] + v[2]) / CLK_TCK, (v[5] + v[6] + v[7]) / CLK_TCK
 
 
-def status_kib(pid, key):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    return 0
-
-
 def note_pid(pid):
     if PIDFILE:
         with open(PIDFILE, "a") as f:
             f.write(f"{pid}\n")
 
 
-class Proc:
-    """A child process we started; stopped by its own pid only."""
-
-    def __init__(self, name, argv, out_dir, env=None, ready=None):
-        self.name = name
-        self.log_path = os.path.join(out_dir, f"{name}.log")
-        self.log = open(self.log_path, "wb")
-        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE if ready else self.log,
-                                  stderr=self.log, env=env, cwd=HERE)
-        note_pid(self.p.pid)
-        self.ready_line = None
-        if ready:
-            line = self.p.stdout.readline().decode()
-            if not line.startswith(ready):
-                self.stop()
-                raise SystemExit(f"{name} did not start; see {self.log_path}")
-            self.ready_line = line.strip()
-
-    @property
-    def pid(self):
-        return self.p.pid
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-        self.log.close()
-
-
 def get(url, timeout=30.0, headers=None):
     req = urllib.request.Request(url, headers=headers or {})
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return r.status, r.read()
-
-
-def wait_http(url, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if get(url, timeout=5)[0] == 200:
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"{url} did not answer 200 within {timeout} s")
 
 
 def engine_stats(port):
@@ -186,7 +125,7 @@ def start_sysport(name, upstream_port, out_dir, health=True):
             "shutdown: { drain_delay: 0s }\n"
         )
     env = dict(os.environ, SYSPORT_LOG="warn")
-    p = Proc(name, [SYSPORT, "--config", config], out_dir, env=env)
+    p = loadrun.Proc(name, [SYSPORT, "--config", config], out_dir, env=env, on_start=note_pid)
     wait_http(f"http://127.0.0.1:{port}/live")
     return p, port
 
@@ -205,7 +144,7 @@ def scenario(label, title, reader_url, scrape_url, procs, out_dir, engine_port=N
         log(f"({label}) {title}: /proc/loadavg {f.read().strip()}")
     h0 = sysport_hist(sysport_port) if sysport_port else None
     e0 = engine_stats(engine_port) if engine_port else None
-    c0 = {role: cpu_seconds(p.pid) for role, p in procs.items()}
+    c0 = {role: loadrun.proc_stat(p.pid)[0] for role, p in procs.items()}
     m0 = machine_cpu_seconds()
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     t0 = time.monotonic()
@@ -225,7 +164,7 @@ def scenario(label, title, reader_url, scrape_url, procs, out_dir, engine_port=N
                 p.kill()
                 p.wait()
     wall = time.monotonic() - t0
-    c1 = {role: cpu_seconds(p.pid) for role, p in procs.items()}
+    c1 = {role: loadrun.proc_stat(p.pid)[0] for role, p in procs.items()}
     m1 = machine_cpu_seconds()
     e1 = engine_stats(engine_port) if engine_port else None
     if p.returncode != 0:
@@ -268,8 +207,8 @@ def scenario(label, title, reader_url, scrape_url, procs, out_dir, engine_port=N
                    - (h0.get(read, {}).get("+Inf", 0) - h0.get(read, {}).get("0.001", 0))}
             for read, b in h1.items() if "0.001" in b and "+Inf" in b}
     if "sysport" in procs:
-        res["sysport_hwm_mib"] = status_kib(procs["sysport"].pid, "VmHWM") / 1024
-        res["sysport_rss_mib"] = status_kib(procs["sysport"].pid, "VmRSS") / 1024
+        res["sysport_hwm_mib"] = loadrun.proc_status_kib(procs["sysport"].pid, "VmHWM") / 1024
+        res["sysport_rss_mib"] = loadrun.proc_status_kib(procs["sysport"].pid, "VmRSS") / 1024
     rd, sc = r["reads"], r["scrapes"]
     log(f"({label}) reads {rd['ok']}/{rd['requests']} ok ({r['served_reads_per_s']:.1f}/s of "
         f"{r['offered_reads_per_s']:.0f}/s offered), p50 {rd['latency_ms']['p50']} ms, "
@@ -311,8 +250,8 @@ def main():
     procs = []
     try:
         engine_port = free_port()
-        engine = Proc("engine", [PY, os.path.join(HERE, "engine.py"), str(engine_port)],
-                      out_dir, ready="ready")
+        engine = loadrun.Proc("engine", [PY, os.path.join(HERE, "engine.py"), str(engine_port)],
+                              out_dir, ready="ready", on_start=note_pid)
         procs.append(engine)
         results["engine_page_bytes"] = int(engine.ready_line.split()[2])
         engine_url = f"http://127.0.0.1:{engine_port}/metrics"
@@ -343,7 +282,8 @@ def main():
             with open(page, "wb") as f:
                 f.write(get(engine_url)[1])
             st_port = free_port()
-            static = Proc("static-serve", [STATIC_BIN, f"127.0.0.1:{st_port}", page], out_dir)
+            static = loadrun.Proc("static-serve", [STATIC_BIN, f"127.0.0.1:{st_port}", page],
+                                  out_dir, on_start=note_pid)
             procs.append(static)
             wait_http(f"http://127.0.0.1:{st_port}/metrics")
             sp2, sp2_port = start_sysport("sysport-control", st_port, out_dir, health=False)

@@ -20,31 +20,15 @@ import os
 import statistics
 import sys
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # noqa: E402
 
 
 def start_sysport(name, binary, env_extra, upstream_url, out_dir):
-    port = run.free_port()
-    config = os.path.join(out_dir, f"{name}.yaml")
-    with open(config, "w") as f:
-        f.write(
-            f"listen: {{ host: 127.0.0.1, port: {port} }}\n"
-            "health: { starting_status: ready }\n"
-            "upstreams:\n"
-            "  - name: vllm\n"
-            f"    url: {upstream_url}\n"
-            '    keep: ["vllm:", "lmcache:"]\n'
-            "    timeout: 60s\n"
-            "shutdown: { drain_delay: 0s }\n"
-        )
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     env.update(env_extra, SYSPORT_LOG="warn")
-    p = run.Proc(name, [binary, "--config", config], out_dir, env=env)
-    run.wait_http(f"http://127.0.0.1:{port}/live")
-    return p, f"http://127.0.0.1:{port}/metrics"
+    return run.sysport(name, upstream_url, out_dir, binary=binary, env=env)
 
 
 def parse_variant(s):

@@ -82,17 +82,20 @@ def proc_status_kib(pid, key):
 class Proc:
     """A child process we started; stopped by its own pid only."""
 
-    def __init__(self, name, argv, out_dir, env=None, ready=None):
+    def __init__(self, name, argv, out_dir, env=None, ready=None, on_start=None):
         self.name = name
         self.log_path = os.path.join(out_dir, f"{name}.log")
         self.log = open(self.log_path, "wb")
         self.p = subprocess.Popen(argv, stdout=subprocess.PIPE if ready else self.log,
                                   stderr=self.log, env=env, cwd=HERE)
+        if on_start:
+            on_start(self.p.pid)
         self.ready_line = None
         if ready:
             # The Python servers print one line once they listen.
             line = self.p.stdout.readline().decode()
             if not line.startswith(ready):
+                self.stop()
                 raise SystemExit(f"{name} did not start; see {self.log_path}")
             self.ready_line = line.strip()
 
@@ -124,7 +127,8 @@ def wait_http(url, timeout=60.0):
     raise SystemExit(f"{url} did not answer 200 within {timeout} s")
 
 
-def sysport(name, upstream_url, out_dir):
+def sysport(name, upstream_url, out_dir, binary=SYSPORT, env=None):
+    """A sysport in front of `upstream_url` (logging at warn unless `env` says otherwise)."""
     port = free_port()
     config = os.path.join(out_dir, f"{name}.yaml")
     with open(config, "w") as f:
@@ -138,8 +142,9 @@ def sysport(name, upstream_url, out_dir):
             "    timeout: 60s\n"
             "shutdown: { drain_delay: 0s }\n"
         )
-    env = dict(os.environ, SYSPORT_LOG="warn")
-    p = Proc(name, [SYSPORT, "--config", config], out_dir, env=env)
+    env = dict(os.environ if env is None else env)
+    env.setdefault("SYSPORT_LOG", "warn")
+    p = Proc(name, [binary, "--config", config], out_dir, env=env)
     wait_http(f"http://127.0.0.1:{port}/live")
     return p, f"http://127.0.0.1:{port}/metrics"
 

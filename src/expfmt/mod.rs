@@ -172,16 +172,11 @@ impl Suffix {
         Suffix::Info,
     ];
 
-    const ALL: [Suffix; 8] = [
-        Suffix::Total,
-        Suffix::Created,
-        Suffix::Bucket,
-        Suffix::Count,
-        Suffix::Sum,
-        Suffix::GCount,
-        Suffix::GSum,
-        Suffix::Info,
-    ];
+    /// Every suffix but `None`.
+    const ALL: [Suffix; 8] = {
+        let [_, rest @ ..] = Suffix::BY_INDEX;
+        rest
+    };
 
     /// Reads a suffix exactly.
     pub fn parse(s: &[u8]) -> Option<Suffix> {
