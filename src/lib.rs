@@ -6,6 +6,7 @@
 //! - [`scrape`]: fetches upstreams concurrently, single-flight, with limits and timeouts.
 //! - [`health`]: background checks and the readiness state.
 //! - [`telemetry`]: sysport's own `dynamo_sysport_*` metrics.
+//! - [`parts`]: a response body of shared byte runs.
 //! - [`server`]: the HTTP routes, graceful shutdown, and [`server::serve`] for tests on port 0.
 //! - [`demo`]: simulated vLLM and LMCache upstreams for `sysport demo`.
 
@@ -13,6 +14,7 @@ pub mod config;
 pub mod demo;
 pub mod expfmt;
 pub mod health;
+pub mod parts;
 pub mod scrape;
 pub mod server;
 pub mod telemetry;

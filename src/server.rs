@@ -23,11 +23,12 @@ use tower_http::compression::CompressionLayer;
 use crate::config::Config;
 use crate::expfmt::{self, MergeOptions, ParseLimits, ParseOptions, TEXT_CONTENT_TYPE};
 use crate::health::{self, Readiness};
+use crate::parts::Parts;
 use crate::scrape::{self, Scraped, Scraper};
 use crate::telemetry::{self, Telemetry};
 
-/// Below this, the engine part of a response is copied next to sysport's own metrics and sent
-/// in one write; above it, the shared rendering is sent as it is.
+/// Below this, a response is copied into one buffer and sent in one write; above it, its runs
+/// (mostly the upstream bodies themselves) are written as they are.
 const SINGLE_WRITE_BYTES: usize = 64 << 10;
 
 /// How long in-flight requests may take to finish once the listener has closed.
@@ -72,7 +73,10 @@ impl Drop for Runtime {
 
 /// The latest shared rendering of the engine families, held weakly: it lives only while the
 /// requests that share it are being answered.
-type RenderSlot = Option<(RenderKey, std::sync::Weak<tokio::sync::OnceCell<Bytes>>)>;
+type RenderSlot = Option<(
+    RenderKey,
+    std::sync::Weak<tokio::sync::OnceCell<Arc<[Bytes]>>>,
+)>;
 
 struct App {
     runtime: RwLock<Arc<Runtime>>,
@@ -472,12 +476,15 @@ async fn metrics(
     } else {
         TEXT_CONTENT_TYPE
     };
-    let body = if engines.len() < SINGLE_WRITE_BYTES {
-        // Small enough to copy: one write, with a Content-Length.
-        Body::from([&engines[..], &own[..]].concat())
+    let len = engines.iter().map(Bytes::len).sum::<usize>() + own.len();
+    let body = if len < SINGLE_WRITE_BYTES {
+        let mut all = Vec::with_capacity(len);
+        for part in engines.iter().chain([&own]) {
+            all.extend_from_slice(part);
+        }
+        Body::from(all)
     } else {
-        let chunks = [engines, own].map(Ok::<_, std::convert::Infallible>);
-        Body::from_stream(futures_util::stream::iter(chunks))
+        Body::new(Parts::new(engines.iter().cloned().chain([own])))
     };
     let mut r = Response::new(body);
     let h = r.headers_mut();
@@ -560,7 +567,7 @@ struct RenderKey {
 
 impl App {
     /// The shared rendering for `key`, alive while some request holds it.
-    fn render_cell(&self, key: RenderKey) -> Arc<tokio::sync::OnceCell<Bytes>> {
+    fn render_cell(&self, key: RenderKey) -> Arc<tokio::sync::OnceCell<Arc<[Bytes]>>> {
         let mut slot = self.render.lock().expect("render cache lock");
         if let Some((k, weak)) = slot.as_ref()
             && *k == key
@@ -574,8 +581,8 @@ impl App {
     }
 }
 
-/// Merges and writes the engine families of one scrape (no `# EOF`). Without a name filter it
-/// also records each upstream's series counts.
+/// Merges and writes the engine families of one scrape (no `# EOF`), in text mostly as runs of
+/// the upstream bodies. Without a name filter it also records each upstream's series counts.
 fn render_engines(
     app: &App,
     runtime: &Runtime,
@@ -583,7 +590,7 @@ fn render_engines(
     scraped: &[Scraped],
     names: Option<&[&str]>,
     openmetrics: bool,
-) -> Bytes {
+) -> Arc<[Bytes]> {
     let engines: Vec<&expfmt::Exposition> = scraped
         .iter()
         .filter_map(|s| s.result.as_ref().ok().map(|e| &**e))
@@ -611,8 +618,8 @@ fn render_engines(
             t.set_series(name, "duplicate", stats.duplicate);
         }
     }
-    let mut out = Vec::with_capacity(merged.size_hint());
     if openmetrics {
+        let mut out = Vec::with_capacity(merged.size_hint());
         let stats = expfmt::write_openmetrics(&merged, &mut out);
         if stats.dropped_samples > 0 {
             app.telemetry
@@ -623,39 +630,35 @@ fn render_engines(
                 "families OpenMetrics cannot express were left out"
             );
         }
+        Arc::new([Bytes::from(out)])
     } else {
+        let bodies = engines.iter().map(|e| e.body_bytes().clone()).collect();
+        let mut out = expfmt::Pieces::new(bodies);
         expfmt::write_text(&merged, &mut out);
+        out.finish().into()
     }
-    Bytes::from(out)
 }
 
 /// sysport's own metrics in the response's format; ends the OpenMetrics document.
 fn render_own(app: &App, runtime: &Runtime, names: Option<&[&str]>, openmetrics: bool) -> Bytes {
-    let own = own_metrics(app, runtime, names);
-    let sources = [&own];
-    let merged = expfmt::merge(
-        &sources,
-        &MergeOptions {
-            added: &[],
-            names,
-            hasher: runtime.scraper.hasher(),
-        },
-    );
-    let mut out = Vec::with_capacity(merged.size_hint() + 16);
-    if openmetrics {
-        expfmt::write_openmetrics(&merged, &mut out);
-        out.extend_from_slice(expfmt::OPENMETRICS_EOF);
-    } else {
-        expfmt::write_text(&merged, &mut out);
+    let mut text = Vec::with_capacity(16 << 10);
+    app.telemetry.render_text(names, &mut text);
+    if !openmetrics && names.is_none() {
+        // The registry's text is already canonical text 0.0.4 with nothing to merge into it:
+        // reading it back would give the same bytes (`own_text_reads_back_unchanged`).
+        return Bytes::from(text);
     }
-    Bytes::from(out)
+    read_back_own(text, names, openmetrics, runtime.scraper.hasher())
 }
 
 /// sysport's own metrics, read back like an upstream so `?name=` and both output formats treat
 /// them like any family.
-fn own_metrics(app: &App, runtime: &Runtime, names: Option<&[&str]>) -> expfmt::Exposition {
-    let mut text = Vec::with_capacity(16 << 10);
-    app.telemetry.render_text(names, &mut text);
+fn read_back_own(
+    text: Vec<u8>,
+    names: Option<&[&str]>,
+    openmetrics: bool,
+    hasher: expfmt::PairHasher,
+) -> Bytes {
     let keep = [String::from_utf8_lossy(expfmt::RESERVED_PREFIX).into_owned()];
     let opts = ParseOptions {
         keep: &keep,
@@ -667,13 +670,30 @@ fn own_metrics(app: &App, runtime: &Runtime, names: Option<&[&str]>) -> expfmt::
             max_label_value_bytes: 1 << 20,
         },
         added_labels: &[],
-        hasher: runtime.scraper.hasher(),
+        hasher,
         allow_reserved: true,
     };
-    expfmt::parse(text.into(), expfmt::Format::Text, &opts).unwrap_or_else(|err| {
+    let own = expfmt::parse(text.into(), expfmt::Format::Text, &opts).unwrap_or_else(|err| {
         tracing::error!(error = %err, "could not read back sysport's own metrics");
         expfmt::Exposition::empty()
-    })
+    });
+    let sources = [&own];
+    let merged = expfmt::merge(
+        &sources,
+        &MergeOptions {
+            added: &[],
+            names,
+            hasher,
+        },
+    );
+    let mut out = Vec::with_capacity(merged.size_hint() + 16);
+    if openmetrics {
+        expfmt::write_openmetrics(&merged, &mut out);
+        out.extend_from_slice(expfmt::OPENMETRICS_EOF);
+    } else {
+        expfmt::write_text(&merged, &mut out);
+    }
+    Bytes::from(out)
 }
 
 /// Whether the Accept header prefers OpenMetrics to the text format (q-values honoured; a
@@ -782,6 +802,27 @@ mod tests {
         let many = vec!["name=a"; MAX_NAMES + 1].join("&");
         assert!(err(&many).contains("more than 256"));
         assert!(requested_names(Some(&vec!["name=a"; MAX_NAMES].join("&"))).is_ok());
+    }
+
+    #[test]
+    fn own_text_reads_back_unchanged() {
+        let t = Telemetry::new();
+        t.register_upstream("engine \"0\"\\n");
+        t.set_series("engine \"0\"\\n", "kept", 7);
+        t.render_duration
+            .with_label_values(&["full"])
+            .observe(0.0123);
+        t.scrape_duration
+            .with_label_values(&["engine \"0\"\\n"])
+            .observe(2.5);
+        let mut text = Vec::new();
+        t.render_text(None, &mut text);
+        let back = read_back_own(text.clone(), None, false, expfmt::PairHasher::new(7));
+        assert!(text.len() > 1000);
+        assert_eq!(
+            String::from_utf8_lossy(&back),
+            String::from_utf8_lossy(&text)
+        );
     }
 
     #[test]

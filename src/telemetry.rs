@@ -278,6 +278,7 @@ struct Process {
     threads: IntGauge,
     cpu_seen: std::sync::Arc<std::sync::Mutex<f64>>,
     ticks_per_second: f64,
+    page_size: i64,
 }
 
 impl Process {
@@ -328,50 +329,50 @@ impl Process {
             threads: gauge("process_threads", "Number of OS threads in the process."),
             cpu_seen: Default::default(),
             ticks_per_second: auxv(17).map_or(100.0, |t| t as f64),
+            page_size: auxv(6).map_or(4096, |p| p as i64),
         };
+        p.read_max_fds();
         p.update();
         p
     }
 
-    /// Reads `/proc/self`; on systems without it the metrics stay at 0.
+    /// Reads `/proc/self`; on systems without it the metrics stay at 0. Runs on every full
+    /// scrape, so it reads two files, not five: `stat` has the CPU time, memory and threads.
     fn update(&self) {
         if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
-            // Fields after the parenthesised command name: utime and stime are the 12th and 13th.
+            // Fields after the parenthesised command name, from the state (field 3): utime and
+            // stime are fields 14 and 15, num_threads 20, vsize 23 (bytes), rss 24 (pages).
             let fields: Vec<&str> = stat
                 .rsplit_once(')')
                 .map_or("", |(_, r)| r)
                 .split_whitespace()
                 .collect();
-            if let (Some(u), Some(s)) = (fields.get(11), fields.get(12))
-                && let (Ok(u), Ok(s)) = (u.parse::<f64>(), s.parse::<f64>())
-            {
-                let total = (u + s) / self.ticks_per_second;
+            let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<i64>().ok());
+            if let (Some(u), Some(s)) = (field(14), field(15)) {
+                let total = (u + s) as f64 / self.ticks_per_second;
                 let mut seen = self.cpu_seen.lock().expect("cpu lock");
                 if total > *seen {
                     self.cpu.inc_by(total - *seen);
                     *seen = total;
                 }
             }
-        }
-        if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
-            for line in status.lines() {
-                let kib = |l: &str| {
-                    l.split_whitespace()
-                        .nth(1)
-                        .and_then(|v| v.parse::<i64>().ok())
-                };
-                if line.starts_with("VmRSS:") {
-                    self.resident.set(kib(line).unwrap_or(0) * 1024);
-                } else if line.starts_with("VmSize:") {
-                    self.virtual_bytes.set(kib(line).unwrap_or(0) * 1024);
-                } else if line.starts_with("Threads:") {
-                    self.threads.set(kib(line).unwrap_or(0));
-                }
+            if let Some(n) = field(20) {
+                self.threads.set(n);
+            }
+            if let Some(v) = field(23) {
+                self.virtual_bytes.set(v);
+            }
+            if let Some(pages) = field(24) {
+                self.resident.set(pages * self.page_size);
             }
         }
         if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
             self.open_fds.set(dir.count() as i64);
         }
+    }
+
+    /// The soft limit on open files, read once.
+    fn read_max_fds(&self) {
         if let Ok(limits) = std::fs::read_to_string("/proc/self/limits")
             && let Some(line) = limits.lines().find(|l| l.starts_with("Max open files"))
             && let Some(soft) = line
@@ -384,7 +385,8 @@ impl Process {
     }
 }
 
-/// A value from the ELF auxiliary vector (`AT_CLKTCK` = 17), read without `unsafe`.
+/// A value from the ELF auxiliary vector (`AT_CLKTCK` = 17, `AT_PAGESZ` = 6), read without
+/// `unsafe`.
 fn auxv(key: u64) -> Option<u64> {
     let bytes = std::fs::read("/proc/self/auxv").ok()?;
     bytes.chunks_exact(16).find_map(|pair| {
@@ -431,5 +433,31 @@ mod tests {
     #[test]
     fn the_clock_tick_comes_from_the_aux_vector() {
         assert_eq!(auxv(17), Some(100));
+        assert_eq!(auxv(6), Some(4096));
+    }
+
+    #[test]
+    fn process_memory_threads_and_files_agree_with_proc_status() {
+        let p = Telemetry::new().process;
+        let status = std::fs::read_to_string("/proc/self/status").expect("procfs");
+        let kib = |key: &str| -> i64 {
+            status
+                .lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+                .expect("field in /proc/self/status")
+        };
+        let (rss, vm) = (kib("VmRSS:") * 1024, kib("VmSize:") * 1024);
+        let resident = p.resident.get();
+        assert!(
+            resident > rss / 2 && resident < rss * 2,
+            "{resident} vs {rss}"
+        );
+        let virt = p.virtual_bytes.get();
+        assert!(virt > vm / 2 && virt < vm * 2, "{virt} vs {vm}");
+        assert!(p.threads.get() >= 1);
+        assert!(p.open_fds.get() >= 3);
+        assert!(p.max_fds.get() >= p.open_fds.get());
     }
 }

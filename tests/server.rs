@@ -616,3 +616,127 @@ async fn openmetrics_is_served_when_preferred() {
         "text/plain; version=0.0.4; charset=utf-8"
     );
 }
+
+/// A page of `families` gauge families of 40 series each under `prefix`, with an unkept family
+/// every tenth, one CRLF line, one line in a non-canonical shape and no newline at the end.
+fn big_page(prefix: &str, engine: &str, families: usize) -> String {
+    let mut page = String::new();
+    for f in 0..families {
+        if f % 10 == 3 {
+            page.push_str("# HELP python_gc_x Dropped.\n# TYPE python_gc_x counter\n");
+            page.push_str(&format!("python_gc_x{{generation=\"{f}\"}} 1.0\n"));
+        }
+        page.push_str(&format!(
+            "# HELP {prefix}f{f} Family {f}.\n# TYPE {prefix}f{f} gauge\n"
+        ));
+        for s in 0..40 {
+            let end = if f == 7 && s == 3 { "\r\n" } else { "\n" };
+            page.push_str(&format!(
+                "{prefix}f{f}{{engine=\"{engine}\",model_name=\"meta-llama/Llama-3.1-8B\",n=\"{s}\"}} {s}.5{end}"
+            ));
+        }
+    }
+    page.push_str(&format!(
+        "{prefix}f2 {{ n = \"x\" , engine=\"{engine}\" }} 1"
+    ));
+    page
+}
+
+/// What sysport's exposition pipeline writes for these bodies, into one plain buffer.
+fn reference_text(bodies: &[&str], keep: &[&str]) -> String {
+    use sysport::expfmt;
+    let keep: Vec<String> = keep.iter().map(|k| k.to_string()).collect();
+    let limits = sysport::config::Limits::default();
+    let hasher = expfmt::PairHasher::new(1);
+    let parsed: Vec<expfmt::Exposition> = bodies
+        .iter()
+        .map(|b| {
+            let opts = expfmt::ParseOptions {
+                keep: &keep,
+                limits: expfmt::ParseLimits {
+                    max_line_bytes: limits.max_line_bytes,
+                    max_series: limits.max_series,
+                    max_families: limits.max_families,
+                    max_labels: limits.max_labels,
+                    max_label_value_bytes: limits.max_label_value_bytes,
+                },
+                added_labels: &[],
+                hasher,
+                allow_reserved: false,
+            };
+            expfmt::parse(b.to_string().into(), expfmt::Format::Text, &opts).expect("parses")
+        })
+        .collect();
+    let sources: Vec<&expfmt::Exposition> = parsed.iter().collect();
+    let m = expfmt::merge(
+        &sources,
+        &expfmt::MergeOptions {
+            added: &[],
+            names: None,
+            hasher,
+        },
+    );
+    let mut out = Vec::new();
+    expfmt::write_text(&m, &mut out);
+    String::from_utf8(out).expect("utf-8")
+}
+
+#[tokio::test]
+async fn large_pages_are_served_whole_with_a_content_length() {
+    let (page_a, page_b) = (big_page("vllm:", "0", 120), big_page("vllm:", "1", 60));
+    assert!(page_a.len() > 300_000);
+    let a = Upstream::start(Reply::text(page_a.clone())).await;
+    let b = Upstream::start(Reply::text(page_b.clone())).await;
+    let sp = Running::start(config(vec![
+        upstream_config("a", &a.metrics_url(), &["vllm:"]),
+        upstream_config("b", &b.metrics_url(), &["vllm:"]),
+    ]))
+    .await;
+    let want = reference_text(&[&page_a, &page_b], &["vllm:"]);
+    let engines = |body: &str| -> String {
+        let own = body
+            .find("# HELP dynamo_sysport_")
+            .expect("own metrics follow");
+        body[..own].to_string()
+    };
+    let raw = reqwest::Client::builder()
+        .no_proxy()
+        .no_gzip()
+        .build()
+        .expect("client");
+    for _ in 0..3 {
+        let r = raw.get(sp.url("/metrics")).send().await.expect("answers");
+        assert_eq!(r.status(), 200);
+        assert!(r.headers().get("transfer-encoding").is_none());
+        let declared: usize = r.headers()["content-length"]
+            .to_str()
+            .expect("ascii")
+            .parse()
+            .expect("a length");
+        let body = r.text().await.expect("body");
+        assert_eq!(declared, body.len());
+        let got = engines(&body);
+        assert!(got.len() > 400_000, "{}", got.len());
+        assert!(
+            got == want,
+            "the engine part differs from the pipeline's own output"
+        );
+        assert!(got.contains(
+            "vllm:f7{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B\",n=\"3\"} 3.5\n"
+        ));
+        assert!(got.contains("vllm:f2{n=\"x\",engine=\"0\"} 1\n"));
+        assert!(!got.contains("python_gc_x"));
+    }
+    let r = raw
+        .get(sp.url("/metrics"))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(r.headers()["content-encoding"], "gzip");
+    let bytes = r.bytes().await.expect("body");
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
+        .expect("valid gzip");
+    assert!(engines(&text) == want);
+}

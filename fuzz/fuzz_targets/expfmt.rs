@@ -11,7 +11,7 @@
 mod expfmt;
 
 use expfmt::{
-    AddedLabel, Format, MergeOptions, OPENMETRICS_EOF, PairHasher, ParseLimits, ParseOptions, merge, parse,
+    AddedLabel, Format, MergeOptions, OPENMETRICS_EOF, PairHasher, ParseLimits, ParseOptions, Pieces, merge, parse,
     write_openmetrics, write_text,
 };
 use libfuzzer_sys::fuzz_target;
@@ -36,6 +36,14 @@ fuzz_target!(|data: &[u8]| {
 
     let mut text = Vec::with_capacity(m.size_hint());
     write_text(&m, &mut text);
+    // Without added labels most lines go out as runs of the body: the same bytes either way.
+    let plain = merge(&sources, &MergeOptions { added: &[], names: None, hasher });
+    let mut copied = Vec::new();
+    write_text(&plain, &mut copied);
+    let mut pieces = Pieces::with_min_run(vec![exp.body_bytes().clone()], 1 + (selector as usize >> 2));
+    write_text(&plain, &mut pieces);
+    assert_eq!(pieces.finish().concat(), copied, "runs of the body write the same bytes as a copy");
+
     let mut om = Vec::with_capacity(m.size_hint());
     let om_stats = write_openmetrics(&m, &mut om);
     om.extend_from_slice(OPENMETRICS_EOF);

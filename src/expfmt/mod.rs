@@ -6,7 +6,8 @@
 //!   can be cached and shared between concurrent scrapes.
 //! - [`merge`] combines several expositions: one HELP/TYPE per family, TYPE conflicts and
 //!   duplicate series dropped and counted.
-//! - [`write_text`] and [`write_openmetrics`] render a merge into one pre-sized buffer.
+//! - [`write_text`] and [`write_openmetrics`] render a merge into a [`Sink`]: one pre-sized
+//!   buffer, or [`Pieces`], runs of the upstream bodies wherever the output repeats them.
 //!
 //! Families are modelled the way text 0.0.4 names them (a counter `x` is the family `x_total`,
 //! its `x_created` is a gauge family of its own, as `prometheus_client` renders them), because
@@ -17,6 +18,7 @@ mod hash;
 mod lex;
 mod merge;
 mod openmetrics;
+mod out;
 mod parse;
 mod text;
 
@@ -24,6 +26,7 @@ pub use hash::PairHasher;
 pub use lex::{LineError, SampleLex, is_label_name, is_metric_name, valid_float};
 pub use merge::{AddedLabel, Merge, MergeOptions, MergeStats, merge};
 pub use openmetrics::{OPENMETRICS_EOF, OpenMetricsStats, write_openmetrics};
+pub use out::{Pieces, Sink};
 pub use parse::{Limit, ParseError, ParseLimits, ParseOptions, parse};
 pub use text::write_text;
 
@@ -464,6 +467,11 @@ impl Exposition {
 
     /// The body the offsets refer to.
     pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The body, shared.
+    pub fn body_bytes(&self) -> &Bytes {
         &self.body
     }
 

@@ -4,14 +4,13 @@
 //! canonical shape and needs no added label: one `memcpy` per line. Anything else is written
 //! token by token from the lexed offsets, so values, timestamps and label order never change.
 
-use std::io::Write as _;
-
 use super::lex::label_pairs;
 use super::merge::{END, Merge};
+use super::out::Sink;
 use super::{Exposition, Family, Format, Sample};
 
 /// Writes a merge as text format 0.0.4, appending to `out`.
-pub fn write_text(m: &Merge<'_>, out: &mut Vec<u8>) {
+pub fn write_text<S: Sink>(m: &Merge<'_>, out: &mut S) {
     for fam in &m.families {
         let (src, first) = m.part_family(fam.first);
         let (base, suffix) = src.family_name(first);
@@ -21,20 +20,21 @@ pub fn write_text(m: &Merge<'_>, out: &mut Vec<u8>) {
                 .help
                 .expect("help_from points at a family with HELP")
                 .of(hsrc.body());
-            out.extend_from_slice(b"# HELP ");
-            out.extend_from_slice(base);
-            out.extend_from_slice(suffix);
-            out.push(b' ');
-            write_help_as_text(help, hsrc.format(), out);
-            out.push(b'\n');
+            if hsrc.format() == Format::Text {
+                out.put_parts(&[b"# HELP ", base, suffix, b" ", help, b"\n"]);
+            } else {
+                let line = out.made();
+                line.extend_from_slice(b"# HELP ");
+                line.extend_from_slice(base);
+                line.extend_from_slice(suffix);
+                line.push(b' ');
+                write_help_as_text(help, hsrc.format(), line);
+                line.push(b'\n');
+            }
         }
         if m.families_typed(fam) {
-            out.extend_from_slice(b"# TYPE ");
-            out.extend_from_slice(base);
-            out.extend_from_slice(suffix);
-            out.push(b' ');
-            out.extend_from_slice(first.kind.text_name().as_bytes());
-            out.push(b'\n');
+            let kind = first.kind.text_name().as_bytes();
+            out.put_parts(&[b"# TYPE ", base, suffix, b" ", kind, b"\n"]);
         }
         let mut p = fam.first;
         while p != END {
@@ -86,38 +86,37 @@ fn write_help_as_text(help: &[u8], from: Format, out: &mut Vec<u8>) {
     }
 }
 
-fn write_sample(src: &Exposition, fam: &Family, s: &Sample, m: &Merge<'_>, out: &mut Vec<u8>) {
+fn write_sample<S: Sink>(src: &Exposition, fam: &Family, s: &Sample, m: &Merge<'_>, out: &mut S) {
     let missing = missing_added(s, m.added.len());
     if missing == 0
         && let Some(line) = src.plain_line(s)
     {
-        out.extend_from_slice(line);
-        out.push(b'\n');
+        out.put_line(line);
         return;
     }
     let lex = src.lex(s);
     let plain = src.format() == Format::Text
         || (lex.timestamp.0 == lex.timestamp.1 && lex.exemplar.0 == lex.exemplar.1);
     if s.canonical() && s.rename().is_none() && missing == 0 && plain {
-        out.extend_from_slice(src.line(s));
-        out.push(b'\n');
+        out.put_line(src.line(s));
         return;
     }
+    let line = out.made();
     let (a, b) = src.sample_name(fam, s);
-    out.extend_from_slice(a);
-    out.extend_from_slice(b);
-    write_labels(src, s, m, missing, out);
-    out.push(b' ');
-    out.extend_from_slice(src.sample_part(s, lex.value));
+    line.extend_from_slice(a);
+    line.extend_from_slice(b);
+    write_labels(src, s, m, missing, line);
+    line.push(b' ');
+    line.extend_from_slice(src.sample_part(s, lex.value));
     if lex.timestamp.0 != lex.timestamp.1 {
         let ts = src.sample_part(s, lex.timestamp);
-        out.push(b' ');
+        line.push(b' ');
         match src.format() {
-            Format::Text => out.extend_from_slice(ts),
-            Format::OpenMetrics => write_seconds_as_millis(ts, out),
+            Format::Text => line.extend_from_slice(ts),
+            Format::OpenMetrics => write_seconds_as_millis(ts, line),
         }
     }
-    out.push(b'\n');
+    line.push(b'\n');
 }
 
 /// Bit mask of the added labels this sample lacks.
@@ -174,6 +173,7 @@ pub(crate) fn write_labels(
 /// prometheus_client renders an OpenMetrics timestamp `t` (seconds) in text 0.0.4 as
 /// `int(float(t) * 1000)`; so does this.
 fn write_seconds_as_millis(ts: &[u8], out: &mut Vec<u8>) {
+    use std::io::Write as _;
     let secs: f64 = std::str::from_utf8(ts)
         .ok()
         .and_then(|t| t.parse().ok())

@@ -1,0 +1,68 @@
+//! A response body made of shared byte runs: the engine families as runs of the upstream bodies
+//! (see [`crate::expfmt::Pieces`]), then sysport's own metrics.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, SizeHint};
+
+/// The runs, written in order, with their total length declared up front so the response goes
+/// out with a `Content-Length` and no chunk framing.
+#[derive(Debug)]
+pub struct Parts {
+    parts: VecDeque<Bytes>,
+    remaining: u64,
+}
+
+impl Parts {
+    pub fn new(parts: impl IntoIterator<Item = Bytes>) -> Parts {
+        let parts: VecDeque<Bytes> = parts.into_iter().filter(|p| !p.is_empty()).collect();
+        let remaining = parts.iter().map(|p| p.len() as u64).sum();
+        Parts { parts, remaining }
+    }
+}
+
+impl Body for Parts {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let next = self.parts.pop_front();
+        if let Some(p) = &next {
+            self.remaining -= p.len() as u64;
+        }
+        Poll::Ready(next.map(|p| Ok(Frame::data(p))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn parts_come_out_in_order_with_their_exact_length() {
+        let body = Parts::new([
+            Bytes::from_static(b"ab"),
+            Bytes::new(),
+            Bytes::from_static(b"cde"),
+        ]);
+        assert_eq!(body.size_hint().exact(), Some(5));
+        let all = body.collect().await.expect("infallible").to_bytes();
+        assert_eq!(&all[..], b"abcde");
+    }
+}
