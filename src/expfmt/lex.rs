@@ -135,18 +135,40 @@ pub(crate) struct LexOptions<'a> {
     pub hasher: PairHasher,
 }
 
-/// Label names seen on a line: `(raw name hash, start, end)` relative to the line.
-type Names = Vec<(u64, u32, u32)>;
+/// A label pair as lexed: where it is on its line, its hashes, and whether it is in the
+/// canonical shape (`name="value"`, no blanks).
+#[derive(Debug, Clone, Copy)]
+struct Pair {
+    start: u32,
+    /// Just after the closing quote.
+    end: u32,
+    name_end: u32,
+    name_hash: u64,
+    hash: u64,
+    /// The bit of [`SampleLex::present`] this pair's name sets, if any.
+    present: u8,
+    clean: bool,
+}
 
 /// Working memory for label lexing, reused for every line of a body. It remembers the label
-/// names of the previous line: the next line of the same family repeats them in order, so a
-/// byte comparison replaces the name scan, the hash and the repeated-name check.
+/// pairs of the previous line: the next line of the same family repeats its label names in
+/// order, and most of its pairs byte for byte (`engine` and `model_name`, around a different
+/// `le`). A repeated pair is taken as it was lexed, one byte comparison instead of the value
+/// scan, the UTF-8 check and two hashes; a repeated name skips the name scan, its hash and the
+/// repeated-name check.
 #[derive(Debug, Default)]
 pub(crate) struct LabelScratch<'b> {
-    seen: Names,
-    prev: Names,
+    pairs: Vec<Pair>,
+    prev_pairs: Vec<Pair>,
     prev_line: &'b [u8],
-    exemplar: Names,
+    exemplar_pairs: Vec<Pair>,
+}
+
+/// The previous line's label pairs, as [`lex_labels`] reuses them.
+#[derive(Clone, Copy)]
+struct Prev<'a> {
+    line: &'a [u8],
+    pairs: &'a [Pair],
 }
 
 /// Lexes a full sample line. `name_start..name_end` must already be known to hold a valid name.
@@ -159,7 +181,7 @@ pub(crate) fn lex_sample<'b>(
 ) -> Result<SampleLex, LineError> {
     let lexed = lex_sample_inner(line, name_start, name_end, opts, scratch)?;
     if lexed.labels.0 != lexed.labels.1 {
-        std::mem::swap(&mut scratch.seen, &mut scratch.prev);
+        std::mem::swap(&mut scratch.pairs, &mut scratch.prev_pairs);
         scratch.prev_line = line;
     }
     Ok(lexed)
@@ -187,8 +209,11 @@ fn lex_sample_inner<'b>(
         }
     }
     if i < line.len() && line[i] == b'{' {
-        let prev = (scratch.prev_line, &scratch.prev);
-        let close = lex_labels(line, i + 1, opts, &mut scratch.seen, Some(prev), &mut out)?;
+        let prev = Prev {
+            line: scratch.prev_line,
+            pairs: &scratch.prev_pairs,
+        };
+        let close = lex_labels(line, i + 1, opts, &mut scratch.pairs, Some(prev), &mut out)?;
         i = close + 1;
     }
     // Value: one or more blanks, then a token.
@@ -240,12 +265,12 @@ fn lex_sample_inner<'b>(
         if opts.format == Format::Text || line[j] != b'#' {
             return Err(LineError::TrailingGarbage);
         }
-        return lex_exemplar(line, j, opts, &mut scratch.exemplar, out);
+        return lex_exemplar(line, j, opts, scratch, out);
     }
     if opts.format == Format::Text {
         return Err(LineError::TrailingGarbage);
     }
-    lex_exemplar(line, j, opts, &mut scratch.exemplar, out)
+    lex_exemplar(line, j, opts, scratch, out)
 }
 
 /// ` # {labels} value [timestamp]` after an OpenMetrics sample. Kept as one span.
@@ -253,19 +278,20 @@ fn lex_exemplar(
     line: &[u8],
     hash: usize,
     opts: &LexOptions<'_>,
-    seen: &mut Names,
+    scratch: &mut LabelScratch<'_>,
     mut out: SampleLex,
 ) -> Result<SampleLex, LineError> {
     let i = skip_blanks(line, hash + 1);
     if i == hash + 1 || i >= line.len() || line[i] != b'{' {
         return Err(LineError::TrailingGarbage);
     }
-    let mut scratch = SampleLex::default();
     let ex_opts = LexOptions {
         added: &[],
         ..*opts
     };
-    let close = lex_labels(line, i + 1, &ex_opts, seen, None, &mut scratch)?;
+    let mut lexed = SampleLex::default();
+    let pairs = &mut scratch.exemplar_pairs;
+    let close = lex_labels(line, i + 1, &ex_opts, pairs, None, &mut lexed)?;
     let j = skip_blanks(line, close + 1);
     let (vs, ve) = token(line, j);
     if j == close + 1 || !valid_float(&line[vs..ve]) {
@@ -290,11 +316,11 @@ fn lex_labels(
     line: &[u8],
     start: usize,
     opts: &LexOptions<'_>,
-    seen: &mut Names,
-    prev: Option<(&[u8], &Names)>,
+    pairs: &mut Vec<Pair>,
+    prev: Option<Prev<'_>>,
     out: &mut SampleLex,
 ) -> Result<usize, LineError> {
-    seen.clear();
+    pairs.clear();
     let mut i = start;
     let mut hash = 0u64;
     let mut trailing_comma = false;
@@ -319,85 +345,31 @@ fn lex_labels(
             }
             Some(_) => {}
         }
-        // Label name.
         let ns = i;
-        let repeated = same_as_prev
-            .then(|| {
-                prev.and_then(|(pl, names)| {
-                    names
-                        .get(seen.len())
-                        .map(|&(h, s, e)| (h, &pl[s as usize..e as usize]))
-                })
-            })
-            .flatten()
-            .filter(|(_, pname)| {
-                line[ns..].starts_with(pname) && line.get(ns + pname.len()) == Some(&b'=')
-            });
-        let name_hash = match repeated {
-            Some((h, pname)) => {
-                i = ns + pname.len();
-                h
+        let theirs = same_as_prev
+            .then(|| prev.and_then(|p| p.pairs.get(pairs.len()).map(|q| (p, *q))))
+            .flatten();
+        let pair = match theirs {
+            // The same bytes as the previous line's pair here, up to its closing quote: the
+            // same name and value, lexed the same way.
+            Some((p, q)) if line[ns..].starts_with(&p.line[q.start as usize..q.end as usize]) => {
+                let shift = |x: u32| x - q.start + ns as u32;
+                Pair {
+                    start: ns as u32,
+                    end: shift(q.end),
+                    name_end: shift(q.name_end),
+                    ..q
+                }
             }
-            None => {
-                same_as_prev = false;
-                if !LABEL_START[line[i] as usize] {
-                    return Err(LineError::BadLabelName);
-                }
-                i += 1;
-                while i < line.len() && LABEL_CONT[line[i] as usize] {
-                    i += 1;
-                }
-                let name = &line[ns..i];
-                if name.starts_with(b"__") {
-                    return Err(LineError::BadLabelName);
-                }
-                let h = opts.hasher.raw(name);
-                // Hashes first: a repeated name is rare, a byte comparison per pair is not.
-                if seen
-                    .iter()
-                    .any(|&(sh, s, e)| sh == h && &line[s as usize..e as usize] == name)
-                {
-                    return Err(LineError::BadLabelName);
-                }
-                h
-            }
+            _ => lex_pair(line, ns, opts, pairs, theirs, &mut same_as_prev)?,
         };
-        let name = &line[ns..i];
-        if seen.len() >= opts.max_labels {
-            return Err(LineError::TooManyLabels);
-        }
-        seen.push((name_hash, ns as u32, i as u32));
-        for (bit, added) in opts.added.iter().enumerate().take(8) {
-            if *added == name {
-                out.present |= 1 << bit;
-            }
-        }
-        let vs = if line.get(i) == Some(&b'=') && line.get(i + 1) == Some(&b'"') {
-            i + 2
-        } else {
-            let j = skip_blanks(line, i);
-            if line.get(j) != Some(&b'=') {
-                return Err(LineError::BadLabelSyntax);
-            }
-            let k = skip_blanks(line, j + 1);
-            if line.get(k) != Some(&b'"') {
-                return Err(LineError::BadLabelSyntax);
-            }
+        if !pair.clean {
             out.canonical = false;
-            k + 1
-        };
-        let ve = scan_quoted(line, vs)?;
-        if ve - vs > opts.max_label_value_bytes {
-            return Err(LineError::LabelValueTooLong);
         }
-        // Names and values outside quotes are ASCII by their grammar: only label values (and
-        // HELP text) can hold other bytes, and they must be UTF-8.
-        let value = &line[vs..ve];
-        if !value.is_ascii() && std::str::from_utf8(value).is_err() {
-            return Err(LineError::NotUtf8);
-        }
-        hash = hash.wrapping_add(pair_from_raw(name_hash, opts.hasher.raw(value)));
-        i = ve + 1;
+        pairs.push(pair);
+        out.present |= pair.present;
+        hash = hash.wrapping_add(pair.hash);
+        i = pair.end as usize;
         let j = skip_blanks(line, i);
         if j != i {
             out.canonical = false;
@@ -412,6 +384,99 @@ fn lex_labels(
             _ => return Err(LineError::BadLabelSyntax),
         }
     }
+}
+
+/// Lexes one `name="value"` pair at `ns`. `theirs` is the previous line's pair at the same
+/// position while every name before it was the same: a name equal to its name is known valid
+/// and distinct from the others.
+fn lex_pair(
+    line: &[u8],
+    ns: usize,
+    opts: &LexOptions<'_>,
+    seen: &[Pair],
+    theirs: Option<(Prev<'_>, Pair)>,
+    same_as_prev: &mut bool,
+) -> Result<Pair, LineError> {
+    let mut clean = true;
+    let mut i;
+    let repeated = theirs
+        .map(|(p, q)| (q.name_hash, &p.line[q.start as usize..q.name_end as usize]))
+        .filter(|(_, pname)| {
+            line[ns..].starts_with(pname) && line.get(ns + pname.len()) == Some(&b'=')
+        });
+    let name_hash = match repeated {
+        Some((h, pname)) => {
+            i = ns + pname.len();
+            h
+        }
+        None => {
+            *same_as_prev = false;
+            if !LABEL_START[line[ns] as usize] {
+                return Err(LineError::BadLabelName);
+            }
+            i = ns + 1;
+            while i < line.len() && LABEL_CONT[line[i] as usize] {
+                i += 1;
+            }
+            let name = &line[ns..i];
+            if name.starts_with(b"__") {
+                return Err(LineError::BadLabelName);
+            }
+            let h = opts.hasher.raw(name);
+            // Hashes first: a repeated name is rare, a byte comparison per pair is not.
+            if seen
+                .iter()
+                .any(|q| q.name_hash == h && line[q.start as usize..q.name_end as usize] == *name)
+            {
+                return Err(LineError::BadLabelName);
+            }
+            h
+        }
+    };
+    if seen.len() >= opts.max_labels {
+        return Err(LineError::TooManyLabels);
+    }
+    let name_end = i;
+    let name = &line[ns..name_end];
+    let mut present = 0u8;
+    for (bit, added) in opts.added.iter().enumerate().take(8) {
+        if *added == name {
+            present |= 1 << bit;
+        }
+    }
+    let vs = if line.get(i) == Some(&b'=') && line.get(i + 1) == Some(&b'"') {
+        i + 2
+    } else {
+        let j = skip_blanks(line, i);
+        if line.get(j) != Some(&b'=') {
+            return Err(LineError::BadLabelSyntax);
+        }
+        let k = skip_blanks(line, j + 1);
+        if line.get(k) != Some(&b'"') {
+            return Err(LineError::BadLabelSyntax);
+        }
+        clean = false;
+        k + 1
+    };
+    let ve = scan_quoted(line, vs)?;
+    if ve - vs > opts.max_label_value_bytes {
+        return Err(LineError::LabelValueTooLong);
+    }
+    // Names and values outside quotes are ASCII by their grammar: only label values (and
+    // HELP text) can hold other bytes, and they must be UTF-8.
+    let value = &line[vs..ve];
+    if !value.is_ascii() && std::str::from_utf8(value).is_err() {
+        return Err(LineError::NotUtf8);
+    }
+    Ok(Pair {
+        start: ns as u32,
+        end: (ve + 1) as u32,
+        name_end: name_end as u32,
+        name_hash,
+        hash: pair_from_raw(name_hash, opts.hasher.raw(value)),
+        present,
+        clean,
+    })
 }
 
 /// Finds the closing quote of a label value starting at `start`; validates escapes.
@@ -674,6 +739,89 @@ mod tests {
 
     fn lex(line: &str) -> Result<SampleLex, LineError> {
         lex_in(line, Format::Text)
+    }
+
+    /// Lexing a line after others (reusing their pairs and names) gives what lexing it alone
+    /// gives, for lines that share prefixes ending anywhere: inside a name, inside a value, on
+    /// an escape, at a quote, with blanks, with a repeated name, with the added label.
+    #[test]
+    fn lines_lex_the_same_after_any_previous_line() {
+        let blocks = [
+            r#"engine="0",model_name="m",le="0.1""#,
+            r#"engine="0",le="0.1",model_name="meta-llama/Llama-3.1-8B-Instruct""#,
+            r#"engine="0",le="0.25",model_name="meta-llama/Llama-3.1-8B-Instruct""#,
+            r#"engine="1",le="0.25",model_name="meta-llama/Llama-3.1-8B-Instruct""#,
+            r#"engine="0",le = "0.25",model_name="meta-llama/Llama-3.1-8B-Instruct""#,
+            r#"engine="0",lf="0.25",model_name="meta-llama/Llama-3.1-8B-Instruct""#,
+            r#"engine="0",le="0.25",model_name="meta-llama/Llama-3.1-8B-Instruct",x="1""#,
+            r#"engine="0",model_name="m",le="0.25""#,
+            r#"engine="0",model_name="m",le="+Inf""#,
+            r#"engine="0",model_name="m""#,
+            r#"engine="0",model_name="mm""#,
+            r#"engine="0",model_name="m"",le="1""#,
+            r#"engine="0",model_name="m\",le="1""#,
+            r#"engine="0",model_name="m
+""#,
+            r#"engine="0",model_nam="m""#,
+            r#"engine="0", model_name="m""#,
+            r#"engine="0" ,model_name="m""#,
+            r#"engine = "0",model_name="m""#,
+            r#"engine="0",engine="1""#,
+            r#"engine="0",worker_id="w",le="1""#,
+            r#"engine="0",model_name="m","#,
+            r#"engine="0",model_name="m",le="1",x="é""#,
+            r#"engine="0",model_name="m",le="1",x="ÿ""#,
+            r#"engine="0",model_name="m",__x="1""#,
+            r#"engine="01""#,
+            r#"engine="0""#,
+            r#"engine="0"#,
+            r#""#,
+        ];
+        let line = |b: &str, name: &str| format!("{name}{{{b}}} 1");
+        let mut lines: Vec<String> = Vec::new();
+        for a in blocks {
+            for b in blocks {
+                lines.push(line(a, "vllm:x_bucket"));
+                lines.push(line(b, "vllm:x_count"));
+            }
+        }
+        for format in [Format::Text, Format::OpenMetrics] {
+            let o = opts(format);
+            let mut shared = LabelScratch::default();
+            let mut reused = 0;
+            for l in &lines {
+                let b = l.as_bytes();
+                let n = metric_name_len(b);
+                let alone = lex_sample(b, 0, n, &o, &mut LabelScratch::default());
+                let after = lex_sample(b, 0, n, &o, &mut shared);
+                assert_eq!(after, alone, "{l}");
+                reused += usize::from(!shared.prev_pairs.is_empty() && alone.is_ok());
+            }
+            assert!(reused > lines.len() / 2);
+        }
+    }
+
+    #[test]
+    fn too_many_labels_is_found_after_a_bad_name_and_before_a_bad_value() {
+        let o = LexOptions {
+            max_labels: 2,
+            ..opts(Format::Text)
+        };
+        let mut shared = LabelScratch::default();
+        for (line, want) in [
+            (r#"m{a="1",b="2"} 1"#, None),
+            (r#"m{a="1",b="2",1c="3"} 1"#, Some(LineError::BadLabelName)),
+            (r#"m{a="1",b="2",a="3"} 1"#, Some(LineError::BadLabelName)),
+            (r#"m{a="1",b="2",c="3"} 1"#, Some(LineError::TooManyLabels)),
+            (r#"m{a="1",b="2",c="\q"} 1"#, Some(LineError::TooManyLabels)),
+            (r#"m{a="1",b="\q"} 1"#, Some(LineError::BadEscape)),
+        ] {
+            let b = line.as_bytes();
+            let after = lex_sample(b, 0, 1, &o, &mut shared);
+            let alone = lex_sample(b, 0, 1, &o, &mut LabelScratch::default());
+            assert_eq!(after, alone, "{line}");
+            assert_eq!(alone.err(), want, "{line}");
+        }
     }
 
     fn lex_in(line: &str, format: Format) -> Result<SampleLex, LineError> {
