@@ -86,16 +86,20 @@ struct Parser<'b, 'o> {
     colon_decls: Vec<u32>,
     escaped_indexed: usize,
     families: Vec<Family>,
-    family_kept: Vec<bool>,
+    /// Per family: its index among the kept families, or `NONE`.
+    kept_index: Vec<u32>,
+    /// Samples per kept family.
+    kept_counts: Vec<u32>,
     samples: Vec<Sample>,
     side: Vec<SideLex>,
     /// Bytes of the lines in `samples`, each with its newline.
     kept_bytes: usize,
     stats: ParseStats,
     current: u32,
-    grouped: bool,
+    /// The families of the samples so far never go down: they need no sorting.
+    ascending: bool,
+    /// The family of the last sample.
     last_family: u32,
-    family_seen: Vec<bool>,
     scratch: lex::LabelScratch<'b>,
     last_sample: Option<LastSample>,
     /// Declaration, suffix and escaping of the last sample pushed: the same three give the same
@@ -122,25 +126,27 @@ pub fn parse(
         return Err(ParseError::BodyTooLarge);
     }
     let (families, samples, side, kept_bytes, stats) = {
+        // Room for the families of an engine's registry (vLLM's has some 200) in one go.
+        let names = (body.len() / 2048).clamp(16, 256);
         let mut p = Parser {
             body: &body,
             format,
             opts,
-            decls: Vec::new(),
+            decls: Vec::with_capacity(names),
             by_name: HashMap::with_capacity(256),
             by_escaped: HashMap::new(),
             colon_decls: Vec::with_capacity(256),
             escaped_indexed: 0,
-            families: Vec::new(),
-            family_kept: Vec::new(),
+            families: Vec::with_capacity(names),
+            kept_index: Vec::with_capacity(names),
+            kept_counts: Vec::with_capacity(names),
             samples: Vec::with_capacity(body.len() / 96),
             side: Vec::new(),
             kept_bytes: 0,
             stats: ParseStats::default(),
             current: NONE,
-            grouped: true,
+            ascending: true,
             last_family: NONE,
-            family_seen: Vec::new(),
             scratch: lex::LabelScratch::default(),
             last_sample: None,
             last_pushed: None,
@@ -339,8 +345,12 @@ impl<'b> Parser<'b, '_> {
             unit: None,
             samples: (0, 0),
         });
-        self.family_kept.push(kept);
-        self.family_seen.push(false);
+        if kept {
+            self.kept_index.push(self.kept_counts.len() as u32);
+            self.kept_counts.push(0);
+        } else {
+            self.kept_index.push(NONE);
+        }
         f
     }
 
@@ -568,10 +578,8 @@ impl<'b> Parser<'b, '_> {
         }
         let family = self.family_for(d, suffix);
         if family != self.last_family {
-            if self.family_seen[family as usize] {
-                self.grouped = false;
-            }
-            self.family_seen[family as usize] = true;
+            // Families are numbered in order of appearance (`NONE` is the largest number).
+            self.ascending &= family > self.last_family || self.last_family == NONE;
             self.last_family = family;
         }
         let rename = if escaped {
@@ -586,7 +594,10 @@ impl<'b> Parser<'b, '_> {
             None
         };
         let end = start + line.len();
-        let mut sample = match Sample::new(start, end, &lexed, rename, family) {
+        // Only kept families have samples.
+        let kept = self.kept_index[family as usize];
+        self.kept_counts[kept as usize] += 1;
+        let mut sample = match Sample::new(start, end, &lexed, rename, kept) {
             Some(s) => s,
             None => {
                 self.side.push(SideLex {
@@ -594,7 +605,7 @@ impl<'b> Parser<'b, '_> {
                     lex: lexed,
                 });
                 let index = (self.side.len() - 1) as u32;
-                Sample::new_side(start, &lexed, rename, family, index)
+                Sample::new_side(start, &lexed, rename, kept, index)
             }
         };
         let pushed = (d, suffix, escaped);
@@ -607,78 +618,89 @@ impl<'b> Parser<'b, '_> {
 
     /// Drops families that are not kept, orders samples by family.
     fn finish(mut self) -> (Vec<Family>, Vec<Sample>, Vec<SideLex>, usize, ParseStats) {
-        let mut remap = vec![NONE; self.families.len()];
-        let mut kept_families = Vec::with_capacity(self.families.len());
-        for (i, fam) in self.families.iter().enumerate() {
+        // Samples are numbered by kept family already: only families under the reserved
+        // prefix (an OpenMetrics counter `dynamo_sysport` is `dynamo_sysport_total`) can
+        // still go, and then the samples are renumbered.
+        let mut families = Vec::with_capacity(self.kept_counts.len());
+        let mut counts = Vec::with_capacity(self.kept_counts.len());
+        let mut remap = Vec::new();
+        for (fam, &k) in self.families.iter().zip(&self.kept_index) {
+            if k == NONE {
+                continue;
+            }
             let reserved = !self.opts.allow_reserved
                 && concat_starts_with(
                     fam.base.of(self.body),
                     fam.suffix.as_bytes(),
                     RESERVED_PREFIX,
                 );
-            if self.family_kept[i] && !reserved {
-                remap[i] = kept_families.len() as u32;
-                kept_families.push(fam.clone());
+            if reserved && remap.is_empty() {
+                remap = (0..k).collect();
             }
-        }
-        let before = self.samples.len();
-        let side = &self.side;
-        let mut removed_bytes = 0;
-        self.samples.retain(|s| {
-            let keep = remap[s.family() as usize] != NONE;
-            if !keep {
-                removed_bytes += s.line_len(side) + 1;
+            if reserved {
+                remap.push(NONE);
+                continue;
             }
-            keep
-        });
-        self.kept_bytes -= removed_bytes;
-        let reserved_samples = (before - self.samples.len()) as u64;
-        self.stats.dropped += reserved_samples;
-        for s in &mut self.samples {
-            s.set_family(remap[s.family() as usize]);
+            if !remap.is_empty() {
+                remap.push(families.len() as u32);
+            }
+            families.push(fam.clone());
+            counts.push(self.kept_counts[k as usize]);
         }
-        let sorted = self.grouped
-            && self
-                .samples
-                .windows(2)
-                .all(|w| w[0].family() <= w[1].family());
-        let samples = if sorted {
-            self.samples
+        if !remap.is_empty() {
+            let before = self.samples.len();
+            let side = &self.side;
+            let mut removed_bytes = 0;
+            let (mut ascending, mut last) = (true, 0);
+            self.samples.retain_mut(|s| {
+                let f = remap[s.family() as usize];
+                if f == NONE {
+                    removed_bytes += s.line_len(side) + 1;
+                    return false;
+                }
+                s.set_family(f);
+                ascending &= f >= last;
+                last = f;
+                true
+            });
+            self.kept_bytes -= removed_bytes;
+            self.stats.dropped += (before - self.samples.len()) as u64;
+            self.ascending = ascending;
+        }
+        let mut next = 0u32;
+        for (fam, &n) in families.iter_mut().zip(&counts) {
+            fam.samples = (next, next + n);
+            next += n;
+        }
+        let unsorted = std::mem::take(&mut self.samples);
+        let samples = if self.ascending {
+            unsorted
         } else {
             // Counting sort by family: stable, O(n), one allocation. A sample with the same
             // name as the one before it is in the same family, so it still follows it.
-            let mut starts = vec![0u32; kept_families.len() + 1];
-            for s in &self.samples {
-                starts[s.family() as usize + 1] += 1;
-            }
-            for i in 1..starts.len() {
-                starts[i] += starts[i - 1];
-            }
-            let mut next = starts.clone();
-            let mut out = vec![self.samples[0]; self.samples.len()];
-            for s in &self.samples {
+            let mut next: Vec<u32> = families.iter().map(|f| f.samples.0).collect();
+            let mut out = vec![unsorted[0]; unsorted.len()];
+            for s in &unsorted {
                 let slot = &mut next[s.family() as usize];
                 out[*slot as usize] = *s;
                 *slot += 1;
             }
             out
         };
-        let mut i = 0usize;
-        for (f, fam) in kept_families.iter_mut().enumerate() {
-            let start = i;
-            while i < samples.len() && samples[i].family() as usize == f {
-                i += 1;
+        #[cfg(test)]
+        {
+            // In order of family, then of the body; every family's range holds its samples.
+            assert!(samples.windows(2).all(|w| {
+                (w[0].family(), w[0].line_start()) < (w[1].family(), w[1].line_start())
+            }));
+            for (f, fam) in families.iter().enumerate() {
+                let range = &samples[fam.samples.0 as usize..fam.samples.1 as usize];
+                assert!(range.iter().all(|s| s.family() as usize == f));
             }
-            fam.samples = (start as u32, i as u32);
+            assert_eq!(next as usize, samples.len());
         }
         self.stats.kept = samples.len() as u64;
-        (
-            kept_families,
-            samples,
-            self.side,
-            self.kept_bytes,
-            self.stats,
-        )
+        (families, samples, self.side, self.kept_bytes, self.stats)
     }
 }
 
