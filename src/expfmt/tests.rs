@@ -563,14 +563,14 @@ fn name_filter_selects_exact_families() {
     );
 }
 
-fn fixture(name: &str) -> Vec<u8> {
+pub(crate) fn fixture(name: &str) -> Vec<u8> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-const FIXTURES: &[&str] = &[
+pub(crate) const FIXTURES: &[&str] = &[
     "small.prom",
     "small.openmetrics.txt",
     "small.openmetrics_allow-utf-8.txt",
