@@ -136,9 +136,6 @@ const CLAIM_BYTES: usize = 32 << 10;
 const MIN_SHARE_BYTES: usize = 64 << 10;
 /// How long the first thread waits for the second without sleeping (see [`parse_shared`]).
 const SPIN: std::time::Duration = std::time::Duration::from_micros(100);
-/// The second thread's share is this many bytes smaller than the first one's: it starts
-/// slower, on cold memory and caches.
-const SECOND_START_BYTES: usize = 64 << 10;
 /// Set in [`parse_shared`]'s frontier once the second thread has taken the rest of the body.
 const TAKEN: u64 = 1 << 63;
 
@@ -293,7 +290,7 @@ impl Shared {
                 return None;
             }
             // The first thread is somewhere in its last claim.
-            let target = (at.saturating_sub(self.claim / 2) + len + SECOND_START_BYTES) / 2;
+            let target = (at.saturating_sub(self.claim / 2) + len) / 2;
             let cut = split_point(&self.body, target, at)?;
             match self.frontier.compare_exchange(
                 f,
