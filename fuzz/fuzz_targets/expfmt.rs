@@ -3,7 +3,8 @@
 //! The exposition module is pure (no I/O, three small dependencies), so it is compiled straight
 //! from the sysport sources here and the fuzz build stays small. Checks: no panic; memory stays
 //! within the parse limits; every output (text 0.0.4 and OpenMetrics) reads back with no
-//! malformed line; text output keeps every sample the merge kept.
+//! malformed line; text output keeps every sample the merge kept; a two-part parse (cut near a
+//! point the input picks) gives exactly the one-pass result.
 #![no_main]
 
 #[allow(dead_code, unreachable_pub)]
@@ -11,8 +12,8 @@
 mod expfmt;
 
 use expfmt::{
-    AddedLabel, Format, MergeOptions, OPENMETRICS_EOF, PairHasher, ParseLimits, ParseOptions, Pieces, merge, parse,
-    write_openmetrics, write_text,
+    AddedLabel, Format, MergeOptions, OPENMETRICS_EOF, PairHasher, ParseLimits, ParseOptions, Pieces, Split,
+    merge, parse, parse_with, write_openmetrics, write_text,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -29,7 +30,13 @@ fuzz_target!(|data: &[u8]| {
     let added_names: Vec<&[u8]> = added.iter().map(AddedLabel::name).collect();
     let hasher = PairHasher::new(0x5eed);
     let opts = ParseOptions { keep: &keep, limits: LIMITS, added_labels: &added_names, hasher, allow_reserved: false };
-    let Ok(exp) = parse(bytes::Bytes::copy_from_slice(body), format, &opts) else { return };
+    let body = bytes::Bytes::copy_from_slice(body);
+    // Bits 2 to 7 of the selector: where to look for a cut, in 64ths of the body.
+    let near = body.len() * (selector >> 2) as usize / 64;
+    let parts = parse_with(body.clone(), format, &opts, Split::Near(near));
+    let one = parse(body, format, &opts);
+    assert_eq!(parts, one, "a two-part parse gives the one-pass result");
+    let Ok(exp) = one else { return };
     let sources = [&exp];
     let m = merge(&sources, &MergeOptions { added: &added, names: None, hasher });
     let kept = m.stats()[0].kept;

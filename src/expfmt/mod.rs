@@ -3,7 +3,8 @@
 //! - [`parse`] lexes one upstream body (text 0.0.4 or OpenMetrics 1.0) without copying it, keeps
 //!   only the families whose names start with the upstream's `keep` prefixes, and groups samples
 //!   by family. The result, an [`Exposition`], owns the body and refers into it by offsets, so it
-//!   can be cached and shared between concurrent scrapes.
+//!   can be cached and shared between concurrent scrapes. A large body is parsed by two threads
+//!   at once, with the result of a parse in one pass ([`Split`]).
 //! - [`merge`] combines several expositions: one HELP/TYPE per family, TYPE conflicts and
 //!   duplicate series dropped and counted.
 //! - [`write_text`] and [`write_openmetrics`] render a merge into a [`Sink`]: one pre-sized
@@ -27,7 +28,9 @@ pub use lex::{LineError, SampleLex, is_label_name, is_metric_name, valid_float};
 pub use merge::{AddedLabel, Merge, MergeOptions, MergeStats, merge};
 pub use openmetrics::{OPENMETRICS_EOF, OpenMetricsStats, write_openmetrics};
 pub use out::{Pieces, Sink};
-pub use parse::{Limit, ParseError, ParseLimits, ParseOptions, parse};
+pub use parse::{
+    Limit, PARALLEL_MIN_BYTES, ParseError, ParseLimits, ParseOptions, Split, parse, parse_with,
+};
 pub use text::write_text;
 
 use bytes::Bytes;
@@ -232,7 +235,7 @@ pub enum Role {
 }
 
 /// One family, named and typed as text 0.0.4 has it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Family {
     /// The declared name in the body; the text family name is `base` + `suffix`.
     pub base: Span,
@@ -260,7 +263,7 @@ pub struct Family {
 /// timestamp or an exemplar, or one too long for `u16` offsets, keeps its whole [`SampleLex`] in
 /// a side table of the exposition instead (rare: the engines sysport fronts write neither), so
 /// [`Exposition::lex`] is the way to read any of them.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sample {
     /// Start of the line in the body.
     line_start: u32,
@@ -414,10 +417,23 @@ impl Sample {
     pub(crate) fn set_family(&mut self, family: u32) {
         self.family = family;
     }
+
+    /// The sample with `family` added to its family index and `side` to its side-table index
+    /// (for appending one exposition part's samples to another's).
+    #[inline]
+    pub(crate) fn shifted(mut self, family: u32, side: u32) -> Sample {
+        self.family += family;
+        if let Some(i) = self.side_index() {
+            let i = i as u32 + side;
+            self.offsets[0] = i as u16;
+            self.offsets[1] = (i >> 16) as u16;
+        }
+        self
+    }
 }
 
 /// A line's whole lexing, for the samples that [`Sample`] cannot hold in its own 32 bytes.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SideLex {
     pub line_end: u32,
     pub lex: SampleLex,
@@ -438,7 +454,7 @@ pub struct ParseStats {
 }
 
 /// One upstream body, lexed, filtered and grouped by family.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exposition {
     body: Bytes,
     format: Format,
@@ -578,5 +594,7 @@ impl Exposition {
 }
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod split_tests;
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,8 @@
 //! split into their text 0.0.4 families here (counter `x` → `x_total` and gauge `x_created`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
@@ -70,6 +72,8 @@ struct Decl {
     has_samples: bool,
     /// Text families by [`Role`]: primary, created, gcount, gsum (u32::MAX = not yet made).
     families: [u32; 4],
+    /// Bit `s`: the name plus suffix `s` is in `Parser::probes`.
+    probed: u16,
 }
 
 const NONE: u32 = u32::MAX;
@@ -86,21 +90,33 @@ struct Parser<'b, 'o> {
     colon_decls: Vec<u32>,
     escaped_indexed: usize,
     families: Vec<Family>,
-    family_kept: Vec<bool>,
+    /// Per family: its index among the kept families, or `NONE`.
+    kept_index: Vec<u32>,
+    /// Samples per kept family.
+    kept_counts: Vec<u32>,
     samples: Vec<Sample>,
     side: Vec<SideLex>,
     /// Bytes of the lines in `samples`, each with its newline.
     kept_bytes: usize,
     stats: ParseStats,
     current: u32,
-    grouped: bool,
+    /// The families of the samples so far never go down: they need no sorting.
+    ascending: bool,
+    /// The family of the last sample.
     last_family: u32,
-    family_seen: Vec<bool>,
     scratch: lex::LabelScratch<'b>,
     last_sample: Option<LastSample>,
     /// Declaration, suffix and escaping of the last sample pushed: the same three give the same
     /// sample name.
     last_pushed: Option<(u32, Suffix, bool)>,
+    /// Lines read so far.
+    line_no: usize,
+    /// The last line read was `# EOF` (OpenMetrics), no sample line since.
+    eof_seen: bool,
+    /// Note in `probes` the sample names looked up past the family in force and the exact
+    /// name (for the join with an earlier part, [`join`]).
+    record_probes: bool,
+    probes: Vec<Span>,
 }
 
 /// How the previous sample's name resolved.
@@ -112,56 +128,515 @@ struct LastSample {
     escaped: bool,
 }
 
+/// Bodies this large or larger are parsed by two threads (see [`parse`]).
+pub const PARALLEL_MIN_BYTES: usize = 256 << 10;
+/// The first thread claims the body this many bytes at a time (see [`parse_shared`]).
+const CLAIM_BYTES: usize = 32 << 10;
+/// The second thread takes no share of the body smaller than this.
+const MIN_SHARE_BYTES: usize = 64 << 10;
+/// How long the first thread waits for the second without sleeping (see [`parse_shared`]).
+const SPIN: std::time::Duration = std::time::Duration::from_micros(100);
+/// Set in [`parse_shared`]'s frontier once the second thread has taken the rest of the body.
+const TAKEN: u64 = 1 << 63;
+
+/// How [`parse_with`] may share a body's parse between two threads. Whichever, the result is
+/// the one a parse in one pass gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    /// One thread, one pass.
+    OnePass,
+    /// A second thread, once it runs, takes the later half of what this one has not parsed
+    /// yet, cut at a family declaration.
+    Shared,
+    /// A second thread takes the body from the family declaration nearest this byte offset.
+    Near(usize),
+}
+
 /// Parses one upstream body. The body is kept, not copied: the result refers into it.
+///
+/// A body of [`PARALLEL_MIN_BYTES`] or more is parsed with [`Split::Shared`]: a second thread
+/// takes a later part of it, and the two results are joined when that is provably the result
+/// of a parse in one pass (see [`join`]); otherwise the body is parsed in one pass.
 pub fn parse(
     body: Bytes,
     format: Format,
     opts: &ParseOptions<'_>,
 ) -> Result<Exposition, ParseError> {
+    let split = if body.len() >= PARALLEL_MIN_BYTES {
+        Split::Shared
+    } else {
+        Split::OnePass
+    };
+    parse_with(body, format, opts, split)
+}
+
+/// [`parse`] with the threads as `split` says, whatever the body's size.
+pub fn parse_with(
+    body: Bytes,
+    format: Format,
+    opts: &ParseOptions<'_>,
+    split: Split,
+) -> Result<Exposition, ParseError> {
     if body.len() > u32::MAX as usize - 1 {
         return Err(ParseError::BodyTooLarge);
     }
-    let (families, samples, side, kept_bytes, stats) = {
-        let mut p = Parser {
-            body: &body,
+    let parsed = match split {
+        Split::OnePass => None,
+        Split::Shared => {
+            parse_shared(&body, format, opts, CLAIM_BYTES, MIN_SHARE_BYTES, None)?.part()
+        }
+        Split::Near(near) => match split_point(&body, near, 0) {
+            Some(cut) => parse_shared(&body, format, opts, CLAIM_BYTES, 0, Some(cut))?.part(),
+            None => None,
+        },
+    };
+    let part = match parsed {
+        Some(part) => part,
+        None => {
+            let mut p = Parser::new(&body, format, opts, body.len());
+            p.run(0, body.len())?;
+            p.finish(0)
+        }
+    };
+    Ok(Exposition::from_part(body, format, part))
+}
+
+impl Exposition {
+    fn from_part(body: Bytes, format: Format, part: Part) -> Exposition {
+        Exposition {
+            body,
+            format,
+            families: part.families,
+            samples: part.samples,
+            side: part.side,
+            stats: part.stats,
+            kept_bytes: part.kept_bytes,
+        }
+    }
+}
+
+/// One part of a body, parsed and finished on its own.
+struct Part {
+    /// Kept families; their sample ranges index `samples`.
+    families: Vec<Family>,
+    /// Samples; their family and side-table indices are this part's own.
+    samples: Vec<Sample>,
+    side: Vec<SideLex>,
+    kept_bytes: usize,
+    stats: ParseStats,
+}
+
+/// The second part of a body, finished, with what [`join`] checks against the first.
+struct Tail {
+    part: Part,
+    /// Its declarations; only their names are read.
+    decls: Vec<Decl>,
+    /// Sample names it looked up beyond the family in force and its own exact name.
+    probes: Vec<Span>,
+    /// Samples made before unkept families were dropped (what the series limit counts).
+    pushed: usize,
+}
+
+/// Parses `body[cut..]` as a body of its own, noting what [`join`] checks.
+fn parse_tail(
+    body: &[u8],
+    format: Format,
+    opts: &ParseOptions<'_>,
+    cut: usize,
+) -> Result<Tail, ParseError> {
+    let mut p = Parser::new(body, format, opts, body.len() - cut);
+    p.record_probes = true;
+    p.run(cut, body.len())?;
+    let pushed = p.samples.len();
+    let part = p.finish(0);
+    Ok(Tail {
+        part,
+        decls: p.decls,
+        probes: p.probes,
+        pushed,
+    })
+}
+
+/// What the second thread of a parse shares with the first; it owns what it reads, so the
+/// first thread need not wait for the second to end when it did not take a part.
+struct Shared {
+    body: Bytes,
+    format: Format,
+    keep: Vec<String>,
+    added_labels: Vec<Vec<u8>>,
+    limits: ParseLimits,
+    hasher: PairHasher,
+    allow_reserved: bool,
+    claim: usize,
+    min_share: usize,
+    /// The end of what the first thread has claimed, `TAKEN` added once the second thread
+    /// took the rest from there.
+    frontier: AtomicU64,
+}
+
+impl Shared {
+    /// The second thread: takes the later half of what the first has not claimed yet, cut at
+    /// a family declaration, unless that is less than `min_share`; or the part from a cut set
+    /// beforehand. `None` when it took no part.
+    fn second(&self) -> Option<Result<Tail, ParseError>> {
+        let len = self.body.len();
+        let mut f = self.frontier.load(Ordering::Acquire);
+        let cut = loop {
+            if f & TAKEN != 0 {
+                break (f & !TAKEN) as usize;
+            }
+            let at = f as usize;
+            if len - at < self.min_share.max(1) {
+                return None;
+            }
+            // The first thread is somewhere in its last claim.
+            let target = (at.saturating_sub(self.claim / 2) + len) / 2;
+            let cut = split_point(&self.body, target, at)?;
+            match self.frontier.compare_exchange(
+                f,
+                cut as u64 | TAKEN,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break cut,
+                Err(now) => f = now,
+            }
+        };
+        let added: Vec<&[u8]> = self.added_labels.iter().map(Vec::as_slice).collect();
+        let opts = ParseOptions {
+            keep: &self.keep,
+            limits: self.limits,
+            added_labels: &added,
+            hasher: self.hasher,
+            allow_reserved: self.allow_reserved,
+        };
+        Some(parse_tail(&self.body, self.format, &opts, cut))
+    }
+}
+
+/// Parses `body` on this thread and one more. This one claims the body `claim` bytes at a
+/// time, a line at a time; the other, once it runs, takes the later half of what is not
+/// claimed yet, cut at a family declaration ([`split_point`]), unless that is less than
+/// `min_share`. Whenever the other thread starts (a thread can wait long for a core of its
+/// own), the two then have about as much left to parse each; if it starts too late, this one
+/// parses the whole body, in one pass, and does not wait for the other to end. With `cut`,
+/// the other thread takes the body from there instead.
+///
+/// Returns [`Outcome::Apart`] when the two parts cannot be joined ([`join`]) or no thread
+/// could be started: the body is then to be parsed in one pass.
+fn parse_shared(
+    body: &Bytes,
+    format: Format,
+    opts: &ParseOptions<'_>,
+    claim: usize,
+    min_share: usize,
+    cut: Option<usize>,
+) -> Result<Outcome, ParseError> {
+    let len = body.len();
+    let shared = Arc::new(Shared {
+        body: body.clone(),
+        format,
+        keep: opts.keep.to_vec(),
+        added_labels: opts.added_labels.iter().map(|a| a.to_vec()).collect(),
+        limits: opts.limits,
+        hasher: opts.hasher,
+        allow_reserved: opts.allow_reserved,
+        claim,
+        min_share,
+        frontier: AtomicU64::new(cut.map_or(0, |c| c as u64 | TAKEN)),
+    });
+    let other = Arc::clone(&shared);
+    let Ok(second) = std::thread::Builder::new().spawn(move || other.second()) else {
+        return Ok(Outcome::Apart);
+    };
+    let frontier = &shared.frontier;
+    // Room for the other part's samples too.
+    let mut head = Parser::new(body, format, opts, len);
+    let mut at = 0;
+    let cut = loop {
+        let f = frontier.load(Ordering::Acquire);
+        let (end, last) = if f & TAKEN != 0 {
+            ((f & !TAKEN) as usize, true)
+        } else if at == len {
+            break None;
+        } else {
+            let probe = (at + claim).min(len);
+            let end = memchr::memchr(b'\n', &body[probe..]).map_or(len, |i| probe + i + 1);
+            if frontier
+                .compare_exchange(at as u64, end as u64, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                continue;
+            }
+            (end, false)
+        };
+        if let Err(err) = head.run(at, end) {
+            // Keep the other thread from starting on a body that fails anyway; once it has,
+            // let it end first.
+            let (end, len) = (end as u64, len as u64);
+            if frontier
+                .compare_exchange(end, len, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                let _ = second.join();
+            }
+            return Err(err);
+        }
+        at = end;
+        if last {
+            break Some(end);
+        }
+    };
+    if cut.is_none() {
+        // All parsed here, in one pass; the other thread ends without parsing.
+        return Ok(Outcome::OnePass(head.finish(0)));
+    }
+    let pushed = head.samples.len();
+    let first = head.finish(len / 96);
+    // The other thread should be about done: waiting for it here a little is quicker than
+    // being woken up by its end.
+    let wait = std::time::Instant::now();
+    while !second.is_finished() && wait.elapsed() < SPIN {
+        std::hint::spin_loop();
+    }
+    match second.join() {
+        Ok(Some(Ok(tail))) => {
+            Ok(join(&mut head, first, pushed, tail).map_or(Outcome::Apart, Outcome::Joined))
+        }
+        Ok(_) => Ok(Outcome::Apart),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// How [`parse_shared`] went.
+enum Outcome {
+    /// The second thread took no part: this one parsed the body in one pass.
+    OnePass(Part),
+    /// The two parts, joined.
+    Joined(Part),
+    /// The two parts cannot be joined, or the second thread could not be started.
+    Apart,
+}
+
+impl Outcome {
+    fn part(self) -> Option<Part> {
+        match self {
+            Outcome::OnePass(part) | Outcome::Joined(part) => Some(part),
+            Outcome::Apart => None,
+        }
+    }
+}
+
+/// Joins the first part of a body (parsed by `head`, finished as `first` after `pushed`
+/// samples) and the rest of it, or `None` if the result might not be the one-pass result.
+///
+/// The rest starts at a line that declares a family ([`split_point`]), so that line resets
+/// everything one line passes to the next in a one-pass parse (the family in force and the
+/// sample-name cache): the rest was parsed from the state the one-pass parse has there, but
+/// for the first part's tables of names. Its result is then the one-pass result with its
+/// indices shifted, provided that:
+/// - neither part is over a limit (an error in the first part is the one-pass error; one in
+///   the rest is left to a one-pass parse, for its line number), and the two together are
+///   not over the series or families limit;
+/// - the first part does not end after an OpenMetrics `# EOF` with no sample since (the
+///   one-pass parse would count the first sample of the rest as a line after it);
+/// - no name the rest looked up is in the first part's tables: not the name of any of its
+///   declarations (every declaring line and every new sample name looks its name up), and
+///   none of the names [`Parser::resolve`] tries for a sample name it noted as a probe (every
+///   name it had to look up further than the family in force and the exact name, once per
+///   declaration and suffix). A lookup that finds nothing in the rest's tables then finds
+///   nothing in the first part's either, so it goes the same way as in one pass.
+///
+/// With those, every line of the rest resolves as in one pass. Its families and samples come
+/// after the first part's in one pass too, so sorting each part's samples by family and
+/// concatenating gives the one-pass order; and the first sample of the rest is of a family of
+/// its own, so the same-name mark of a sample never spans the two parts.
+fn join(head: &mut Parser<'_, '_>, mut a: Part, pushed: usize, b: Tail) -> Option<Part> {
+    let limits = head.opts.limits;
+    if head.eof_seen
+        || head.decls.len() + b.decls.len() > limits.max_families
+        || pushed + b.pushed > limits.max_series
+        || head.has_any(&b.decls, &b.probes)
+    {
+        return None;
+    }
+    let b = b.part;
+    let family_shift = a.families.len() as u32;
+    let sample_shift = a.samples.len() as u32;
+    let side_shift = a.side.len() as u32;
+    a.families.extend(b.families.into_iter().map(|mut f| {
+        f.samples = (f.samples.0 + sample_shift, f.samples.1 + sample_shift);
+        f
+    }));
+    a.samples.extend(
+        b.samples
+            .iter()
+            .map(|s| s.shifted(family_shift, side_shift)),
+    );
+    a.side.extend_from_slice(&b.side);
+    a.kept_bytes += b.kept_bytes;
+    a.stats = ParseStats {
+        kept: a.stats.kept + b.stats.kept,
+        dropped: a.stats.dropped + b.stats.dropped,
+        malformed: a.stats.malformed + b.stats.malformed,
+        renamed: a.stats.renamed + b.stats.renamed,
+    };
+    Some(a)
+}
+
+/// The two-thread parse alone, cut at `cut` (a line start): `Ok(None)` when the parts cannot
+/// be joined.
+#[cfg(test)]
+pub(super) fn parse_joined(
+    body: Bytes,
+    format: Format,
+    opts: &ParseOptions<'_>,
+    cut: usize,
+) -> Result<Option<Exposition>, ParseError> {
+    Ok(
+        parse_shared(&body, format, opts, CLAIM_BYTES, 0, Some(cut))?
+            .part()
+            .map(|part| Exposition::from_part(body.clone(), format, part)),
+    )
+}
+
+/// [`Split::Shared`] with the given claim and least share, and whether the second thread
+/// took a part: `None` when it did and the parts could not be joined.
+#[cfg(test)]
+pub(super) fn parse_shared_with(
+    body: Bytes,
+    format: Format,
+    opts: &ParseOptions<'_>,
+    claim: usize,
+    min_share: usize,
+) -> Result<Option<(Exposition, bool)>, ParseError> {
+    let (part, took) = match parse_shared(&body, format, opts, claim, min_share, None)? {
+        Outcome::OnePass(part) => (part, false),
+        Outcome::Joined(part) => (part, true),
+        Outcome::Apart => return Ok(None),
+    };
+    Ok(Some((
+        Exposition::from_part(body.clone(), format, part),
+        took,
+    )))
+}
+
+/// The one-pass parse, its lines read in runs ending at each of `ends` (line starts).
+#[cfg(test)]
+pub(super) fn parse_in_runs(
+    body: Bytes,
+    format: Format,
+    opts: &ParseOptions<'_>,
+    ends: &[usize],
+) -> Result<Exposition, ParseError> {
+    let mut p = Parser::new(&body, format, opts, body.len());
+    let mut at = 0;
+    for &end in ends.iter().chain([&body.len()]) {
+        p.run(at, end)?;
+        at = end;
+    }
+    let part = p.finish(0);
+    Ok(Exposition::from_part(body.clone(), format, part))
+}
+
+/// Where a second thread can start parsing `body`: the line nearest `target` (within an
+/// eighth of the body, or 64 KiB), at `lo` or after, that starts with `#` and is the first of
+/// the lines declaring a family (HELP, TYPE or UNIT), so that those stay together. `None` when
+/// there is no such line, or only the first line of the body.
+pub(super) fn split_point(body: &[u8], target: usize, lo: usize) -> Option<usize> {
+    use memchr::memmem;
+    let lo = lo.max(1);
+    if body.len() <= lo {
+        return None;
+    }
+    let target = target.clamp(lo, body.len());
+    let window = (body.len() / 8).max(64 << 10);
+    let hi = (target + window).min(body.len());
+    // Line starts at `target` or after: a newline at `target - 1` or after.
+    let forward = memmem::find_iter(&body[target - 1..hi], b"\n#")
+        .map(|p| target + p)
+        .find(|&s| starts_family(body, s));
+    let reach = forward.map_or(window, |s| s - target);
+    // Line starts before `target`, nearer than `forward`, not before `lo`.
+    let from = target.saturating_sub(reach).max(lo) - 1;
+    let backward = memmem::rfind_iter(&body[from..target], b"\n#")
+        .map(|p| from + p + 1)
+        .find(|&s| s < target && starts_family(body, s));
+    backward.or(forward)
+}
+
+/// Whether the line at `start` declares a family and the line before it does not declare the
+/// same one.
+fn starts_family(body: &[u8], start: usize) -> bool {
+    let Some(name) = declared_name(body, start) else {
+        return false;
+    };
+    let prev = memchr::memrchr(b'\n', &body[..start - 1]).map_or(0, |i| i + 1);
+    declared_name(body, prev) != Some(name)
+}
+
+/// The name a line starting with `#` at `start` declares (HELP, TYPE or UNIT).
+fn declared_name(body: &[u8], start: usize) -> Option<&[u8]> {
+    let rest = &body[start..];
+    if rest.first() != Some(&b'#') {
+        return None;
+    }
+    let mut line = memchr::memchr(b'\n', rest).map_or(rest, |i| &rest[..i]);
+    if let [head @ .., b'\r'] = line {
+        line = head;
+    }
+    match lex::lex_comment(line, 0) {
+        Ok(
+            Comment::Help { name, .. } | Comment::Type { name, .. } | Comment::Unit { name, .. },
+        ) => Some(&line[name.0 as usize..name.1 as usize]),
+        _ => None,
+    }
+}
+
+impl<'b, 'o> Parser<'b, 'o> {
+    /// A parser for lines of `body` that hold about `sample_bytes` of samples.
+    fn new(
+        body: &'b [u8],
+        format: Format,
+        opts: &'o ParseOptions<'o>,
+        sample_bytes: usize,
+    ) -> Self {
+        // Room for the families of an engine's registry (vLLM's has some 200) in one go.
+        let names = (sample_bytes / 2048).clamp(16, 256);
+        Parser {
+            body,
             format,
             opts,
-            decls: Vec::new(),
+            decls: Vec::with_capacity(names),
             by_name: HashMap::with_capacity(256),
             by_escaped: HashMap::new(),
             colon_decls: Vec::with_capacity(256),
             escaped_indexed: 0,
-            families: Vec::new(),
-            family_kept: Vec::new(),
-            samples: Vec::with_capacity(body.len() / 96),
+            families: Vec::with_capacity(names),
+            kept_index: Vec::with_capacity(names),
+            kept_counts: Vec::with_capacity(names),
+            samples: Vec::with_capacity(sample_bytes / 96),
             side: Vec::new(),
             kept_bytes: 0,
             stats: ParseStats::default(),
             current: NONE,
-            grouped: true,
+            ascending: true,
             last_family: NONE,
-            family_seen: Vec::new(),
             scratch: lex::LabelScratch::default(),
             last_sample: None,
             last_pushed: None,
-        };
-        p.run()?;
-        p.finish()
-    };
-    Ok(Exposition {
-        body,
-        format,
-        families,
-        samples,
-        side,
-        stats,
-        kept_bytes,
-    })
-}
+            line_no: 0,
+            eof_seen: false,
+            record_probes: false,
+            probes: Vec::new(),
+        }
+    }
 
-impl<'b> Parser<'b, '_> {
-    fn run(&mut self) -> Result<(), ParseError> {
+    /// Reads the lines in `start..end`, after those read before if any; `start` is the start of
+    /// a line, `end` the end of one.
+    fn run(&mut self, start: usize, end: usize) -> Result<(), ParseError> {
         let body = self.body;
+        let body = &body[..end];
         let lex_opts = LexOptions {
             format: self.format,
             max_labels: self.opts.limits.max_labels,
@@ -169,9 +644,9 @@ impl<'b> Parser<'b, '_> {
             added: self.opts.added_labels,
             hasher: self.opts.hasher,
         };
-        let mut start = 0;
-        let mut line_no = 0;
-        let mut eof_seen = false;
+        let mut start = start;
+        let mut line_no = self.line_no;
+        let mut eof_seen = self.eof_seen;
         while start < body.len() {
             line_no += 1;
             let nl = memchr::memchr(b'\n', &body[start..]).map_or(body.len(), |i| start + i);
@@ -218,7 +693,34 @@ impl<'b> Parser<'b, '_> {
             }
             start = next;
         }
+        self.line_no = line_no;
+        self.eof_seen = eof_seen;
         Ok(())
+    }
+
+    /// Whether one of `decls` or `probes` (of a later part of the body) names an entry of
+    /// this part's tables, so a lookup of the later part could have found it.
+    fn has_any(&mut self, decls: &[Decl], probes: &[Span]) -> bool {
+        let body = self.body;
+        if decls
+            .iter()
+            .any(|d| self.by_name.contains_key(d.name.of(body)))
+        {
+            return true;
+        }
+        if probes.is_empty() {
+            return false;
+        }
+        self.index_escaped();
+        let known =
+            |key: &[u8]| self.by_name.contains_key(key) || self.by_escaped.contains_key(key);
+        probes.iter().any(|p| {
+            let name = p.of(body);
+            known(name)
+                || Suffix::ALL
+                    .into_iter()
+                    .any(|s| name.strip_suffix(s.as_bytes()).is_some_and(known))
+        })
     }
 
     fn comment(&mut self, line: &[u8], start: usize, c: Comment) {
@@ -305,6 +807,7 @@ impl<'b> Parser<'b, '_> {
             kept,
             has_samples: false,
             families: [primary, NONE, NONE, NONE],
+            probed: 0,
         });
         self.by_name.insert(bytes, d);
         d
@@ -339,8 +842,12 @@ impl<'b> Parser<'b, '_> {
             unit: None,
             samples: (0, 0),
         });
-        self.family_kept.push(kept);
-        self.family_seen.push(false);
+        if kept {
+            self.kept_index.push(self.kept_counts.len() as u32);
+            self.kept_counts.push(0);
+        } else {
+            self.kept_index.push(NONE);
+        }
         f
     }
 
@@ -432,6 +939,38 @@ impl<'b> Parser<'b, '_> {
         {
             return Some((d, s, e));
         }
+        let found = self.resolve_further(name_span);
+        if self.record_probes {
+            self.probe(name_span, found);
+        }
+        found
+    }
+
+    /// Notes a sample name [`Parser::resolve_further`] resolved to `found`, once per
+    /// declaration and suffix it stands for (escaped names every time).
+    fn probe(&mut self, name: Span, found: Option<(u32, Suffix, bool)>) {
+        let exact = match found {
+            Some((d, s, false)) => Some((d, s)),
+            Some((_, _, true)) => None,
+            None => self
+                .by_name
+                .get(name.of(self.body))
+                .map(|&d| (d, Suffix::None)),
+        };
+        if let Some((d, s)) = exact {
+            let bit = 1u16 << s as u32;
+            let decl = &mut self.decls[d as usize];
+            if decl.probed & bit != 0 {
+                return;
+            }
+            decl.probed |= bit;
+        }
+        self.probes.push(name);
+    }
+
+    /// [`Parser::resolve`] past the family in force and the exact name.
+    fn resolve_further(&mut self, name_span: Span) -> Option<(u32, Suffix, bool)> {
+        let name = name_span.of(self.body);
         for suffix in Suffix::ALL {
             if let Some(base) = name.strip_suffix(suffix.as_bytes())
                 && let Some(&d) = self.by_name.get(base)
@@ -568,10 +1107,8 @@ impl<'b> Parser<'b, '_> {
         }
         let family = self.family_for(d, suffix);
         if family != self.last_family {
-            if self.family_seen[family as usize] {
-                self.grouped = false;
-            }
-            self.family_seen[family as usize] = true;
+            // Families are numbered in order of appearance (`NONE` is the largest number).
+            self.ascending &= family > self.last_family || self.last_family == NONE;
             self.last_family = family;
         }
         let rename = if escaped {
@@ -586,7 +1123,10 @@ impl<'b> Parser<'b, '_> {
             None
         };
         let end = start + line.len();
-        let mut sample = match Sample::new(start, end, &lexed, rename, family) {
+        // Only kept families have samples.
+        let kept = self.kept_index[family as usize];
+        self.kept_counts[kept as usize] += 1;
+        let mut sample = match Sample::new(start, end, &lexed, rename, kept) {
             Some(s) => s,
             None => {
                 self.side.push(SideLex {
@@ -594,7 +1134,7 @@ impl<'b> Parser<'b, '_> {
                     lex: lexed,
                 });
                 let index = (self.side.len() - 1) as u32;
-                Sample::new_side(start, &lexed, rename, family, index)
+                Sample::new_side(start, &lexed, rename, kept, index)
             }
         };
         let pushed = (d, suffix, escaped);
@@ -605,80 +1145,99 @@ impl<'b> Parser<'b, '_> {
         Ok(())
     }
 
-    /// Drops families that are not kept, orders samples by family.
-    fn finish(mut self) -> (Vec<Family>, Vec<Sample>, Vec<SideLex>, usize, ParseStats) {
-        let mut remap = vec![NONE; self.families.len()];
-        let mut kept_families = Vec::with_capacity(self.families.len());
-        for (i, fam) in self.families.iter().enumerate() {
+    /// Drops families that are not kept, orders samples by family. `capacity`: room for this
+    /// many samples in the result.
+    fn finish(&mut self, capacity: usize) -> Part {
+        // Samples are numbered by kept family already: only families under the reserved
+        // prefix (an OpenMetrics counter `dynamo_sysport` is `dynamo_sysport_total`) can
+        // still go, and then the samples are renumbered.
+        let mut families = Vec::with_capacity(self.kept_counts.len());
+        let mut counts = Vec::with_capacity(self.kept_counts.len());
+        let mut remap = Vec::new();
+        for (fam, &k) in self.families.iter().zip(&self.kept_index) {
+            if k == NONE {
+                continue;
+            }
             let reserved = !self.opts.allow_reserved
                 && concat_starts_with(
                     fam.base.of(self.body),
                     fam.suffix.as_bytes(),
                     RESERVED_PREFIX,
                 );
-            if self.family_kept[i] && !reserved {
-                remap[i] = kept_families.len() as u32;
-                kept_families.push(fam.clone());
+            if reserved && remap.is_empty() {
+                remap = (0..k).collect();
             }
-        }
-        let before = self.samples.len();
-        let side = &self.side;
-        let mut removed_bytes = 0;
-        self.samples.retain(|s| {
-            let keep = remap[s.family() as usize] != NONE;
-            if !keep {
-                removed_bytes += s.line_len(side) + 1;
+            if reserved {
+                remap.push(NONE);
+                continue;
             }
-            keep
-        });
-        self.kept_bytes -= removed_bytes;
-        let reserved_samples = (before - self.samples.len()) as u64;
-        self.stats.dropped += reserved_samples;
-        for s in &mut self.samples {
-            s.set_family(remap[s.family() as usize]);
+            if !remap.is_empty() {
+                remap.push(families.len() as u32);
+            }
+            families.push(fam.clone());
+            counts.push(self.kept_counts[k as usize]);
         }
-        let sorted = self.grouped
-            && self
-                .samples
-                .windows(2)
-                .all(|w| w[0].family() <= w[1].family());
-        let samples = if sorted {
-            self.samples
+        if !remap.is_empty() {
+            let before = self.samples.len();
+            let side = &self.side;
+            let mut removed_bytes = 0;
+            let (mut ascending, mut last) = (true, 0);
+            self.samples.retain_mut(|s| {
+                let f = remap[s.family() as usize];
+                if f == NONE {
+                    removed_bytes += s.line_len(side) + 1;
+                    return false;
+                }
+                s.set_family(f);
+                ascending &= f >= last;
+                last = f;
+                true
+            });
+            self.kept_bytes -= removed_bytes;
+            self.stats.dropped += (before - self.samples.len()) as u64;
+            self.ascending = ascending;
+        }
+        let mut next = 0u32;
+        for (fam, &n) in families.iter_mut().zip(&counts) {
+            fam.samples = (next, next + n);
+            next += n;
+        }
+        let unsorted = std::mem::take(&mut self.samples);
+        let samples = if self.ascending {
+            unsorted
         } else {
             // Counting sort by family: stable, O(n), one allocation. A sample with the same
             // name as the one before it is in the same family, so it still follows it.
-            let mut starts = vec![0u32; kept_families.len() + 1];
-            for s in &self.samples {
-                starts[s.family() as usize + 1] += 1;
-            }
-            for i in 1..starts.len() {
-                starts[i] += starts[i - 1];
-            }
-            let mut next = starts.clone();
-            let mut out = vec![self.samples[0]; self.samples.len()];
-            for s in &self.samples {
+            let mut next: Vec<u32> = families.iter().map(|f| f.samples.0).collect();
+            let mut out = Vec::with_capacity(capacity.max(unsorted.len()));
+            out.resize(unsorted.len(), unsorted[0]);
+            for s in &unsorted {
                 let slot = &mut next[s.family() as usize];
                 out[*slot as usize] = *s;
                 *slot += 1;
             }
             out
         };
-        let mut i = 0usize;
-        for (f, fam) in kept_families.iter_mut().enumerate() {
-            let start = i;
-            while i < samples.len() && samples[i].family() as usize == f {
-                i += 1;
+        #[cfg(test)]
+        {
+            // In order of family, then of the body; every family's range holds its samples.
+            assert!(samples.windows(2).all(|w| {
+                (w[0].family(), w[0].line_start()) < (w[1].family(), w[1].line_start())
+            }));
+            for (f, fam) in families.iter().enumerate() {
+                let range = &samples[fam.samples.0 as usize..fam.samples.1 as usize];
+                assert!(range.iter().all(|s| s.family() as usize == f));
             }
-            fam.samples = (start as u32, i as u32);
+            assert_eq!(next as usize, samples.len());
         }
         self.stats.kept = samples.len() as u64;
-        (
-            kept_families,
+        Part {
+            families,
             samples,
-            self.side,
-            self.kept_bytes,
-            self.stats,
-        )
+            side: std::mem::take(&mut self.side),
+            kept_bytes: self.kept_bytes,
+            stats: self.stats,
+        }
     }
 }
 

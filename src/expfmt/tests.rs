@@ -208,6 +208,26 @@ fn an_upstream_cannot_inject_sysport_series() {
 }
 
 #[test]
+fn a_body_with_only_reserved_samples_out_of_order_parses() {
+    // The samples of an OpenMetrics counter `dynamo_sysport` are all dropped as reserved; they
+    // were once sorted by family as if one were left.
+    let om = "# TYPE dynamo_sysport counter\ndynamo_sysport_total 1\ndynamo_sysport_created 1\ndynamo_sysport_total{a=\"1\"} 1\n# EOF\n";
+    let e = parse_one(
+        &Up {
+            body: om.as_bytes(),
+            format: Format::OpenMetrics,
+            keep: &["dynamo"],
+        },
+        &[],
+        LIMITS,
+    )
+    .expect("parses");
+    assert!(e.all_samples().is_empty());
+    assert!(e.families().is_empty());
+    assert_eq!(e.stats().dropped, 3);
+}
+
+#[test]
 fn rule4_same_family_from_two_upstreams_merges_under_one_header() {
     let a = "# HELP vllm:r Running.\n# TYPE vllm:r gauge\nvllm:r{engine=\"0\"} 1\n";
     let b = "# HELP vllm:r Other help.\n# TYPE vllm:r gauge\nvllm:r{engine=\"1\"} 2\n";
@@ -551,14 +571,14 @@ fn name_filter_selects_exact_families() {
     );
 }
 
-fn fixture(name: &str) -> Vec<u8> {
+pub(crate) fn fixture(name: &str) -> Vec<u8> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-const FIXTURES: &[&str] = &[
+pub(crate) const FIXTURES: &[&str] = &[
     "small.prom",
     "small.openmetrics.txt",
     "small.openmetrics_allow-utf-8.txt",
