@@ -375,12 +375,22 @@ async fn unknown_paths_are_404_and_other_methods_405() {
 async fn gzip_is_served_when_asked() {
     let a = Upstream::start(Reply::text(VLLM)).await;
     let sp = start_single(&a.metrics_url(), &["vllm:"]).await;
-    let raw = reqwest::Client::builder()
+    let text = gzipped_metrics(&sp).await;
+    assert_eq!(metric(&text, "vllm:num_requests_running").value(), 3.0);
+}
+
+/// A client that neither asks for gzip nor decodes it by itself.
+fn raw_client() -> reqwest::Client {
+    reqwest::Client::builder()
         .no_proxy()
         .no_gzip()
         .build()
-        .expect("client");
-    let r = raw
+        .expect("client")
+}
+
+/// `/metrics` asked for with gzip: checks that it came compressed, and decodes it.
+async fn gzipped_metrics(sp: &Running) -> String {
+    let r = raw_client()
         .get(sp.url("/metrics"))
         .header("accept-encoding", "gzip")
         .send()
@@ -391,7 +401,7 @@ async fn gzip_is_served_when_asked() {
     let mut text = String::new();
     std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
         .expect("valid gzip");
-    assert_eq!(metric(&text, "vllm:num_requests_running").value(), 3.0);
+    text
 }
 
 fn gzip(text: &str) -> Vec<u8> {
@@ -699,11 +709,7 @@ async fn large_pages_are_served_whole_with_a_content_length() {
             .expect("own metrics follow");
         body[..own].to_string()
     };
-    let raw = reqwest::Client::builder()
-        .no_proxy()
-        .no_gzip()
-        .build()
-        .expect("client");
+    let raw = raw_client();
     for _ in 0..3 {
         let r = raw.get(sp.url("/metrics")).send().await.expect("answers");
         assert_eq!(r.status(), 200);
@@ -727,16 +733,5 @@ async fn large_pages_are_served_whole_with_a_content_length() {
         assert!(got.contains("vllm:f2{n=\"x\",engine=\"0\"} 1\n"));
         assert!(!got.contains("python_gc_x"));
     }
-    let r = raw
-        .get(sp.url("/metrics"))
-        .header("accept-encoding", "gzip")
-        .send()
-        .await
-        .expect("answers");
-    assert_eq!(r.headers()["content-encoding"], "gzip");
-    let bytes = r.bytes().await.expect("body");
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
-        .expect("valid gzip");
-    assert!(engines(&text) == want);
+    assert!(engines(&gzipped_metrics(&sp).await) == want);
 }
