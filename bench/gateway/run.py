@@ -220,30 +220,12 @@ def scenario(label, title, reader_url, scrape_url, procs, out_dir, engine_port=N
     return res
 
 
-def machine():
-    model = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return {"nproc": os.cpu_count(), "cpu": model, "load_start": os.getloadavg()}
-
-
-def code_state():
-    def git(*args):
-        out = subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True)
-        return out.stdout.strip()
-    return {"commit": git("rev-parse", "--short", "HEAD"),
-            "uncommitted": git("status", "--porcelain", "--", "src", "Cargo.toml",
-                               "Cargo.lock").splitlines()}
-
-
 def main():
     out_dir = os.path.abspath(sys.argv[1])
     os.makedirs(out_dir, exist_ok=True)
     started = time.monotonic()
-    results = {"machine": machine(), "code": code_state(), "seconds_per_scenario": SECONDS,
+    results = {"machine": loadrun.machine(), "code": loadrun.code_state(),
+               "seconds_per_scenario": SECONDS,
                "readers": READERS, "period_ms": PERIOD_MS, "scrape_period_ms": SCRAPE_PERIOD_MS,
                "min_interval": MIN_INTERVAL, "families": FAMILIES, "scenarios": []}
     log(f"machine: {results['machine']}")

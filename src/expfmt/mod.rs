@@ -28,9 +28,7 @@ pub use lex::{LineError, SampleLex, is_label_name, is_metric_name, valid_float};
 pub use merge::{AddedLabel, Merge, MergeOptions, MergeStats, merge};
 pub use openmetrics::{OPENMETRICS_EOF, OpenMetricsStats, write_openmetrics};
 pub use out::{Pieces, Sink};
-pub use parse::{
-    Limit, PARALLEL_MIN_BYTES, ParseError, ParseLimits, ParseOptions, Split, parse, parse_with,
-};
+pub use parse::{Limit, ParseError, ParseLimits, ParseOptions, Split, parse, parse_with};
 pub use text::write_text;
 
 use bytes::Bytes;
@@ -332,17 +330,22 @@ impl Sample {
         family: u32,
         index: u32,
     ) -> Sample {
-        let mut offsets = [0u16; 7];
-        offsets[0] = index as u16;
-        offsets[1] = (index >> 16) as u16;
-        Sample {
+        let mut s = Sample {
             line_start: line_start as u32,
             family,
             labels_hash: lex.labels_hash,
-            offsets,
+            offsets: [0; 7],
             present: lex.present,
             flags: Sample::flags(lex, rename, SIDE),
-        }
+        };
+        s.set_side_index(index);
+        s
+    }
+
+    /// Where a side-table sample's index is kept: its first two offsets.
+    fn set_side_index(&mut self, index: u32) {
+        self.offsets[0] = index as u16;
+        self.offsets[1] = (index >> 16) as u16;
     }
 
     fn flags(lex: &SampleLex, rename: Option<Suffix>, side: u8) -> u8 {
@@ -424,9 +427,7 @@ impl Sample {
     pub(crate) fn shifted(mut self, family: u32, side: u32) -> Sample {
         self.family += family;
         if let Some(i) = self.side_index() {
-            let i = i as u32 + side;
-            self.offsets[0] = i as u16;
-            self.offsets[1] = (i >> 16) as u16;
+            self.set_side_index(i as u32 + side);
         }
         self
     }

@@ -129,7 +129,7 @@ struct LastSample {
 }
 
 /// Bodies this large or larger are parsed by two threads (see [`parse`]).
-pub const PARALLEL_MIN_BYTES: usize = 256 << 10;
+pub(super) const PARALLEL_MIN_BYTES: usize = 256 << 10;
 /// The first thread claims the body this many bytes at a time (see [`parse_shared`]).
 const CLAIM_BYTES: usize = 32 << 10;
 /// The second thread takes no share of the body smaller than this.

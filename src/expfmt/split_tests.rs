@@ -6,7 +6,9 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
-use super::parse::{parse_in_runs, parse_joined, parse_shared_with, split_point};
+use super::parse::{
+    PARALLEL_MIN_BYTES, parse_in_runs, parse_joined, parse_shared_with, split_point,
+};
 use super::tests::{FIXTURES, LIMITS, fixture};
 use super::*;
 
