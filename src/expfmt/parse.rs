@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
+use super::hash::PassThrough;
 use super::lex::{self, Comment, LexOptions, LineError};
 use super::{
     Exposition, Family, Format, Kind, PairHasher, ParseStats, RESERVED_PREFIX, Role, Sample,
@@ -74,6 +75,8 @@ struct Decl {
     families: [u32; 4],
     /// Bit `s`: the name plus suffix `s` is in `Parser::probes`.
     probed: u16,
+    /// The next declaration whose name has the same hash, or `NONE` (see `Parser::by_name`).
+    next: u32,
 }
 
 const NONE: u32 = u32::MAX;
@@ -83,7 +86,9 @@ struct Parser<'b, 'o> {
     format: Format,
     opts: &'o ParseOptions<'o>,
     decls: Vec<Decl>,
-    by_name: HashMap<&'b [u8], u32>,
+    /// Declarations by the keyed hash of their name ([`PairHasher::bytes`], quicker than the
+    /// map's own SipHash), those with equal hashes chained through [`Decl::next`].
+    by_name: HashMap<u64, u32, PassThrough>,
     /// Declared names with `:`, under their escaped form (`vllm:x` → `vllm_x`).
     by_escaped: HashMap<Vec<u8>, u32>,
     /// Declarations with `:` in their name, and how many of them `by_escaped` holds.
@@ -608,7 +613,7 @@ impl<'b, 'o> Parser<'b, 'o> {
             format,
             opts,
             decls: Vec::with_capacity(names),
-            by_name: HashMap::with_capacity(256),
+            by_name: HashMap::with_capacity_and_hasher(256, PassThrough),
             by_escaped: HashMap::new(),
             colon_decls: Vec::with_capacity(256),
             escaped_indexed: 0,
@@ -702,18 +707,14 @@ impl<'b, 'o> Parser<'b, 'o> {
     /// this part's tables, so a lookup of the later part could have found it.
     fn has_any(&mut self, decls: &[Decl], probes: &[Span]) -> bool {
         let body = self.body;
-        if decls
-            .iter()
-            .any(|d| self.by_name.contains_key(d.name.of(body)))
-        {
+        if decls.iter().any(|d| self.lookup(d.name.of(body)).is_some()) {
             return true;
         }
         if probes.is_empty() {
             return false;
         }
         self.index_escaped();
-        let known =
-            |key: &[u8]| self.by_name.contains_key(key) || self.by_escaped.contains_key(key);
+        let known = |key: &[u8]| self.lookup(key).is_some() || self.by_escaped.contains_key(key);
         probes.iter().any(|p| {
             let name = p.of(body);
             known(name)
@@ -789,8 +790,13 @@ impl<'b, 'o> Parser<'b, 'o> {
 
     /// Finds or creates the declaration for a name.
     fn declare(&mut self, name: Span) -> u32 {
+        self.declare_hashed(name, self.opts.hasher.bytes(name.of(self.body)))
+    }
+
+    /// [`Parser::declare`], `hash` being the hash of the name.
+    fn declare_hashed(&mut self, name: Span, hash: u64) -> u32 {
         let bytes = name.of(self.body);
-        if let Some(&d) = self.by_name.get(bytes) {
+        if let Some(d) = self.lookup_hashed(hash, bytes) {
             return d;
         }
         let d = self.decls.len() as u32;
@@ -808,9 +814,31 @@ impl<'b, 'o> Parser<'b, 'o> {
             has_samples: false,
             families: [primary, NONE, NONE, NONE],
             probed: 0,
+            next: NONE,
         });
-        self.by_name.insert(bytes, d);
+        if let Some(head) = self.by_name.insert(hash, d) {
+            self.decls[d as usize].next = head;
+        }
         d
+    }
+
+    /// The declaration of `name`, if any.
+    fn lookup(&self, name: &[u8]) -> Option<u32> {
+        self.lookup_hashed(self.opts.hasher.bytes(name), name)
+    }
+
+    fn lookup_hashed(&self, hash: u64, name: &[u8]) -> Option<u32> {
+        let mut d = *self.by_name.get(&hash)?;
+        loop {
+            let decl = &self.decls[d as usize];
+            if decl.name.of(self.body) == name {
+                return Some(d);
+            }
+            if decl.next == NONE {
+                return None;
+            }
+            d = decl.next;
+        }
     }
 
     fn keeps(&self, name: &[u8]) -> bool {
@@ -934,7 +962,7 @@ impl<'b, 'o> Parser<'b, 'o> {
         {
             return Some((self.current, s, e));
         }
-        if let Some(&d) = self.by_name.get(name)
+        if let Some(d) = self.lookup(name)
             && let Some((s, e)) = self.matches(d, name)
         {
             return Some((d, s, e));
@@ -952,10 +980,7 @@ impl<'b, 'o> Parser<'b, 'o> {
         let exact = match found {
             Some((d, s, false)) => Some((d, s)),
             Some((_, _, true)) => None,
-            None => self
-                .by_name
-                .get(name.of(self.body))
-                .map(|&d| (d, Suffix::None)),
+            None => self.lookup(name.of(self.body)).map(|d| (d, Suffix::None)),
         };
         if let Some((d, s)) = exact {
             let bit = 1u16 << s as u32;
@@ -973,7 +998,7 @@ impl<'b, 'o> Parser<'b, 'o> {
         let name = name_span.of(self.body);
         for suffix in Suffix::ALL {
             if let Some(base) = name.strip_suffix(suffix.as_bytes())
-                && let Some(&d) = self.by_name.get(base)
+                && let Some(d) = self.lookup(base)
                 && let Some((s, e)) = self.matches(d, name)
             {
                 return Some((d, s, e));
@@ -995,7 +1020,7 @@ impl<'b, 'o> Parser<'b, 'o> {
         {
             return Some((d, s, e));
         }
-        if self.by_name.contains_key(name) {
+        if self.lookup(name).is_some() {
             return None;
         }
         // A name of its own: an untyped family with no HELP.
@@ -1256,4 +1281,35 @@ fn escaped_eq(a: &[u8], b: &[u8]) -> bool {
         && a.iter()
             .zip(b)
             .all(|(&x, &y)| x == y || (y == b':' && x == b'_'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_with_equal_hashes_are_told_apart() {
+        // A keyed 64-bit hash makes a collision between real names all but impossible, so the
+        // chain of declarations sharing a hash is exercised with a hash given by hand.
+        let body = b"vllm:a vllm:b vllm:c";
+        let keep = ["vllm:".to_string()];
+        let opts = ParseOptions {
+            keep: &keep,
+            limits: super::super::tests::LIMITS,
+            added_labels: &[],
+            hasher: PairHasher::new(1),
+            allow_reserved: false,
+        };
+        let mut p = Parser::new(body, Format::Text, &opts, body.len());
+        let (a, b, c) = (Span::new(0, 6), Span::new(7, 13), Span::new(14, 20));
+        let da = p.declare_hashed(a, 42);
+        let db = p.declare_hashed(b, 42);
+        assert_ne!(da, db);
+        assert_eq!(p.declare_hashed(a, 42), da, "declared once");
+        assert_eq!(p.declare_hashed(b, 42), db, "declared once");
+        assert_eq!(p.lookup_hashed(42, b"vllm:a"), Some(da));
+        assert_eq!(p.lookup_hashed(42, b"vllm:b"), Some(db));
+        assert_eq!(p.lookup_hashed(42, c.of(body)), None);
+        assert_eq!(p.lookup_hashed(43, b"vllm:a"), None);
+    }
 }
