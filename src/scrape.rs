@@ -660,7 +660,7 @@ async fn run_fetch(
             let results = target
                 .upstreams
                 .iter()
-                .map(|&u| parse_for(&inner, u, body.clone(), format))
+                .map(|&u| contained(|| parse_for(&inner, u, body.clone(), format)))
                 .collect();
             // A selective body's size is not the page's.
             if !slot.selective {
@@ -692,6 +692,20 @@ async fn run_fetch(
     }
     state.inflight = None;
     fetch
+}
+
+/// `parse`'s result, or an error if it panicked: a bug in the parser makes that upstream down
+/// for this scrape instead of failing the request, and the fetch still ends (the requests
+/// waiting on it get their answer, and the next one starts a fetch of its own).
+fn contained(parse: impl FnOnce() -> UpstreamResult) -> UpstreamResult {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(ScrapeError::Body(format!("parser failed: {what}")))
+    })
 }
 
 fn parse_for(inner: &Inner, u: usize, body: Bytes, format: Format) -> UpstreamResult {
@@ -848,6 +862,23 @@ async fn get(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_parser_panic_is_that_upstreams_error() {
+        let panicked = contained(|| panic!("index out of bounds"));
+        match panicked {
+            Err(e @ ScrapeError::Body(_)) => {
+                assert_eq!(e.reason(), "body_error");
+                assert_eq!(
+                    e.to_string(),
+                    "reading the response failed: parser failed: index out of bounds"
+                );
+            }
+            other => panic!("expected a body error, got {other:?}"),
+        }
+        let fine = contained(|| Err(ScrapeError::Status(503)));
+        assert!(matches!(fine, Err(ScrapeError::Status(503))));
+    }
 
     #[test]
     fn a_fetch_is_reused_fresh_then_stale_then_not_at_all() {
