@@ -44,7 +44,7 @@ enum Command {
 }
 
 /// Runtime worker threads (`TOKIO_WORKER_THREADS` overrides). One: a sidecar answers a few
-/// scrapers, and the CPU work of a scrape (parsing) runs on blocking threads. A second worker
+/// scrapers, and a large page's parse takes a thread of its own besides. A second worker
 /// bought 25% more scrapes/s at 8 connections of a 740 KB page (2,800 → 3,500/s) but cost every
 /// single scrape ~0.15 ms of wake-ups between the two threads, and each thread that renders a
 /// large page keeps a block of that size in its own glibc arena.

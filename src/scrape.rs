@@ -20,9 +20,7 @@ use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, Shared};
 
 use crate::config::{Config, UpstreamConfig, Url};
-use crate::expfmt::{
-    self, AddedLabel, Exposition, Format, PairHasher, ParseError, ParseLimits, ParseOptions,
-};
+use crate::expfmt::{self, AddedLabel, Exposition, Format, PairHasher, ParseError, ParseOptions};
 use crate::telemetry::Telemetry;
 
 /// Why an upstream could not be used for a scrape. `reason()` is the `result` label.
@@ -710,16 +708,9 @@ fn contained(parse: impl FnOnce() -> UpstreamResult) -> UpstreamResult {
 
 fn parse_for(inner: &Inner, u: usize, body: Bytes, format: Format) -> UpstreamResult {
     let added: Vec<&[u8]> = inner.added_names.iter().map(|n| n.as_slice()).collect();
-    let limits = &inner.limits;
     let opts = ParseOptions {
         keep: &inner.keep[u],
-        limits: ParseLimits {
-            max_line_bytes: limits.max_line_bytes,
-            max_series: limits.max_series,
-            max_families: limits.max_families,
-            max_labels: limits.max_labels,
-            max_label_value_bytes: limits.max_label_value_bytes,
-        },
+        limits: inner.limits.parse_limits(),
         added_labels: &added,
         hasher: inner.hasher,
         allow_reserved: false,

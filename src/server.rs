@@ -632,7 +632,7 @@ fn render_engines(
         }
         Arc::new([Bytes::from(out)])
     } else {
-        let bodies = engines.iter().map(|e| e.body_bytes().clone()).collect();
+        let bodies = engines.iter().map(|e| e.body().clone()).collect();
         let mut out = expfmt::Pieces::new(bodies);
         expfmt::write_text(&merged, &mut out);
         out.finish().into()

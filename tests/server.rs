@@ -656,20 +656,14 @@ fn big_page(prefix: &str, engine: &str, families: usize) -> String {
 fn reference_text(bodies: &[&str], keep: &[&str]) -> String {
     use sysport::expfmt;
     let keep: Vec<String> = keep.iter().map(|k| k.to_string()).collect();
-    let limits = sysport::config::Limits::default();
+    let limits = sysport::config::Limits::default().parse_limits();
     let hasher = expfmt::PairHasher::new(1);
     let parsed: Vec<expfmt::Exposition> = bodies
         .iter()
         .map(|b| {
             let opts = expfmt::ParseOptions {
                 keep: &keep,
-                limits: expfmt::ParseLimits {
-                    max_line_bytes: limits.max_line_bytes,
-                    max_series: limits.max_series,
-                    max_families: limits.max_families,
-                    max_labels: limits.max_labels,
-                    max_label_value_bytes: limits.max_label_value_bytes,
-                },
+                limits,
                 added_labels: &[],
                 hasher,
                 allow_reserved: false,

@@ -27,7 +27,7 @@ import run  # noqa: E402
 
 def start_sysport(name, binary, env_extra, upstream_url, out_dir):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    env.update(env_extra, SYSPORT_LOG="warn")
+    env.update(env_extra)
     return run.sysport(name, upstream_url, out_dir, binary=binary, env=env)
 
 

@@ -47,7 +47,7 @@ fuzz_target!(|data: &[u8]| {
     let plain = merge(&sources, &MergeOptions { added: &[], names: None, hasher });
     let mut copied = Vec::new();
     write_text(&plain, &mut copied);
-    let mut pieces = Pieces::with_min_run(vec![exp.body_bytes().clone()], 1 + (selector as usize >> 2));
+    let mut pieces = Pieces::with_min_run(vec![exp.body().clone()], 1 + (selector as usize >> 2));
     write_text(&plain, &mut pieces);
     assert_eq!(pieces.finish().concat(), copied, "runs of the body write the same bytes as a copy");
 

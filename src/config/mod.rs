@@ -145,6 +145,20 @@ pub struct Limits {
     pub max_label_value_bytes: usize,
 }
 
+impl Limits {
+    /// The limits a parse of one upstream body applies (all but the body size, which the
+    /// fetch applies).
+    pub fn parse_limits(&self) -> crate::expfmt::ParseLimits {
+        crate::expfmt::ParseLimits {
+            max_line_bytes: self.max_line_bytes,
+            max_series: self.max_series,
+            max_families: self.max_families,
+            max_labels: self.max_labels,
+            max_label_value_bytes: self.max_label_value_bytes,
+        }
+    }
+}
+
 /// Shutdown settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShutdownConfig {

@@ -483,12 +483,7 @@ impl Exposition {
     }
 
     /// The body the offsets refer to.
-    pub fn body(&self) -> &[u8] {
-        &self.body
-    }
-
-    /// The body, shared.
-    pub fn body_bytes(&self) -> &Bytes {
+    pub fn body(&self) -> &Bytes {
         &self.body
     }
 

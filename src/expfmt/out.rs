@@ -189,10 +189,6 @@ impl Sink for Pieces {
 mod tests {
     use super::*;
 
-    fn joined(parts: &[Bytes]) -> Vec<u8> {
-        parts.concat()
-    }
-
     #[test]
     fn long_runs_of_a_body_are_pointed_at_and_short_ones_copied() {
         let line = [b'a'; 100];
@@ -215,7 +211,7 @@ mod tests {
         want.extend_from_slice(&text[0..101]);
         want.extend_from_slice(&text[40 * 101..]);
         want.extend_from_slice(b"tail\n");
-        assert_eq!(joined(&out), want);
+        assert_eq!(out.concat(), want);
         assert_eq!(out.len(), 3, "own bytes, one run of the body, own bytes");
         assert_eq!(out[1].as_ptr(), body[40 * 101..].as_ptr(), "not copied");
     }
@@ -226,7 +222,7 @@ mod tests {
         let mut p = Pieces::new(vec![body.clone()]);
         p.put_line(&body[0..3]);
         p.put_line(&body[5..8]);
-        assert_eq!(joined(&p.finish()), b"x 1\ny 2\n");
+        assert_eq!(p.finish().concat(), b"x 1\ny 2\n");
     }
 
     #[test]
@@ -241,7 +237,7 @@ mod tests {
         let out = p.finish();
         let mut want = text[..26].to_vec();
         want.extend_from_slice(b"# TYPE x counter\n");
-        assert_eq!(joined(&out), want);
+        assert_eq!(out.concat(), want);
         // Short, so copied: both lines that matched the body and the one that did not.
         assert_eq!(out.len(), 1);
 
@@ -271,6 +267,6 @@ mod tests {
         want.push(b'\n');
         want.extend(vec![b'b'; 4999]);
         want.push(b'\n');
-        assert_eq!(joined(&out), want);
+        assert_eq!(out.concat(), want);
     }
 }

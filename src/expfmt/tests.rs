@@ -62,7 +62,7 @@ pub(crate) fn run(ups: &[Up<'_>], added: &[AddedLabel]) -> (String, Vec<(ParseSt
     let mut out = Vec::with_capacity(m.size_hint());
     write_text(&m, &mut out);
     // Written as runs of the bodies, every run kept however short, the output is the same.
-    let bodies = exps.iter().map(|e| e.body_bytes().clone()).collect();
+    let bodies = exps.iter().map(|e| e.body().clone()).collect();
     let mut pieces = Pieces::with_min_run(bodies, 1);
     write_text(&m, &mut pieces);
     assert_eq!(
