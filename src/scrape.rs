@@ -176,7 +176,16 @@ impl Reuse {
 struct SlotState {
     last: Option<Arc<Fetch>>,
     inflight: Option<SharedFetch>,
+    /// The last fetch whose body was at most [`PRIOR_MAX_BYTES`], for the next one to parse
+    /// after ([`expfmt::parse_after`]).
+    prior: Option<Arc<Fetch>>,
 }
+
+/// The largest body kept for the next fetch of its URL to parse after: the next parse then
+/// reads only the values of the lines whose series are the same (most of a page; a 740 KB
+/// vLLM page parses in 0.21 ms instead of 0.29 ms), for the memory of one body more. Above
+/// this, memory counts for more than the time.
+const PRIOR_MAX_BYTES: usize = 4 << 20;
 
 /// One URL to fetch and its reuse state: a target's full page, or one set of selected families.
 struct Slot {
@@ -185,10 +194,10 @@ struct Slot {
     selective: bool,
     /// Decoded length of the last body of unknown length (a compressed one), 0 before it.
     last_len: AtomicUsize,
-    /// The last body's block, for the next body once nothing points into it any more (the
-    /// response that served it has been sent): a fresh 16 MB block costs four thousand page
-    /// faults on every fetch.
-    spare: Mutex<BytesMut>,
+    /// The blocks of the last bodies, newest first, for the next body to take one that nothing
+    /// points into any more (the responses that served it have been sent, and it is not the
+    /// prior): a fresh 16 MB block costs four thousand page faults on every fetch.
+    spare: Mutex<Vec<BytesMut>>,
     state: Mutex<SlotState>,
 }
 
@@ -198,11 +207,14 @@ impl Slot {
             url,
             selective,
             last_len: AtomicUsize::new(0),
-            spare: Mutex::new(BytesMut::new()),
+            spare: Mutex::new(Vec::new()),
             state: Mutex::new(SlotState::default()),
         })
     }
 }
+
+/// Blocks kept in [`Slot::spare`]: the prior's, and the one before it, free again.
+const SPARE_BLOCKS: usize = 2;
 
 /// At most this many selected name sets per target keep a slot of their own.
 const MAX_NAME_SETS: usize = 8;
@@ -647,9 +659,11 @@ async fn run_fetch(
             Err(_) => Err(ScrapeError::Timeout(timeout)),
         };
     let elapsed = started.elapsed();
+    let prior = slot.state.lock().expect("slot state lock").prior.clone();
+    let mut body_len = None;
     let results: Vec<UpstreamResult> = match fetched {
         Ok((body, format)) => {
-            let body_len = body.len();
+            body_len = Some(body.len());
             // Parsed here, on the runtime thread, whatever the size: a large body's parse takes
             // a second thread of its own (`expfmt::parse`), and handing the parse to the
             // blocking pool cost a 740 KB scrape 0.2 ms and a 16 MB one 2.6 ms of wake-ups
@@ -658,7 +672,11 @@ async fn run_fetch(
             let results = target
                 .upstreams
                 .iter()
-                .map(|&u| contained(|| parse_for(&inner, u, body.clone(), format)))
+                .enumerate()
+                .map(|(i, &u)| {
+                    let prior = prior.as_ref().and_then(|p| p.results.get(i)?.as_ref().ok());
+                    contained(|| parse_for(&inner, u, body.clone(), format, prior))
+                })
                 .collect();
             // A selective body's size is not the page's.
             if !slot.selective {
@@ -667,7 +685,7 @@ async fn run_fetch(
                         .telemetry
                         .response_bytes
                         .with_label_values(&[&inner.upstreams[u].name])
-                        .set(body_len as i64);
+                        .set(body.len() as i64);
                 }
             }
             results
@@ -689,6 +707,12 @@ async fn run_fetch(
         state.last = Some(fetch.clone());
     }
     state.inflight = None;
+    match body_len {
+        Some(len) if len <= PRIOR_MAX_BYTES => state.prior = Some(fetch.clone()),
+        Some(_) => state.prior = None,
+        // No body: the one before stays the best guess of the next.
+        None => {}
+    }
     fetch
 }
 
@@ -706,7 +730,13 @@ fn contained(parse: impl FnOnce() -> UpstreamResult) -> UpstreamResult {
     })
 }
 
-fn parse_for(inner: &Inner, u: usize, body: Bytes, format: Format) -> UpstreamResult {
+fn parse_for(
+    inner: &Inner,
+    u: usize,
+    body: Bytes,
+    format: Format,
+    prior: Option<&Arc<Exposition>>,
+) -> UpstreamResult {
     let added: Vec<&[u8]> = inner.added_names.iter().map(|n| n.as_slice()).collect();
     let opts = ParseOptions {
         keep: &inner.keep[u],
@@ -715,7 +745,7 @@ fn parse_for(inner: &Inner, u: usize, body: Bytes, format: Format) -> UpstreamRe
         hasher: inner.hasher,
         allow_reserved: false,
     };
-    match expfmt::parse(body, format, &opts) {
+    match expfmt::parse_after(body, format, &opts, prior) {
         Ok(exp) => Ok(Arc::new(exp)),
         Err(ParseError::TooLarge { limit, line }) => {
             let limit = match limit {
@@ -824,7 +854,13 @@ async fn get(
     let last = slot.last_len.load(Ordering::Relaxed);
     let guess = (last > 0).then(|| last + last / 64);
     let want = expected.or(guess).unwrap_or(64 << 10).min(max_body);
-    let mut buf = std::mem::take(&mut *slot.spare.lock().expect("spare buffer lock"));
+    let mut buf = {
+        let mut spare = slot.spare.lock().expect("spare buffer lock");
+        match spare.iter_mut().position(|b| b.try_reclaim(want)) {
+            Some(i) => spare.swap_remove(i),
+            None => BytesMut::new(),
+        }
+    };
     if buf.capacity() > 4 * want.max(64 << 10) {
         // The page shrank a lot: do not hold on to the old block.
         buf = BytesMut::new();
@@ -845,7 +881,9 @@ async fn get(
         slot.last_len.store(buf.len(), Ordering::Relaxed);
     }
     let body = buf.split().freeze();
-    *slot.spare.lock().expect("spare buffer lock") = buf;
+    let mut spare = slot.spare.lock().expect("spare buffer lock");
+    spare.insert(0, buf);
+    spare.truncate(SPARE_BLOCKS);
     let format = Format::detect(content_type.as_deref(), &body);
     Ok((body, format))
 }

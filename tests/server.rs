@@ -729,3 +729,43 @@ async fn large_pages_are_served_whole_with_a_content_length() {
     }
     assert!(engines(&gzipped_metrics(&sp).await) == want);
 }
+
+#[tokio::test]
+async fn pages_that_change_between_scrapes_are_served_as_they_are_now() {
+    // Each scrape parses after the one before it, taking the lexing of the lines whose series
+    // are unchanged from there; whatever changed, the page served is the engine's page now.
+    let first = big_page("vllm:", "0", 30);
+    let revalued = first.replace(".5", ".25");
+    let fewer: String = revalued
+        .lines()
+        .filter(|l| !l.contains("n=\"7\"") && !l.contains("n=\"8\""))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let relabelled = fewer.replacen("engine=\"0\"", "engine=\"1\"", 200);
+    let more = format!(
+        "# TYPE vllm:new gauge\nvllm:new{{engine=\"0\"}} 1\n{}{}",
+        relabelled.replace("vllm:f4{", "vllm:f4{extra=\"e\","),
+        first.lines().take(60).collect::<Vec<_>>().join("\n")
+    );
+    let retyped = more.replace("# TYPE vllm:f5 gauge", "# TYPE vllm:f5 counter");
+    let up = Upstream::start(Reply::text(first.clone())).await;
+    let sp = start_single(&up.metrics_url(), &["vllm:"]).await;
+    for (what, page) in [
+        ("first", &first),
+        ("same", &first),
+        ("values", &revalued),
+        ("series gone", &fewer),
+        ("labels", &relabelled),
+        ("series and a family new", &more),
+        ("type", &retyped),
+        ("first again", &first),
+    ] {
+        up.set(Reply::text(page.clone()));
+        let body = get_text(&sp.url("/metrics")).await;
+        let own = body.find("# HELP dynamo_sysport_").expect("own metrics follow");
+        assert!(
+            body[..own] == reference_text(&[page], &["vllm:"]),
+            "{what}: the engine part is not the page's"
+        );
+    }
+}

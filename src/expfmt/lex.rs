@@ -216,6 +216,40 @@ fn lex_sample_inner<'b>(
         let close = lex_labels(line, i + 1, opts, &mut scratch.pairs, Some(prev), &mut out)?;
         i = close + 1;
     }
+    lex_value(line, i, opts, scratch, out)
+}
+
+/// Lexes a sample line whose name and labels, up to and including the `}` at `close`, are
+/// byte for byte those of a line lexed before as `known`, which was canonical: only the value
+/// and what follows it are read. The result is the one [`lex_sample`] gives.
+pub(crate) fn lex_sample_known_labels(
+    line: &[u8],
+    close: usize,
+    known: &SampleLex,
+    opts: &LexOptions<'_>,
+    scratch: &mut LabelScratch<'_>,
+) -> Result<SampleLex, LineError> {
+    let out = SampleLex {
+        name_start: known.name_start,
+        name_end: known.name_end,
+        labels: known.labels,
+        labels_hash: known.labels_hash,
+        present: known.present,
+        canonical: true,
+        ..SampleLex::default()
+    };
+    lex_value(line, close + 1, opts, scratch, out)
+}
+
+/// The rest of a sample line from `i`, just after its name or labels: the value, then a
+/// timestamp or exemplar if any.
+fn lex_value(
+    line: &[u8],
+    mut i: usize,
+    opts: &LexOptions<'_>,
+    scratch: &mut LabelScratch<'_>,
+    mut out: SampleLex,
+) -> Result<SampleLex, LineError> {
     // Value: one or more blanks, then a token.
     let j = skip_blanks(line, i);
     if j == i {

@@ -28,7 +28,9 @@ pub use lex::{LineError, SampleLex, is_label_name, is_metric_name, valid_float};
 pub use merge::{AddedLabel, Merge, MergeOptions, MergeStats, merge};
 pub use openmetrics::{OPENMETRICS_EOF, OpenMetricsStats, write_openmetrics};
 pub use out::{Pieces, Sink};
-pub use parse::{Limit, ParseError, ParseLimits, ParseOptions, Split, parse, parse_with};
+pub use parse::{
+    Limit, ParseError, ParseLimits, ParseOptions, Split, parse, parse_after, parse_with,
+};
 pub use text::write_text;
 
 use bytes::Bytes;
@@ -466,6 +468,63 @@ pub struct Exposition {
     stats: ParseStats,
     /// Bytes of the kept sample lines with their newlines, known once parsed.
     kept_bytes: usize,
+    /// The options its lines were lexed with: a later parse takes a line's lexing from here
+    /// only under the same ones.
+    lexed_with: LexKey,
+    /// Its families by name and role, made when a later parse first reads it as its prior.
+    by_name: FamilyIndex,
+}
+
+/// What, besides a line's bytes, decides how the line lexes: two parses with equal keys lex
+/// equal lines alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LexKey {
+    hasher: PairHasher,
+    max_labels: usize,
+    max_label_value_bytes: usize,
+    /// Hash of the added label names.
+    added: u64,
+}
+
+impl LexKey {
+    pub(crate) fn of(opts: &ParseOptions<'_>) -> LexKey {
+        let added = opts
+            .added_labels
+            .iter()
+            .fold(opts.added_labels.len() as u64, |h, a| {
+                h.rotate_left(17) ^ opts.hasher.bytes(a)
+            });
+        LexKey {
+            hasher: opts.hasher,
+            max_labels: opts.limits.max_labels,
+            max_label_value_bytes: opts.limits.max_label_value_bytes,
+            added,
+        }
+    }
+}
+
+/// An index of an exposition's families by [`family_key`], made on first use.
+#[derive(Debug, Default)]
+struct FamilyIndex(std::sync::OnceLock<std::collections::HashMap<u64, u32, hash::PassThrough>>);
+
+impl Clone for FamilyIndex {
+    fn clone(&self) -> Self {
+        FamilyIndex::default()
+    }
+}
+
+/// Derived from the families, so it never makes two expositions differ.
+impl PartialEq for FamilyIndex {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for FamilyIndex {}
+
+/// The key of a family of declared name `base` in role `role`.
+fn family_key(hasher: PairHasher, base: &[u8], role: Role) -> u64 {
+    hasher.bytes(base).wrapping_add(role as u64)
 }
 
 impl Exposition {
@@ -479,7 +538,34 @@ impl Exposition {
             side: Vec::new(),
             stats: ParseStats::default(),
             kept_bytes: 0,
+            lexed_with: LexKey {
+                hasher: PairHasher::new(0),
+                max_labels: 0,
+                max_label_value_bytes: 0,
+                added: 0,
+            },
+            by_name: FamilyIndex::default(),
         }
+    }
+
+    /// The samples of the family of declared name `base` in role `role`, as a range of
+    /// [`Exposition::all_samples`].
+    pub(crate) fn find_family(&self, base: &[u8], role: Role) -> Option<(u32, u32)> {
+        let hasher = self.lexed_with.hasher;
+        let index = self.by_name.0.get_or_init(|| {
+            let mut index = std::collections::HashMap::with_capacity_and_hasher(
+                self.families.len(),
+                hash::PassThrough,
+            );
+            for (i, f) in self.families.iter().enumerate() {
+                index
+                    .entry(family_key(hasher, f.base.of(&self.body), f.role))
+                    .or_insert(i as u32);
+            }
+            index
+        });
+        let f = &self.families[*index.get(&family_key(hasher, base, role))? as usize];
+        (f.base.of(&self.body) == base && f.role == role).then_some(f.samples)
     }
 
     /// The body the offsets refer to.
@@ -588,6 +674,8 @@ impl Exposition {
         self.kept_bytes
     }
 }
+#[cfg(test)]
+mod prior_tests;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]

@@ -15,8 +15,8 @@ use bytes::Bytes;
 use super::hash::PassThrough;
 use super::lex::{self, Comment, LexOptions, LineError};
 use super::{
-    Exposition, Family, Format, Kind, PairHasher, ParseStats, RESERVED_PREFIX, Role, Sample,
-    SideLex, Span, Suffix,
+    CANONICAL, Exposition, Family, Format, Kind, LexKey, PairHasher, ParseStats, RESERVED_PREFIX,
+    Role, SIDE, Sample, SideLex, Span, Suffix,
 };
 
 /// Limits applied while parsing one body.
@@ -122,7 +122,21 @@ struct Parser<'b, 'o> {
     /// name (for the join with an earlier part, [`join`]).
     record_probes: bool,
     probes: Vec<Span>,
+    /// The previous parse of the same upstream, if its lines lexed as this body's do.
+    prior: Option<&'o Exposition>,
+    /// Per family: the next sample of its family in `prior` to compare a line with, and the
+    /// end of that family's samples there (`UNSEEN` before its first sample).
+    cursors: Vec<(u32, u32)>,
 }
+
+#[cfg(test)]
+thread_local! {
+    /// Lines this thread lexed from a prior's, for tests to see the prior used.
+    pub(super) static REUSED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// A family whose place in `prior` has not been looked up yet.
+const UNSEEN: (u32, u32) = (NONE, NONE);
 
 /// How the previous sample's name resolved.
 #[derive(Debug, Clone, Copy)]
@@ -167,47 +181,72 @@ pub fn parse(
     format: Format,
     opts: &ParseOptions<'_>,
 ) -> Result<Exposition, ParseError> {
+    parse_after(body, format, opts, None)
+}
+
+/// [`parse`], given `prior`, the previous parse of the same upstream: a sample line whose
+/// name and labels are byte for byte those of the line at the same place in `prior`'s
+/// family takes their lexing from there, and only its value is read. An engine's series stay
+/// the same from one scrape to the next, only their values change, so that is most lines.
+/// The result is the one [`parse`] gives, whatever `prior` holds; `prior` is not used when it
+/// was parsed from another format or with other labels, limits or hasher.
+pub fn parse_after(
+    body: Bytes,
+    format: Format,
+    opts: &ParseOptions<'_>,
+    prior: Option<&Arc<Exposition>>,
+) -> Result<Exposition, ParseError> {
     let split = if body.len() >= PARALLEL_MIN_BYTES {
         Split::Shared
     } else {
         Split::OnePass
     };
-    parse_with(body, format, opts, split)
+    parse_with(body, format, opts, split, prior)
 }
 
-/// [`parse`] with the threads as `split` says, whatever the body's size.
+/// [`parse_after`] with the threads as `split` says, whatever the body's size.
 pub fn parse_with(
     body: Bytes,
     format: Format,
     opts: &ParseOptions<'_>,
     split: Split,
+    prior: Option<&Arc<Exposition>>,
 ) -> Result<Exposition, ParseError> {
     if body.len() > u32::MAX as usize - 1 {
         return Err(ParseError::BodyTooLarge);
     }
     let parsed = match split {
         Split::OnePass => None,
-        Split::Shared => {
-            parse_shared(&body, format, opts, CLAIM_BYTES, MIN_SHARE_BYTES, None)?.part()
-        }
+        Split::Shared => parse_shared(
+            &body,
+            format,
+            opts,
+            prior,
+            CLAIM_BYTES,
+            MIN_SHARE_BYTES,
+            None,
+        )?
+        .part(),
         Split::Near(near) => match split_point(&body, near, 0) {
-            Some(cut) => parse_shared(&body, format, opts, CLAIM_BYTES, 0, Some(cut))?.part(),
+            Some(cut) => {
+                parse_shared(&body, format, opts, prior, CLAIM_BYTES, 0, Some(cut))?.part()
+            }
             None => None,
         },
     };
     let part = match parsed {
         Some(part) => part,
         None => {
-            let mut p = Parser::new(&body, format, opts, body.len());
+            let mut p = Parser::new(&body, format, opts, prior.map(Arc::as_ref), body.len());
             p.run(0, body.len())?;
             p.finish(0)
         }
     };
-    Ok(Exposition::from_part(body, format, part))
+    Ok(Exposition::from_part(body, format, opts, part))
 }
 
 impl Exposition {
-    fn from_part(body: Bytes, format: Format, part: Part) -> Exposition {
+    fn from_part(body: Bytes, format: Format, opts: &ParseOptions<'_>, part: Part) -> Exposition {
         Exposition {
             body,
             format,
@@ -216,6 +255,8 @@ impl Exposition {
             side: part.side,
             stats: part.stats,
             kept_bytes: part.kept_bytes,
+            lexed_with: LexKey::of(opts),
+            by_name: Default::default(),
         }
     }
 }
@@ -247,9 +288,10 @@ fn parse_tail(
     body: &[u8],
     format: Format,
     opts: &ParseOptions<'_>,
+    prior: Option<&Exposition>,
     cut: usize,
 ) -> Result<Tail, ParseError> {
-    let mut p = Parser::new(body, format, opts, body.len() - cut);
+    let mut p = Parser::new(body, format, opts, prior, body.len() - cut);
     p.record_probes = true;
     p.run(cut, body.len())?;
     let pushed = p.samples.len();
@@ -272,6 +314,7 @@ struct Shared {
     limits: ParseLimits,
     hasher: PairHasher,
     allow_reserved: bool,
+    prior: Option<Arc<Exposition>>,
     claim: usize,
     min_share: usize,
     /// The end of what the first thread has claimed, `TAKEN` added once the second thread
@@ -315,7 +358,13 @@ impl Shared {
             hasher: self.hasher,
             allow_reserved: self.allow_reserved,
         };
-        Some(parse_tail(&self.body, self.format, &opts, cut))
+        Some(parse_tail(
+            &self.body,
+            self.format,
+            &opts,
+            self.prior.as_deref(),
+            cut,
+        ))
     }
 }
 
@@ -333,6 +382,7 @@ fn parse_shared(
     body: &Bytes,
     format: Format,
     opts: &ParseOptions<'_>,
+    prior: Option<&Arc<Exposition>>,
     claim: usize,
     min_share: usize,
     cut: Option<usize>,
@@ -346,6 +396,7 @@ fn parse_shared(
         limits: opts.limits,
         hasher: opts.hasher,
         allow_reserved: opts.allow_reserved,
+        prior: prior.cloned(),
         claim,
         min_share,
         frontier: AtomicU64::new(cut.map_or(0, |c| c as u64 | TAKEN)),
@@ -356,7 +407,7 @@ fn parse_shared(
     };
     let frontier = &shared.frontier;
     // Room for the other part's samples too.
-    let mut head = Parser::new(body, format, opts, len);
+    let mut head = Parser::new(body, format, opts, prior.map(Arc::as_ref), len);
     let mut at = 0;
     let cut = loop {
         let f = frontier.load(Ordering::Acquire);
@@ -499,9 +550,9 @@ pub(super) fn parse_joined(
     cut: usize,
 ) -> Result<Option<Exposition>, ParseError> {
     Ok(
-        parse_shared(&body, format, opts, CLAIM_BYTES, 0, Some(cut))?
+        parse_shared(&body, format, opts, None, CLAIM_BYTES, 0, Some(cut))?
             .part()
-            .map(|part| Exposition::from_part(body.clone(), format, part)),
+            .map(|part| Exposition::from_part(body.clone(), format, opts, part)),
     )
 }
 
@@ -515,13 +566,13 @@ pub(super) fn parse_shared_with(
     claim: usize,
     min_share: usize,
 ) -> Result<Option<(Exposition, bool)>, ParseError> {
-    let (part, took) = match parse_shared(&body, format, opts, claim, min_share, None)? {
+    let (part, took) = match parse_shared(&body, format, opts, None, claim, min_share, None)? {
         Outcome::OnePass(part) => (part, false),
         Outcome::Joined(part) => (part, true),
         Outcome::Apart => return Ok(None),
     };
     Ok(Some((
-        Exposition::from_part(body.clone(), format, part),
+        Exposition::from_part(body.clone(), format, opts, part),
         took,
     )))
 }
@@ -534,14 +585,14 @@ pub(super) fn parse_in_runs(
     opts: &ParseOptions<'_>,
     ends: &[usize],
 ) -> Result<Exposition, ParseError> {
-    let mut p = Parser::new(&body, format, opts, body.len());
+    let mut p = Parser::new(&body, format, opts, None, body.len());
     let mut at = 0;
     for &end in ends.iter().chain([&body.len()]) {
         p.run(at, end)?;
         at = end;
     }
     let part = p.finish(0);
-    Ok(Exposition::from_part(body.clone(), format, part))
+    Ok(Exposition::from_part(body.clone(), format, opts, part))
 }
 
 /// Where a second thread can start parsing `body`: the line nearest `target` (within an
@@ -604,8 +655,10 @@ impl<'b, 'o> Parser<'b, 'o> {
         body: &'b [u8],
         format: Format,
         opts: &'o ParseOptions<'o>,
+        prior: Option<&'o Exposition>,
         sample_bytes: usize,
     ) -> Self {
+        let prior = prior.filter(|p| p.format == format && p.lexed_with == LexKey::of(opts));
         // Room for the families of an engine's registry (vLLM's has some 200) in one go.
         let names = (sample_bytes / 2048).clamp(16, 256);
         Parser {
@@ -634,6 +687,8 @@ impl<'b, 'o> Parser<'b, 'o> {
             eof_seen: false,
             record_probes: false,
             probes: Vec::new(),
+            prior,
+            cursors: Vec::new(),
         }
     }
 
@@ -1030,12 +1085,7 @@ impl<'b, 'o> Parser<'b, 'o> {
     /// The text family a sample of `d` with `suffix` goes to, made on first use.
     fn family_for(&mut self, d: u32, suffix: Suffix) -> u32 {
         let decl = &self.decls[d as usize];
-        let (slot, role) = match (self.format, suffix) {
-            (Format::OpenMetrics, Suffix::Created) => (1, Role::Created),
-            (Format::OpenMetrics, Suffix::GCount) => (2, Role::GCount),
-            (Format::OpenMetrics, Suffix::GSum) => (3, Role::GSum),
-            _ => return decl.families[0],
-        };
+        let (slot, role) = family_slot(self.format, suffix);
         if decl.families[slot] != NONE {
             return decl.families[slot];
         }
@@ -1100,30 +1150,45 @@ impl<'b, 'o> Parser<'b, 'o> {
             self.stats.dropped += 1;
             return Ok(());
         }
-        let lexed =
-            match lex::lex_sample(line, first, first + name_len, lex_opts, &mut self.scratch) {
-                Ok(l) if self.opts.added_labels.is_empty() => lex::SampleLex {
-                    present: u8::MAX,
-                    ..l
-                },
-                Ok(l) => l,
-                Err(LineError::TooManyLabels) => {
-                    return Err(ParseError::TooLarge {
-                        limit: Limit::Labels,
-                        line: line_no,
-                    });
-                }
-                Err(LineError::LabelValueTooLong) => {
-                    return Err(ParseError::TooLarge {
-                        limit: Limit::LabelValueBytes,
-                        line: line_no,
-                    });
-                }
-                Err(_) => {
-                    self.stats.malformed += 1;
-                    return Ok(());
-                }
-            };
+        let cursor = self.prior_cursor(d, suffix);
+        let (known, next) = self.prior_match(line, cursor);
+        #[cfg(test)]
+        if known.is_some() {
+            REUSED.with(|n| n.set(n.get() + 1));
+        }
+        let lexed = match known {
+            Some(known) => lex::lex_sample_known_labels(
+                line,
+                known.labels.1 as usize,
+                &known,
+                lex_opts,
+                &mut self.scratch,
+            ),
+            None => lex::lex_sample(line, first, first + name_len, lex_opts, &mut self.scratch),
+        };
+        let lexed = match lexed {
+            Ok(l) if self.opts.added_labels.is_empty() => lex::SampleLex {
+                present: u8::MAX,
+                ..l
+            },
+            Ok(l) => l,
+            Err(LineError::TooManyLabels) => {
+                return Err(ParseError::TooLarge {
+                    limit: Limit::Labels,
+                    line: line_no,
+                });
+            }
+            Err(LineError::LabelValueTooLong) => {
+                return Err(ParseError::TooLarge {
+                    limit: Limit::LabelValueBytes,
+                    line: line_no,
+                });
+            }
+            Err(_) => {
+                self.stats.malformed += 1;
+                return Ok(());
+            }
+        };
         if self.samples.len() >= self.opts.limits.max_series {
             return Err(ParseError::TooLarge {
                 limit: Limit::Series,
@@ -1131,6 +1196,13 @@ impl<'b, 'o> Parser<'b, 'o> {
             });
         }
         let family = self.family_for(d, suffix);
+        if self.prior.is_some() {
+            let at = family as usize;
+            if self.cursors.len() <= at {
+                self.cursors.resize(at + 1, UNSEEN);
+            }
+            self.cursors[at] = (next, cursor.1);
+        }
         if family != self.last_family {
             // Families are numbered in order of appearance (`NONE` is the largest number).
             self.ascending &= family > self.last_family || self.last_family == NONE;
@@ -1168,6 +1240,58 @@ impl<'b, 'o> Parser<'b, 'o> {
         self.samples.push(sample);
         self.kept_bytes += line.len() + 1;
         Ok(())
+    }
+
+    /// Where the samples of declaration `d` with `suffix` stand in `prior`: the next one to
+    /// compare a line with and the end of their family's, `(0, 0)` when it has none.
+    fn prior_cursor(&self, d: u32, suffix: Suffix) -> (u32, u32) {
+        let Some(prior) = self.prior else {
+            return (0, 0);
+        };
+        let (slot, role) = family_slot(self.format, suffix);
+        let decl = &self.decls[d as usize];
+        let family = decl.families[slot];
+        if family != NONE
+            && let Some(&c) = self.cursors.get(family as usize)
+            && c != UNSEEN
+        {
+            return c;
+        }
+        prior
+            .find_family(decl.name.of(self.body), role)
+            .unwrap_or((0, 0))
+    }
+
+    /// The lexing of the sample of `prior` at `cursor`, or of the one after it (a series gone
+    /// since), when that line had labels, was canonical without timestamp or exemplar, and
+    /// starts with the same bytes as `line` up to and including its `}`; and where the cursor
+    /// goes next.
+    fn prior_match(&self, line: &[u8], cursor: (u32, u32)) -> (Option<lex::SampleLex>, u32) {
+        let Some(prior) = self.prior else {
+            return (None, 0);
+        };
+        let (at, end) = cursor;
+        let usable = |k: u32| {
+            let sample = &prior.samples[k as usize];
+            let close = sample.offsets[3] as usize;
+            (sample.flags & (CANONICAL | SIDE) == CANONICAL && close != 0)
+                .then_some((sample, close))
+        };
+        for k in at..end.min(at.saturating_add(2)) {
+            if let Some((sample, close)) = usable(k) {
+                let start = sample.line_start as usize;
+                if line.len() > close && line[..=close] == prior.body[start..=start + close] {
+                    return (Some(prior.lex(sample)), k + 1);
+                }
+            }
+        }
+        // A line no later one can match is passed; a series new since stays before the rest.
+        let next = if at < end && usable(at).is_none() {
+            at + 1
+        } else {
+            at
+        };
+        (None, next)
     }
 
     /// Drops families that are not kept, orders samples by family. `capacity`: room for this
@@ -1266,6 +1390,17 @@ impl<'b, 'o> Parser<'b, 'o> {
     }
 }
 
+/// The slot of a declaration's families (`Decl::families`) that its samples with `suffix` go
+/// to, and that family's role.
+fn family_slot(format: Format, suffix: Suffix) -> (usize, Role) {
+    match (format, suffix) {
+        (Format::OpenMetrics, Suffix::Created) => (1, Role::Created),
+        (Format::OpenMetrics, Suffix::GCount) => (2, Role::GCount),
+        (Format::OpenMetrics, Suffix::GSum) => (3, Role::GSum),
+        _ => (0, Role::Primary),
+    }
+}
+
 /// Whether `a` followed by `b` starts with `prefix`.
 fn concat_starts_with(a: &[u8], b: &[u8], prefix: &[u8]) -> bool {
     if a.len() >= prefix.len() {
@@ -1300,7 +1435,7 @@ mod tests {
             hasher: PairHasher::new(1),
             allow_reserved: false,
         };
-        let mut p = Parser::new(body, Format::Text, &opts, body.len());
+        let mut p = Parser::new(body, Format::Text, &opts, None, body.len());
         let (a, b) = (Span::new(0, 6), Span::new(7, 13));
         let da = p.declare_hashed(a, 42);
         let db = p.declare_hashed(b, 42);

@@ -45,7 +45,9 @@ fn with_opts<R>(c: &Case<'_>, f: impl FnOnce(Bytes, &ParseOptions<'_>) -> R) -> 
 }
 
 fn parse_case(c: &Case<'_>, split: Split) -> Result<Exposition, ParseError> {
-    with_opts(c, |body, opts| parse_with(body, c.format, opts, split))
+    with_opts(c, |body, opts| {
+        parse_with(body, c.format, opts, split, None)
+    })
 }
 
 /// The one-pass result.
