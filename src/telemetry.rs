@@ -268,6 +268,10 @@ impl Default for Telemetry {
 /// `process_*` metrics read from `/proc/self`. CPU time is kept to the clock tick (the
 /// `prometheus` crate's own process collector rounds it down to whole seconds, which makes a
 /// sidecar's `rate()` read 0).
+///
+/// They are read at most every [`PROCESS_SAMPLE_EVERY`]: reading `/proc` costs some 50 µs of
+/// kernel path walks, more than the rest of sysport's own metrics, and readers many times a
+/// second (endpoint pickers) would pay it on every read.
 #[derive(Clone)]
 struct Process {
     cpu: prometheus::Counter,
@@ -276,7 +280,7 @@ struct Process {
     open_fds: IntGauge,
     max_fds: IntGauge,
     threads: IntGauge,
-    cpu_seen: std::sync::Arc<std::sync::Mutex<f64>>,
+    sampled: std::sync::Arc<std::sync::Mutex<Sampled>>,
     ticks_per_second: f64,
     page_size: i64,
 }
@@ -327,7 +331,7 @@ impl Process {
                 "Maximum number of open file descriptors.",
             ),
             threads: gauge("process_threads", "Number of OS threads in the process."),
-            cpu_seen: Default::default(),
+            sampled: Default::default(),
             ticks_per_second: auxv(17).map_or(100.0, |t| t as f64),
             page_size: auxv(6).map_or(4096, |p| p as i64),
         };
@@ -336,9 +340,18 @@ impl Process {
         p
     }
 
-    /// Reads `/proc/self`; on systems without it the metrics stay at 0. Runs on every full
-    /// scrape, so it reads two files, not five: `stat` has the CPU time, memory and threads.
+    /// Reads `/proc/self`, unless it was read less than [`PROCESS_SAMPLE_EVERY`] ago; on systems
+    /// without it the metrics stay at 0. It reads two files, not five: `stat` has the CPU time,
+    /// memory and threads.
     fn update(&self) {
+        let mut sampled = self.sampled.lock().expect("process sample lock");
+        if sampled
+            .at
+            .is_some_and(|at| at.elapsed() < PROCESS_SAMPLE_EVERY)
+        {
+            return;
+        }
+        sampled.at = Some(Instant::now());
         if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
             // Fields after the parenthesised command name, from the state (field 3): utime and
             // stime are fields 14 and 15, num_threads 20, vsize 23 (bytes), rss 24 (pages).
@@ -350,10 +363,9 @@ impl Process {
             let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<i64>().ok());
             if let (Some(u), Some(s)) = (field(14), field(15)) {
                 let total = (u + s) as f64 / self.ticks_per_second;
-                let mut seen = self.cpu_seen.lock().expect("cpu lock");
-                if total > *seen {
-                    self.cpu.inc_by(total - *seen);
-                    *seen = total;
+                if total > sampled.cpu {
+                    self.cpu.inc_by(total - sampled.cpu);
+                    sampled.cpu = total;
                 }
             }
             if let Some(n) = field(20) {
@@ -383,6 +395,16 @@ impl Process {
             self.max_fds.set(soft);
         }
     }
+}
+
+/// How long a reading of the `process_*` metrics serves: well under any scrape interval.
+const PROCESS_SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// When the process metrics were last read, and the CPU time they counted up to.
+#[derive(Debug, Default)]
+struct Sampled {
+    at: Option<Instant>,
+    cpu: f64,
 }
 
 /// A value from the ELF auxiliary vector (`AT_CLKTCK` = 17, `AT_PAGESZ` = 6), read without
@@ -428,6 +450,32 @@ mod tests {
         let cpu = value("dynamo_sysport_process_cpu_seconds_total");
         assert!(cpu > 0.05 && cpu < 60.0, "cpu seconds {cpu}");
         assert!(value("dynamo_sysport_process_resident_memory_bytes") > 1e6);
+    }
+
+    #[test]
+    fn process_metrics_are_read_at_most_once_per_window() {
+        let p = Telemetry::new().process;
+        let burn = |ms: u64| {
+            let start = Instant::now();
+            let mut x = 0u64;
+            while start.elapsed() < std::time::Duration::from_millis(ms) {
+                x = x.wrapping_mul(31).wrapping_add(7);
+            }
+            std::hint::black_box(x);
+        };
+        p.update();
+        let read_at = p.sampled.lock().expect("lock").at.expect("read");
+        let cpu = p.cpu.get();
+        burn(40);
+        p.update();
+        // Unless this thread stalled past the window, the reading stands.
+        if read_at.elapsed() < PROCESS_SAMPLE_EVERY {
+            assert_eq!(p.cpu.get(), cpu);
+            assert_eq!(p.sampled.lock().expect("lock").at, Some(read_at));
+        }
+        burn(PROCESS_SAMPLE_EVERY.as_millis() as u64);
+        p.update();
+        assert!(p.cpu.get() > cpu, "read again after the window");
     }
 
     #[test]

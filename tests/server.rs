@@ -762,7 +762,9 @@ async fn pages_that_change_between_scrapes_are_served_as_they_are_now() {
     ] {
         up.set(Reply::text(page.clone()));
         let body = get_text(&sp.url("/metrics")).await;
-        let own = body.find("# HELP dynamo_sysport_").expect("own metrics follow");
+        let own = body
+            .find("# HELP dynamo_sysport_")
+            .expect("own metrics follow");
         assert!(
             body[..own] == reference_text(&[page], &["vllm:"]),
             "{what}: the engine part is not the page's"
