@@ -250,6 +250,12 @@ fn lex_value(
     scratch: &mut LabelScratch<'_>,
     mut out: SampleLex,
 ) -> Result<SampleLex, LineError> {
+    // Most lines end in one space and the value: a valid float holds no blank, so when the rest
+    // of the line after that space is one, it is the value and nothing follows.
+    if line.get(i) == Some(&b' ') && valid_float(&line[i + 1..]) {
+        out.value = (i as u32 + 1, line.len() as u32);
+        return Ok(out);
+    }
     // Value: one or more blanks, then a token.
     let j = skip_blanks(line, i);
     if j == i {

@@ -149,6 +149,10 @@ struct LastSample {
 
 /// Bodies this large or larger are parsed by two threads (see [`parse`]).
 pub(super) const PARALLEL_MIN_BYTES: usize = 256 << 10;
+/// The same after a usable prior ([`parse_after`]): most lines then cost half as much, and
+/// below this a second thread costs more CPU than it saves time (a 740 KB page: 0.85 → 0.74 ms
+/// of CPU per scrape in one pass, in the same time).
+const PARALLEL_MIN_BYTES_AFTER_PRIOR: usize = 1 << 20;
 /// The first thread claims the body this many bytes at a time (see [`parse_shared`]).
 const CLAIM_BYTES: usize = 32 << 10;
 /// The second thread takes no share of the body smaller than this.
@@ -189,14 +193,19 @@ pub fn parse(
 /// family takes their lexing from there, and only its value is read. An engine's series stay
 /// the same from one scrape to the next, only their values change, so that is most lines.
 /// The result is the one [`parse`] gives, whatever `prior` holds; `prior` is not used when it
-/// was parsed from another format or with other labels, limits or hasher.
+/// was parsed from another format or with other labels, limits or hasher. With a usable prior,
+/// a second thread takes part from [`PARALLEL_MIN_BYTES_AFTER_PRIOR`] on.
 pub fn parse_after(
     body: Bytes,
     format: Format,
     opts: &ParseOptions<'_>,
     prior: Option<&Arc<Exposition>>,
 ) -> Result<Exposition, ParseError> {
-    let split = if body.len() >= PARALLEL_MIN_BYTES {
+    let min = match usable(prior.map(Arc::as_ref), format, opts) {
+        Some(_) => PARALLEL_MIN_BYTES_AFTER_PRIOR,
+        None => PARALLEL_MIN_BYTES,
+    };
+    let split = if body.len() >= min {
         Split::Shared
     } else {
         Split::OnePass
@@ -658,7 +667,7 @@ impl<'b, 'o> Parser<'b, 'o> {
         prior: Option<&'o Exposition>,
         sample_bytes: usize,
     ) -> Self {
-        let prior = prior.filter(|p| p.format == format && p.lexed_with == LexKey::of(opts));
+        let prior = usable(prior, format, opts);
         // Room for the families of an engine's registry (vLLM's has some 200) in one go.
         let names = (sample_bytes / 2048).clamp(16, 256);
         Parser {
@@ -1388,6 +1397,15 @@ impl<'b, 'o> Parser<'b, 'o> {
             stats: self.stats,
         }
     }
+}
+
+/// `prior`, if its lines were lexed as a parse with `format` and `opts` lexes them.
+fn usable<'p>(
+    prior: Option<&'p Exposition>,
+    format: Format,
+    opts: &ParseOptions<'_>,
+) -> Option<&'p Exposition> {
+    prior.filter(|p| p.format == format && p.lexed_with == LexKey::of(opts))
 }
 
 /// The slot of a declaration's families (`Decl::families`) that its samples with `suffix` go

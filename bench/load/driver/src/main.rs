@@ -3,7 +3,8 @@
 //! - `expfmt-driver allocs FILE...`: heap allocations per parse+filter+merge+write_text, counted
 //!   by a global allocator that wraps the system one, and the median wall time per run.
 //! - `expfmt-driver phases FILE...`: median time of each step (parse, merge, write_text) and of
-//!   a plain copy of the kept lines (the floor for the write step).
+//!   a plain copy of the kept lines (the floor for the write step). The parse is also timed in
+//!   one pass, and after a prior (the same page with other values, as a scrape before it).
 //! - `expfmt-driver big-allocs FILE`: every allocation or reallocation of 256 KiB or more
 //!   made by one run of the pipeline, in order.
 //! - `expfmt-driver rss FILE [keep-last]`: peak RSS of five fetch+pipeline rounds in a row;
@@ -26,7 +27,7 @@ use bytes::Bytes;
 #[allow(dead_code, unreachable_pub, unused_imports)]
 mod expfmt;
 
-use expfmt::{Format, MergeOptions, PairHasher, ParseLimits, ParseOptions};
+use expfmt::{Format, MergeOptions, PairHasher, ParseLimits, ParseOptions, Split};
 
 /// Counts every allocation and reallocation; frees are not interesting here.
 struct Counting;
@@ -199,9 +200,9 @@ fn median_ms(mut f: impl FnMut()) -> f64 {
 
 fn phases(files: &[String]) {
     println!(
-        "| input | bytes | parse ms | parse after prior ms | merge ms | write_text ms | total ms | copy of kept bytes ms |"
+        "| input | bytes | parse ms | in one pass | parse after prior ms | in one pass | merge ms | write_text ms | total ms | copy of kept bytes ms |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let keep = keep();
     let hasher = PairHasher::new(0x5eed);
     let opts = ParseOptions {
@@ -232,6 +233,15 @@ fn phases(files: &[String]) {
                     .expect("within limits"),
             );
         });
+        let one_pass = |prior: Option<&std::sync::Arc<expfmt::Exposition>>| {
+            median_ms(|| {
+                black_box(
+                    expfmt::parse_with(body.clone(), format, &opts, Split::OnePass, prior)
+                        .expect("within limits"),
+                );
+            })
+        };
+        let (one, one_after) = (one_pass(None), one_pass(Some(&prior)));
         let sources = [&exp];
         let merge = median_ms(|| {
             black_box(expfmt::merge(&sources, &mopts));
@@ -252,7 +262,7 @@ fn phases(files: &[String]) {
             .file_name()
             .map_or(path.as_str(), |n| n.to_str().unwrap_or(path));
         println!(
-            "| {name} | {} | {parse:.3} | {after:.3} | {merge:.3} | {write:.3} | {:.3} | {copy:.3} |",
+            "| {name} | {} | {parse:.3} | {one:.3} | {after:.3} | {one_after:.3} | {merge:.3} | {write:.3} | {:.3} | {copy:.3} |",
             body.len(),
             parse + merge + write
         );
@@ -267,7 +277,9 @@ fn other_values(body: &[u8]) -> Bytes {
         let end = memchr::memchr(b'\n', &out[start..]).map_or(out.len(), |i| start + i);
         if out[start] != b'#'
             && let Some(sp) = memchr::memrchr(b' ', &out[start..end])
-            && let Some(last) = out[start + sp + 1..end].iter().rposition(u8::is_ascii_digit)
+            && let Some(last) = out[start + sp + 1..end]
+                .iter()
+                .rposition(u8::is_ascii_digit)
         {
             let at = start + sp + 1 + last;
             out[at] = if out[at] == b'9' { b'0' } else { out[at] + 1 };
