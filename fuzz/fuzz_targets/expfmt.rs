@@ -4,7 +4,8 @@
 //! from the sysport sources here and the fuzz build stays small. Checks: no panic; memory stays
 //! within the parse limits; every output (text 0.0.4 and OpenMetrics) reads back with no
 //! malformed line; text output keeps every sample the merge kept; a two-part parse (cut near a
-//! point the input picks) gives exactly the one-pass result.
+//! point the input picks) gives exactly the one-pass result; so does a parse after a prior (the
+//! input with one byte gone, as the page of the scrape before), in one pass and in two parts.
 #![no_main]
 
 #[allow(dead_code, unreachable_pub)]
@@ -13,7 +14,7 @@ mod expfmt;
 
 use expfmt::{
     AddedLabel, Format, MergeOptions, OPENMETRICS_EOF, PairHasher, ParseLimits, ParseOptions, Pieces, Split,
-    merge, parse, parse_with, write_openmetrics, write_text,
+    merge, parse, parse_after, parse_with, write_openmetrics, write_text,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -33,9 +34,17 @@ fuzz_target!(|data: &[u8]| {
     let body = bytes::Bytes::copy_from_slice(body);
     // Bits 2 to 7 of the selector: where to look for a cut, in 64ths of the body.
     let near = body.len() * (selector >> 2) as usize / 64;
-    let parts = parse_with(body.clone(), format, &opts, Split::Near(near));
-    let one = parse(body, format, &opts);
+    let parts = parse_with(body.clone(), format, &opts, Split::Near(near), None);
+    let one = parse(body.clone(), format, &opts);
     assert_eq!(parts, one, "a two-part parse gives the one-pass result");
+    let before: Vec<u8> = body.iter().enumerate().filter(|&(i, _)| i != near).map(|(_, &b)| b).collect();
+    if let Ok(prior) = parse(before.into(), format, &opts) {
+        let prior = std::sync::Arc::new(prior);
+        let after = parse_after(body.clone(), format, &opts, Some(&prior));
+        assert_eq!(after, one, "a parse after a prior gives the fresh result");
+        let parts = parse_with(body.clone(), format, &opts, Split::Near(near), Some(&prior));
+        assert_eq!(parts, one, "a two-part parse after a prior gives the fresh result");
+    }
     let Ok(exp) = one else { return };
     let sources = [&exp];
     let m = merge(&sources, &MergeOptions { added: &added, names: None, hasher });
