@@ -1280,14 +1280,14 @@ impl<'b, 'o> Parser<'b, 'o> {
             return (None, 0);
         };
         let (at, end) = cursor;
-        let usable = |k: u32| {
+        let candidate = |k: u32| {
             let sample = &prior.samples[k as usize];
             let close = sample.offsets[3] as usize;
             (sample.flags & (CANONICAL | SIDE) == CANONICAL && close != 0)
                 .then_some((sample, close))
         };
         for k in at..end.min(at.saturating_add(2)) {
-            if let Some((sample, close)) = usable(k) {
+            if let Some((sample, close)) = candidate(k) {
                 let start = sample.line_start as usize;
                 if line.len() > close && line[..=close] == prior.body[start..=start + close] {
                     return (Some(prior.lex(sample)), k + 1);
@@ -1295,7 +1295,7 @@ impl<'b, 'o> Parser<'b, 'o> {
             }
         }
         // A line no later one can match is passed; a series new since stays before the rest.
-        let next = if at < end && usable(at).is_none() {
+        let next = if at < end && candidate(at).is_none() {
             at + 1
         } else {
             at
