@@ -136,8 +136,14 @@ async fn serve(config: config::Config, overrides: Overrides) -> ExitCode {
     }
 }
 
-/// Binds the configured address; a failure is logged and becomes exit code 1.
+/// Raises the open-file limit, then binds the configured address; a failure is logged and
+/// becomes exit code 1.
 async fn bind(config: config::Config) -> Result<(Sysport, String), ExitCode> {
+    if let Some((Some(before), Some(after))) = sysport::listener::fds::raise_fd_limit()
+        && before != after
+    {
+        tracing::debug!(before, after, "raised the open-file limit");
+    }
     match Sysport::bind(config).await {
         Ok(sysport) => {
             let addr = sysport
@@ -147,7 +153,7 @@ async fn bind(config: config::Config) -> Result<(Sysport, String), ExitCode> {
             Ok((sysport, addr))
         }
         Err(err) => {
-            tracing::error!(error = %err, "cannot listen");
+            tracing::error!("{err}");
             Err(ExitCode::from(1))
         }
     }
@@ -269,7 +275,11 @@ fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) 
             }
         };
     Config {
-        listen: Listen { host, port },
+        listen: Listen {
+            host,
+            port,
+            ..Listen::default()
+        },
         health: HealthConfig {
             path: "/health".into(),
             live_path: "/live".into(),

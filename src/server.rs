@@ -14,7 +14,6 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::serve::ListenerExt;
 use bytes::Bytes;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -23,6 +22,7 @@ use tower_http::compression::CompressionLayer;
 use crate::config::Config;
 use crate::expfmt::{self, MergeOptions, ParseLimits, ParseOptions, TEXT_CONTENT_TYPE};
 use crate::health::{self, Readiness};
+use crate::listener::{self, ListenerMetrics, Slots};
 use crate::parts::Parts;
 use crate::scrape::{self, Scraped, Scraper};
 use crate::telemetry::{self, Telemetry};
@@ -154,23 +154,52 @@ impl Handle {
     }
 }
 
+/// Why sysport could not start listening.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    /// The address is taken, not local, or not permitted.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+}
+
 /// A bound, not yet running sysport.
 pub struct Sysport {
     listener: TcpListener,
     app: Arc<App>,
+    limits: listener::Limits,
+    slots: Arc<Slots>,
 }
 
 impl Sysport {
     /// Binds the configured address.
-    pub async fn bind(config: Config) -> std::io::Result<Sysport> {
+    pub async fn bind(config: Config) -> Result<Sysport, BindError> {
         let addr = SocketAddr::new(config.listen.host, config.listen.port);
-        let listener = TcpListener::bind(addr).await?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| BindError::Listen { addr, source })?;
         Ok(Sysport::from_listener(listener, config))
     }
 
     /// Uses an already bound listener (tests bind 127.0.0.1:0). Must be called in a runtime.
     pub fn from_listener(listener: TcpListener, config: Config) -> Sysport {
         let telemetry = Telemetry::new();
+        let fd_limit = listener::fds::fd_limit();
+        let limits = config.listen.limits(fd_limit);
+        if let (_, true) =
+            listener::fds::effective_max_connections(config.listen.max_connections, fd_limit)
+        {
+            tracing::warn!(
+                max_connections = limits.max_connections,
+                ?fd_limit,
+                "listen.max_connections lowered to keep descriptors free under the open-file limit"
+            );
+        }
+        let slots = Slots::new(limits.max_connections, ListenerMetrics::new(&telemetry));
         let client = scrape::http_client();
         let runtime = Runtime::start(config, &client, &telemetry);
         let app = Arc::new(App {
@@ -180,7 +209,12 @@ impl Sysport {
             client,
             shutting_down: watch::channel(false).0,
         });
-        Sysport { listener, app }
+        Sysport {
+            listener,
+            app,
+            limits,
+            slots,
+        }
     }
 
     /// The address actually bound.
@@ -221,27 +255,23 @@ impl Sysport {
             tokio::time::sleep(delay).await;
             closed_tx.send_replace(true);
         };
-        // The body goes out in two writes (the shared engine part, then sysport's own): without
-        // TCP_NODELAY, Nagle's algorithm and the client's delayed ACK hold the second for 40 ms.
-        let listener = self.listener.tap_io(|tcp| {
-            if let Err(err) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %err, "cannot set TCP_NODELAY");
-            }
-        });
-        let server = axum::serve(listener, router(app.clone())).with_graceful_shutdown(drain);
-        let server = std::pin::pin!(server.into_future());
-        let mut server = server;
+        tokio::spawn(drain);
+        let server = listener::serve(
+            self.listener,
+            router(app.clone()),
+            self.slots,
+            self.limits,
+            closed_rx.clone(),
+        );
+        let mut server = std::pin::pin!(server);
         tokio::select! {
-            r = &mut server => return r,
-            _ = closed_rx.wait_for(|&c| c) => {}
+            () = &mut server => return Ok(()),
+            () = listener::until_set(&mut closed_rx) => {}
         }
-        match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
-            Ok(r) => r,
-            Err(_) => {
-                tracing::warn!("in-flight requests did not finish in {SHUTDOWN_GRACE:?}; exiting");
-                Ok(())
-            }
+        if tokio::time::timeout(SHUTDOWN_GRACE, server).await.is_err() {
+            tracing::warn!("in-flight requests did not finish in {SHUTDOWN_GRACE:?}; exiting");
         }
+        Ok(())
     }
 }
 

@@ -10,7 +10,7 @@ use serde_saphyr::Spanned;
 use super::check::{
     check_label_name, check_upstream_name, default_keep, nonempty_prefix, nonzero, parse_bool,
     parse_flag_upstream, parse_ip, parse_route, parse_starting_status, parse_url,
-    positive_duration,
+    positive_duration, request_head_size,
 };
 use super::env::{self, Env};
 use super::error::{ConfigError, ConfigIssue};
@@ -148,7 +148,42 @@ impl Loader<'_> {
             port,
             defaults.port,
         );
-        Listen { host, port }
+        let request_head_timeout = self
+            .file_value(
+                raw.request_head_timeout.as_ref(),
+                "listen.request_head_timeout",
+                positive_duration,
+            )
+            .map_or(defaults.request_head_timeout, |(d, _)| d);
+        let idle_timeout = self
+            .file_value(
+                raw.idle_timeout.as_ref(),
+                "listen.idle_timeout",
+                positive_duration,
+            )
+            .map_or(defaults.idle_timeout, |(d, _)| d);
+        let max_request_head_bytes = self
+            .file_value(
+                raw.max_request_head_bytes.as_ref(),
+                "listen.max_request_head_bytes",
+                request_head_size,
+            )
+            .map_or(defaults.max_request_head_bytes, |(n, _)| n);
+        let max_connections = self
+            .file_value(
+                raw.max_connections.as_ref(),
+                "listen.max_connections",
+                |text| parse_count(text).and_then(nonzero),
+            )
+            .map(|(n, _)| n);
+        Listen {
+            host,
+            port,
+            request_head_timeout,
+            idle_timeout,
+            max_request_head_bytes,
+            max_connections,
+        }
     }
 
     fn health(&mut self, raw: RawHealth) -> HealthConfig {

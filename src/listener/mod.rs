@@ -1,0 +1,116 @@
+//! Everything between the socket and the router: the accept loop, what one client may hold
+//! (time to send a request head, idle keep-alive time, head size, concurrent connections) and
+//! the open-file budget that keeps descriptors free for upstream fetches.
+//!
+//! - [`fds`]: the open-file limit and the default connection cap sized from it.
+//! - [`slots`]: connection accounting and who is shed at the cap.
+//! - [`phase`]: a connection's phase and deadlines, fed by its socket.
+//! - [`conn`]: one connection's HTTP/1.1 server under those deadlines.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+
+pub mod conn;
+pub mod fds;
+pub mod metrics;
+pub mod phase;
+pub mod slots;
+
+pub use metrics::{Closed, ListenerMetrics};
+pub use slots::{Slot, Slots};
+
+use self::phase::{Watch, Watched};
+
+/// What one client connection may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Time to send a request head, from the connection's start or the next request's first
+    /// byte.
+    pub request_head_timeout: Duration,
+    /// Time a kept-alive connection may wait for its next request, and a request may go without
+    /// moving a byte.
+    pub idle_timeout: Duration,
+    /// Largest request head (request line and headers); over it, 431.
+    pub max_request_head_bytes: usize,
+    /// Most connections held at once.
+    pub max_connections: usize,
+}
+
+/// Accepts connections on `listener` and serves `router` on each until `closed` turns true;
+/// then stops accepting, lets each connection finish its answer, and returns once all are gone.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    slots: Arc<Slots>,
+    limits: Limits,
+    mut closed: watch::Receiver<bool>,
+) {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    // Every connection task holds a sender; `recv` returns `None` once all have ended.
+    let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _peer)) => {
+                    let Some(slot) = slots.admit(Instant::now()) else {
+                        continue;
+                    };
+                    let stop = stop_rx.clone();
+                    let alive = alive_tx.clone();
+                    let router = router.clone();
+                    tokio::spawn(async move {
+                        connection(tcp, router, Arc::new(slot), limits, stop).await;
+                        drop(alive);
+                    });
+                }
+                Err(err) => accept_failed(&err).await,
+            },
+            () = until_set(&mut closed) => break,
+        }
+    }
+    drop(listener);
+    stop_tx.send_replace(true);
+    drop(alive_tx);
+    let _ = alive_rx.recv().await;
+}
+
+async fn connection(
+    tcp: TcpStream,
+    router: Router,
+    slot: Arc<Slot>,
+    limits: Limits,
+    stop: watch::Receiver<bool>,
+) {
+    // The body goes out in two writes (the shared engine part, then sysport's own): without
+    // TCP_NODELAY, Nagle's algorithm and the client's delayed ACK hold the second for 40 ms.
+    if let Err(err) = tcp.set_nodelay(true) {
+        tracing::debug!(error = %err, "cannot set TCP_NODELAY");
+    }
+    let watch = Watch::new(Instant::now());
+    let io = Watched::new(tcp, watch.clone());
+    conn::serve(io, router, watch, slot, limits, stop).await;
+}
+
+/// A failed `accept`: the peer's problem (reset before it was accepted) is skipped; anything
+/// else (out of descriptors) is logged and waited out briefly, so the loop does not spin.
+async fn accept_failed(err: &std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(
+        err.kind(),
+        ConnectionAborted | ConnectionRefused | ConnectionReset
+    ) {
+        return;
+    }
+    tracing::warn!(error = %err, "cannot accept a connection");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+/// Resolves once `flag` is true (or its sender is gone).
+pub async fn until_set(flag: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is not `Send`: dropped here, before any other await.
+    let _ = flag.wait_for(|&set| set).await;
+}
