@@ -10,6 +10,7 @@
 //! - [`listener`]: the accept loop and what a client may hold: deadlines, head size, connection
 //!   cap, the open-file budget.
 //! - [`server`]: the HTTP routes, graceful shutdown, and [`server::serve`] for tests on port 0.
+//! - [`web`]: TLS, client certificates and basic auth from an exporter-toolkit web config.
 //! - [`demo`]: simulated vLLM and LMCache upstreams for `sysport demo`.
 
 pub mod config;
@@ -21,3 +22,4 @@ pub mod parts;
 pub mod scrape;
 pub mod server;
 pub mod telemetry;
+pub mod web;

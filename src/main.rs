@@ -26,6 +26,10 @@ struct Cli {
     /// An upstream as NAME=URL; repeatable. Replaces the file's upstream list.
     #[arg(long = "upstream", value_name = "NAME=URL")]
     upstreams: Vec<String>,
+    /// Web configuration file in Prometheus exporter-toolkit's format: TLS, client
+    /// certificates, basic auth (also `SYSPORT_WEB_CONFIG`, `listen.web_config_file`).
+    #[arg(long = "web.config.file", value_name = "FILE", global = true)]
+    web_config: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -85,6 +89,7 @@ async fn run(cli: Cli) -> ExitCode {
         host: cli.host,
         port: cli.port,
         upstreams: cli.upstreams.clone(),
+        web_config: cli.web_config.clone(),
     };
     match cli.command {
         Some(Command::CheckConfig) => match config::load(&overrides, &ProcessEnv) {

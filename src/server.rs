@@ -26,6 +26,7 @@ use crate::listener::{self, ListenerMetrics, Slots};
 use crate::parts::Parts;
 use crate::scrape::{self, Scraped, Scraper};
 use crate::telemetry::{self, Telemetry};
+use crate::web;
 
 /// Below this, a response is copied into one buffer and sent in one write; above it, its runs
 /// (mostly the upstream bodies themselves) are written as they are.
@@ -165,28 +166,74 @@ pub enum BindError {
         /// What the OS said.
         source: std::io::Error,
     },
+    /// The web configuration could not be put in force (its files changed since loading).
+    #[error("{file}: {message}")]
+    Web {
+        /// The web configuration file.
+        file: std::path::PathBuf,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 /// A bound, not yet running sysport.
 pub struct Sysport {
     listener: TcpListener,
+    probes: Option<TcpListener>,
     app: Arc<App>,
     limits: listener::Limits,
     slots: Arc<Slots>,
+    tls: Option<web::tls::Reloader>,
+    guard: Option<web::auth::Guard>,
+}
+
+async fn bind_addr(addr: SocketAddr) -> Result<TcpListener, BindError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| BindError::Listen { addr, source })
 }
 
 impl Sysport {
-    /// Binds the configured address.
+    /// Binds the configured address (and the probe port, when configured).
     pub async fn bind(config: Config) -> Result<Sysport, BindError> {
-        let addr = SocketAddr::new(config.listen.host, config.listen.port);
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| BindError::Listen { addr, source })?;
-        Ok(Sysport::from_listener(listener, config))
+        let host = config.listen.host;
+        let listener = bind_addr(SocketAddr::new(host, config.listen.port)).await?;
+        let probes = match config.listen.probe_port {
+            Some(port) => Some(bind_addr(SocketAddr::new(host, port)).await?),
+            None => None,
+        };
+        let sysport = Sysport::try_from_listener(listener, config)?;
+        Ok(match probes {
+            Some(probes) => sysport.with_probe_listener(probes),
+            None => sysport,
+        })
+    }
+
+    /// Serves only the probes (`/live`, `/health`), over plain HTTP, on `probes` too: the
+    /// kubelet's way in when the main port requires client certificates.
+    pub fn with_probe_listener(mut self, probes: TcpListener) -> Sysport {
+        self.probes = Some(probes);
+        self
+    }
+
+    /// The probe listener's address, when there is one.
+    pub fn probe_addr(&self) -> Option<SocketAddr> {
+        self.probes.as_ref().and_then(|p| p.local_addr().ok())
     }
 
     /// Uses an already bound listener (tests bind 127.0.0.1:0). Must be called in a runtime.
+    ///
+    /// # Panics
+    /// When the web configuration's certificate cannot be loaded any more (it was when the
+    /// configuration was loaded); [`Sysport::bind`] reports that as an error instead.
     pub fn from_listener(listener: TcpListener, config: Config) -> Sysport {
+        Sysport::try_from_listener(listener, config)
+            .expect("the web configuration loaded when the configuration was")
+    }
+
+    /// [`Sysport::from_listener`], with an error where the web configuration cannot be put in
+    /// force.
+    pub fn try_from_listener(listener: TcpListener, config: Config) -> Result<Sysport, BindError> {
         let telemetry = Telemetry::new();
         let fd_limit = listener::fds::fd_limit();
         let limits = config.listen.limits(fd_limit);
@@ -200,6 +247,24 @@ impl Sysport {
             );
         }
         let slots = Slots::new(limits.max_connections, ListenerMetrics::new(&telemetry));
+        let web_file = config.listen.web.as_ref().map(|w| w.file.clone());
+        let web_error = move |message: String| BindError::Web {
+            file: web_file.clone().unwrap_or_default(),
+            message,
+        };
+        let tls = match config.listen.web.as_ref().and_then(|w| w.tls.clone()) {
+            Some(settings) => Some(
+                web::tls::Reloader::new(settings, &telemetry)
+                    .map_err(|e| web_error(format!("tls_server_config.{}: {e}", e.field)))?,
+            ),
+            None => None,
+        };
+        let auth = config
+            .listen
+            .web
+            .as_ref()
+            .filter(|w| !w.users.is_empty() || !w.headers.is_empty())
+            .map(|w| (w.users.clone(), w.headers.clone()));
         let client = scrape::http_client();
         let runtime = Runtime::start(config, &client, &telemetry);
         let app = Arc::new(App {
@@ -209,12 +274,27 @@ impl Sysport {
             client,
             shutting_down: watch::channel(false).0,
         });
-        Sysport {
+        let guard = match auth {
+            Some((users, headers)) => {
+                let probe_app = app.clone();
+                let is_open: web::auth::IsOpen = Arc::new(move |path: &str| {
+                    let runtime = probe_app.current();
+                    path == runtime.config.health.path || path == runtime.config.health.live_path
+                });
+                let guard = web::auth::Guard::new(&users, &headers, is_open).map_err(web_error)?;
+                Some(guard.counting(app.telemetry.http_requests.clone()))
+            }
+            None => None,
+        };
+        Ok(Sysport {
             listener,
+            probes: None,
             app,
             limits,
             slots,
-        }
+            tls,
+            guard,
+        })
     }
 
     /// The address actually bound.
@@ -256,13 +336,37 @@ impl Sysport {
             closed_tx.send_replace(true);
         };
         tokio::spawn(drain);
-        let server = listener::serve(
+        let tls = self.tls.map(|reloader| {
+            let current = reloader.subscribe();
+            tokio::spawn(reloader.run(closed_rx.clone()));
+            current
+        });
+        let main = listener::serve(
             self.listener,
-            router(app.clone()),
-            self.slots,
+            router(app.clone(), self.guard),
+            tls,
+            self.slots.clone(),
             self.limits,
             closed_rx.clone(),
         );
+        let probes_closed = closed_rx.clone();
+        let probes = async move {
+            if let Some(probes) = self.probes {
+                let probe_router = Router::new().fallback(probes_only).with_state(app.clone());
+                listener::serve(
+                    probes,
+                    probe_router,
+                    None,
+                    self.slots,
+                    self.limits,
+                    probes_closed,
+                )
+                .await;
+            }
+        };
+        let server = async {
+            tokio::join!(main, probes);
+        };
         let mut server = std::pin::pin!(server);
         tokio::select! {
             () = &mut server => return Ok(()),
@@ -284,8 +388,18 @@ pub async fn serve(
     Sysport::from_listener(listener, config).run(shutdown).await
 }
 
-fn router(app: Arc<App>) -> Router {
-    Router::new().fallback(dispatch).with_state(app).layer(
+/// The routes, behind basic auth and the configured headers when the web configuration has
+/// them (the probes stay open).
+fn router(app: Arc<App>, guard: Option<web::auth::Guard>) -> Router {
+    let routes = Router::new().fallback(dispatch).with_state(app);
+    let routes = match guard {
+        Some(guard) => routes.layer(axum::middleware::from_fn_with_state(
+            guard,
+            web::auth::require,
+        )),
+        None => routes,
+    };
+    routes.layer(
         // Prometheus asks for gzip on every scrape: the fastest level keeps compression from
         // costing more than the merge itself, for most of the size benefit.
         CompressionLayer::new()
@@ -295,6 +409,21 @@ fn router(app: Arc<App>) -> Router {
             .no_deflate()
             .no_zstd(),
     )
+}
+
+/// The probe port: the probes, nothing else.
+async fn probes_only(State(app): State<Arc<App>>, req: Request) -> Response {
+    let runtime = app.current();
+    let path = req.uri().path();
+    if path == runtime.config.health.path || path == runtime.config.health.live_path {
+        dispatch(State(app), req).await
+    } else {
+        (
+            StatusCode::NOT_FOUND,
+            "not found: this port serves only the probes\n",
+        )
+            .into_response()
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

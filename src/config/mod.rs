@@ -51,10 +51,11 @@ mod render;
 #[cfg(test)]
 mod tests;
 mod units;
+mod web;
 
 pub use env::{
     DYN_SYSTEM_HEALTH_PATH, DYN_SYSTEM_HOST, DYN_SYSTEM_LIVE_PATH, DYN_SYSTEM_PORT,
-    DYN_SYSTEM_STARTING_HEALTH_STATUS, Env, ProcessEnv, SYSPORT_CONFIG,
+    DYN_SYSTEM_STARTING_HEALTH_STATUS, Env, ProcessEnv, SYSPORT_CONFIG, SYSPORT_WEB_CONFIG,
 };
 pub use error::{ConfigError, ConfigIssue};
 pub use load::{Overrides, load, load_file};
@@ -94,6 +95,12 @@ pub struct Listen {
     pub max_request_head_bytes: usize,
     /// Most connections held at once; `None`: 1024, or half the open-file limit when lower.
     pub max_connections: Option<usize>,
+    /// A plain-HTTP port serving only the probes (`/live`, `/health`), for when the main port
+    /// requires client certificates the kubelet cannot present.
+    pub probe_port: Option<u16>,
+    /// The web configuration (TLS, client certificates, basic auth, headers), loaded from
+    /// `--web.config.file`, `SYSPORT_WEB_CONFIG` or `listen.web_config_file`.
+    pub web: Option<crate::web::WebConfig>,
 }
 
 impl Listen {
@@ -220,6 +227,8 @@ impl Default for Listen {
             idle_timeout: Duration::from_secs(120),
             max_request_head_bytes: 16 << 10,
             max_connections: None,
+            probe_port: None,
+            web: None,
         }
     }
 }

@@ -57,6 +57,14 @@ pub(crate) struct RawListen {
     /// that is lower; lowered to leave 64 descriptors under the limit). At the cap, the
     /// connection that has waited longest for a request head is closed to make room.
     pub(crate) max_connections: Option<Text>,
+    /// A web configuration file in Prometheus exporter-toolkit's format (`tls_server_config`,
+    /// `basic_auth_users`, `http_server_config.headers`): TLS, client certificates and basic
+    /// auth. `SYSPORT_WEB_CONFIG` and `--web.config.file` override it. Default: none (plain
+    /// HTTP, no credentials).
+    pub(crate) web_config_file: Option<Text>,
+    /// A second port serving only the probes (`/live` and `/health`) over plain HTTP, for
+    /// kubelet probes when the main port requires client certificates. Default: none.
+    pub(crate) probe_port: Option<Text>,
 }
 
 /// `health:` section.

@@ -48,6 +48,17 @@ impl fmt::Display for Config {
                 )?;
             }
         }
+        if let Some(port) = listen.probe_port {
+            writeln!(f, "  probe_port: {port}")?;
+        }
+        if let Some(web) = &listen.web {
+            writeln!(
+                f,
+                "  web_config_file: {}",
+                quoted(&web.file.display().to_string())
+            )?;
+            writeln!(f, "  # {}", web.summary())?;
+        }
         writeln!(f, "health:")?;
         writeln!(f, "  path: {}", quoted(&health.path))?;
         writeln!(f, "  live_path: {}", quoted(&health.live_path))?;

@@ -11,6 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use rustls::ServerConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
@@ -40,11 +42,16 @@ pub struct Limits {
     pub max_connections: usize,
 }
 
-/// Accepts connections on `listener` and serves `router` on each until `closed` turns true;
-/// then stops accepting, lets each connection finish its answer, and returns once all are gone.
+/// The TLS configuration for the next handshake (replaced when the certificate changes).
+pub type Tls = watch::Receiver<Arc<ServerConfig>>;
+
+/// Accepts connections on `listener` and serves `router` on each (over TLS when `tls` is given)
+/// until `closed` turns true; then stops accepting, lets each connection finish its answer,
+/// and returns once all are gone.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
+    tls: Option<Tls>,
     slots: Arc<Slots>,
     limits: Limits,
     mut closed: watch::Receiver<bool>,
@@ -62,8 +69,9 @@ pub async fn serve(
                     let stop = stop_rx.clone();
                     let alive = alive_tx.clone();
                     let router = router.clone();
+                    let tls = tls.as_ref().map(|t| t.borrow().clone());
                     tokio::spawn(async move {
-                        connection(tcp, router, Arc::new(slot), limits, stop).await;
+                        connection(tcp, router, tls, Arc::new(slot), limits, stop).await;
                         drop(alive);
                     });
                 }
@@ -81,6 +89,7 @@ pub async fn serve(
 async fn connection(
     tcp: TcpStream,
     router: Router,
+    tls: Option<Arc<ServerConfig>>,
     slot: Arc<Slot>,
     limits: Limits,
     stop: watch::Receiver<bool>,
@@ -91,8 +100,71 @@ async fn connection(
         tracing::debug!(error = %err, "cannot set TCP_NODELAY");
     }
     let watch = Watch::new(Instant::now());
-    let io = Watched::new(tcp, watch.clone());
-    conn::serve(io, router, watch, slot, limits, stop).await;
+    let Some(tls) = tls else {
+        let io = Watched::new(tcp, watch.clone());
+        conn::serve(io, router, watch, slot, limits, stop).await;
+        return;
+    };
+    // The handshake counts against the request-head deadline, and a shed closes it too.
+    let (deadline, _) = watch.deadline(&limits);
+    let handshake = async {
+        match first_byte(&tcp).await {
+            // A TLS handshake record (content type 22).
+            Some(0x16) => {}
+            Some(_) => return Err(Some(tcp)),
+            None => return Err(None),
+        }
+        tokio_rustls::TlsAcceptor::from(tls)
+            .accept(Watched::new(tcp, watch.clone()))
+            .await
+            .map_err(|err| {
+                tracing::debug!(error = %err, "TLS handshake failed");
+                None
+            })
+    };
+    let outcome = tokio::select! {
+        outcome = handshake => outcome,
+        () = tokio::time::sleep_until(deadline.into()) => {
+            slot.metrics().closed(Closed::HeadTimeout);
+            return;
+        }
+        () = slot.shed.notified() => return,
+    };
+    match outcome {
+        Ok(io) => conn::serve(io, router, watch, slot, limits, stop).await,
+        Err(Some(mut plain)) => {
+            slot.metrics().closed(Closed::PlainHttp);
+            // What Go's net/http answers, so a mistyped scheme is obvious from curl.
+            let _ = plain
+                .write_all(
+                    b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n\
+                      Client sent an HTTP request to an HTTPS server.\n",
+                )
+                .await;
+            // Read what the client sent before closing, or the kernel resets the connection
+            // and the client never sees the answer.
+            let _ = plain.shutdown().await;
+            let drain = async {
+                let mut sink = [0u8; 4096];
+                for _ in 0..16 {
+                    if matches!(plain.read(&mut sink).await, Ok(0) | Err(_)) {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+        }
+        Err(None) => slot.metrics().closed(Closed::TlsHandshake),
+    }
+}
+
+/// The client's first byte, left unread; `None` when it closed first.
+async fn first_byte(tcp: &TcpStream) -> Option<u8> {
+    let mut first = [0u8; 1];
+    match tcp.peek(&mut first).await {
+        Ok(1) => Some(first[0]),
+        _ => None,
+    }
 }
 
 /// A failed `accept`: the peer's problem (reset before it was accepted) is skipped; anything
