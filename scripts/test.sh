@@ -3,6 +3,8 @@
 # promtool and prometheus_client, the end-to-end suite with a real Prometheus, the fault and soak
 # suite, and the deployment checks. Installs what it needs when missing:
 #   - Debian's `prometheus` package (prometheus + promtool)
+#   - openssl (the TLS tests make their certificates with it) and prlimit (util-linux: the
+#     listener tests run sysport under a 1024-descriptor limit)
 #   - a Python venv at .venv with prometheus-client (and the deploy linters)
 # Usage: scripts/test.sh            (from anywhere; CI runs it through .ci/run)
 set -euo pipefail
@@ -32,6 +34,15 @@ ensure_tools() {
     apt-get install -y -qq prometheus >/dev/null
     # The package starts a system service where an init system runs; the tests start their own.
     (systemctl stop prometheus prometheus-node-exporter 2>/dev/null || true)
+  fi
+  local missing=()
+  command -v openssl >/dev/null || missing+=(openssl)
+  command -v prlimit >/dev/null || missing+=(util-linux)
+  if [ "${#missing[@]}" -gt 0 ]; then
+    echo "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
   if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"

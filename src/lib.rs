@@ -7,14 +7,19 @@
 //! - [`health`]: background checks and the readiness state.
 //! - [`telemetry`]: sysport's own `dynamo_sysport_*` metrics.
 //! - [`parts`]: a response body of shared byte runs.
+//! - [`listener`]: the accept loop and what a client may hold: deadlines, head size, connection
+//!   cap, the open-file budget.
 //! - [`server`]: the HTTP routes, graceful shutdown, and [`server::serve`] for tests on port 0.
+//! - [`web`]: TLS, client certificates and basic auth from an exporter-toolkit web config.
 //! - [`demo`]: simulated vLLM and LMCache upstreams for `sysport demo`.
 
 pub mod config;
 pub mod demo;
 pub mod expfmt;
 pub mod health;
+pub mod listener;
 pub mod parts;
 pub mod scrape;
 pub mod server;
 pub mod telemetry;
+pub mod web;

@@ -26,6 +26,10 @@ struct Cli {
     /// An upstream as NAME=URL; repeatable. Replaces the file's upstream list.
     #[arg(long = "upstream", value_name = "NAME=URL")]
     upstreams: Vec<String>,
+    /// Web configuration file in Prometheus exporter-toolkit's format: TLS, client
+    /// certificates, basic auth (also `SYSPORT_WEB_CONFIG`, `listen.web_config_file`).
+    #[arg(long = "web.config.file", value_name = "FILE", global = true)]
+    web_config: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -85,6 +89,7 @@ async fn run(cli: Cli) -> ExitCode {
         host: cli.host,
         port: cli.port,
         upstreams: cli.upstreams.clone(),
+        web_config: cli.web_config.clone(),
     };
     match cli.command {
         Some(Command::CheckConfig) => match config::load(&overrides, &ProcessEnv) {
@@ -136,8 +141,14 @@ async fn serve(config: config::Config, overrides: Overrides) -> ExitCode {
     }
 }
 
-/// Binds the configured address; a failure is logged and becomes exit code 1.
+/// Raises the open-file limit, then binds the configured address; a failure is logged and
+/// becomes exit code 1.
 async fn bind(config: config::Config) -> Result<(Sysport, String), ExitCode> {
+    if let Some((Some(before), Some(after))) = sysport::listener::fds::raise_fd_limit()
+        && before != after
+    {
+        tracing::debug!(before, after, "raised the open-file limit");
+    }
     match Sysport::bind(config).await {
         Ok(sysport) => {
             let addr = sysport
@@ -147,7 +158,7 @@ async fn bind(config: config::Config) -> Result<(Sysport, String), ExitCode> {
             Ok((sysport, addr))
         }
         Err(err) => {
-            tracing::error!(error = %err, "cannot listen");
+            tracing::error!("{err}");
             Err(ExitCode::from(1))
         }
     }
@@ -269,7 +280,11 @@ fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) 
             }
         };
     Config {
-        listen: Listen { host, port },
+        listen: Listen {
+            host,
+            port,
+            ..Listen::default()
+        },
         health: HealthConfig {
             path: "/health".into(),
             live_path: "/live".into(),

@@ -1,11 +1,9 @@
 //! The system port: `/metrics`, `/health`, `/live`, graceful shutdown and reload.
 //!
-//! Start-up is staged so a bad address fails before anything runs:
+//! Start-up is staged so a bad address fails before anything runs (see `start`):
 //! [`Sysport::bind`] (or [`Sysport::from_listener`] for tests on port 0) → [`Sysport::run`].
 //! A [`Handle`] reloads the configuration or starts shutdown from outside.
 
-use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -14,9 +12,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::serve::ListenerExt;
 use bytes::Bytes;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tower_http::compression::CompressionLayer;
 
@@ -24,8 +20,13 @@ use crate::config::Config;
 use crate::expfmt::{self, MergeOptions, ParseLimits, ParseOptions, TEXT_CONTENT_TYPE};
 use crate::health::{self, Readiness};
 use crate::parts::Parts;
-use crate::scrape::{self, Scraped, Scraper};
+use crate::scrape::{Scraped, Scraper};
 use crate::telemetry::{self, Telemetry};
+use crate::web;
+
+mod start;
+
+pub use start::{BindError, Sysport, serve};
 
 /// Below this, a response is copied into one buffer and sent in one write; above it, its runs
 /// (mostly the upstream bodies themselves) are written as they are.
@@ -154,108 +155,18 @@ impl Handle {
     }
 }
 
-/// A bound, not yet running sysport.
-pub struct Sysport {
-    listener: TcpListener,
-    app: Arc<App>,
-}
-
-impl Sysport {
-    /// Binds the configured address.
-    pub async fn bind(config: Config) -> std::io::Result<Sysport> {
-        let addr = SocketAddr::new(config.listen.host, config.listen.port);
-        let listener = TcpListener::bind(addr).await?;
-        Ok(Sysport::from_listener(listener, config))
-    }
-
-    /// Uses an already bound listener (tests bind 127.0.0.1:0). Must be called in a runtime.
-    pub fn from_listener(listener: TcpListener, config: Config) -> Sysport {
-        let telemetry = Telemetry::new();
-        let client = scrape::http_client();
-        let runtime = Runtime::start(config, &client, &telemetry);
-        let app = Arc::new(App {
-            runtime: RwLock::new(Arc::new(runtime)),
-            render: std::sync::Mutex::new(None),
-            telemetry,
-            client,
-            shutting_down: watch::channel(false).0,
-        });
-        Sysport { listener, app }
-    }
-
-    /// The address actually bound.
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
-    }
-
-    /// A handle for reload and shutdown.
-    pub fn handle(&self) -> Handle {
-        Handle {
-            app: self.app.clone(),
-        }
-    }
-
-    /// Serves until `shutdown` resolves (or [`Handle::shutdown`] is called), then drains:
-    /// `/health` answers 503 at once, the listener stays open for the drain delay so endpoint
-    /// controllers notice, then it closes and in-flight requests finish (bounded).
-    pub async fn run(
-        self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
-        let app = self.app.clone();
-        let mut stopping = app.shutting_down.subscribe();
-        let signal_app = app.clone();
-        tokio::spawn(async move {
-            shutdown.await;
-            signal_app.shutting_down.send_replace(true);
-        });
-        let (closed_tx, mut closed_rx) = watch::channel(false);
-        let drain_app = app.clone();
-        let drain = async move {
-            let _ = stopping.wait_for(|&s| s).await;
-            let runtime = drain_app.current();
-            runtime.readiness.begin_shutdown();
-            drain_app.telemetry.health_ready.set(0);
-            let delay = runtime.config.shutdown.drain_delay;
-            tracing::info!(drain_delay = ?delay, "shutting down: /health is 503, draining");
-            tokio::time::sleep(delay).await;
-            closed_tx.send_replace(true);
-        };
-        // The body goes out in two writes (the shared engine part, then sysport's own): without
-        // TCP_NODELAY, Nagle's algorithm and the client's delayed ACK hold the second for 40 ms.
-        let listener = self.listener.tap_io(|tcp| {
-            if let Err(err) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %err, "cannot set TCP_NODELAY");
-            }
-        });
-        let server = axum::serve(listener, router(app.clone())).with_graceful_shutdown(drain);
-        let server = std::pin::pin!(server.into_future());
-        let mut server = server;
-        tokio::select! {
-            r = &mut server => return r,
-            _ = closed_rx.wait_for(|&c| c) => {}
-        }
-        match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
-            Ok(r) => r,
-            Err(_) => {
-                tracing::warn!("in-flight requests did not finish in {SHUTDOWN_GRACE:?}; exiting");
-                Ok(())
-            }
-        }
-    }
-}
-
-/// Serves `config` on `listener` until `shutdown` resolves.
-pub async fn serve(
-    listener: TcpListener,
-    config: Config,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    Sysport::from_listener(listener, config).run(shutdown).await
-}
-
-fn router(app: Arc<App>) -> Router {
-    Router::new().fallback(dispatch).with_state(app).layer(
+/// The routes, behind basic auth and the configured headers when the web configuration has
+/// them (the probes stay open).
+fn router(app: Arc<App>, guard: Option<web::auth::Guard>) -> Router {
+    let routes = Router::new().fallback(dispatch).with_state(app);
+    let routes = match guard {
+        Some(guard) => routes.layer(axum::middleware::from_fn_with_state(
+            guard,
+            web::auth::require,
+        )),
+        None => routes,
+    };
+    routes.layer(
         // Prometheus asks for gzip on every scrape: the fastest level keeps compression from
         // costing more than the merge itself, for most of the size benefit.
         CompressionLayer::new()
@@ -265,6 +176,21 @@ fn router(app: Arc<App>) -> Router {
             .no_deflate()
             .no_zstd(),
     )
+}
+
+/// The probe port: the probes, nothing else.
+async fn probes_only(State(app): State<Arc<App>>, req: Request) -> Response {
+    let runtime = app.current();
+    let path = req.uri().path();
+    if path == runtime.config.health.path || path == runtime.config.health.live_path {
+        dispatch(State(app), req).await
+    } else {
+        (
+            StatusCode::NOT_FOUND,
+            "not found: this port serves only the probes\n",
+        )
+            .into_response()
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

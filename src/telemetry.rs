@@ -213,6 +213,13 @@ impl Telemetry {
         }
     }
 
+    /// Registers a metric that another module owns (the listener's connection accounting).
+    pub(crate) fn register(&self, collector: Box<dyn prometheus::core::Collector>) {
+        self.registry
+            .register(collector)
+            .expect("metric names are unique");
+    }
+
     /// Seconds since start.
     pub fn uptime_seconds(&self) -> f64 {
         self.started.elapsed().as_secs_f64()

@@ -155,6 +155,40 @@ fn check_config_prints_the_effective_configuration() {
         "environment overrides the file: {text}"
     );
     assert!(text.contains("http://127.0.0.1:8000/metrics"));
+    for line in [
+        "request_head_timeout: 5s",
+        "idle_timeout: 120s",
+        "max_request_head_bytes: 16KiB",
+        "# max_connections: not set: ",
+    ] {
+        assert!(
+            text.contains(line),
+            "the listener's limits are printed: {text}"
+        );
+    }
+}
+
+#[test]
+fn a_port_in_use_is_named_in_the_error_for_the_server_and_the_demo() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port().to_string();
+    let server = Command::new(BIN)
+        .args(["--host", "127.0.0.1", "--port", &port])
+        .env_remove("SYSPORT_CONFIG")
+        .output()
+        .expect("runs");
+    let demo = Command::new(BIN)
+        .args(["demo", "--host", "127.0.0.1", "--port", &port])
+        .output()
+        .expect("runs");
+    for out in [server, demo] {
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("cannot listen on 127.0.0.1:{port}")),
+            "the address is named: {err}"
+        );
+    }
 }
 
 #[tokio::test]

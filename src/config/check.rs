@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::units::parse_duration;
+use super::units::{parse_bytes, parse_duration};
 use super::{StartingStatus, UpstreamConfig, Url};
 
 /// `["vllm:", "lmcache:"]`: the engine's own families, and LMCache's when it runs in-process.
@@ -134,4 +134,14 @@ pub(super) fn check_label_name(name: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// A request-head cap: 1KiB to 1MiB (scrapers send a few hundred bytes; a selective read of
+/// many names a few KiB).
+pub(super) fn request_head_size(text: &str) -> Result<usize, String> {
+    let n = parse_bytes(text)?;
+    if !(1 << 10..=1 << 20).contains(&n) {
+        return Err(format!("invalid size {text:?}: must be 1KiB to 1MiB"));
+    }
+    Ok(n)
 }

@@ -5,6 +5,8 @@ use std::collections::HashMap;
 
 /// Path of the configuration file, used when `--config` is not given.
 pub const SYSPORT_CONFIG: &str = "SYSPORT_CONFIG";
+/// The web configuration file (`listen.web_config_file`): TLS, client certificates, basic auth.
+pub const SYSPORT_WEB_CONFIG: &str = "SYSPORT_WEB_CONFIG";
 /// Listen address (`listen.host`).
 pub const DYN_SYSTEM_HOST: &str = "DYN_SYSTEM_HOST";
 /// Listen port (`listen.port`).

@@ -10,13 +10,14 @@ use serde_saphyr::Spanned;
 use super::check::{
     check_label_name, check_upstream_name, default_keep, nonempty_prefix, nonzero, parse_bool,
     parse_flag_upstream, parse_ip, parse_route, parse_starting_status, parse_url,
-    positive_duration,
+    positive_duration, request_head_size,
 };
 use super::env::{self, Env};
 use super::error::{ConfigError, ConfigIssue};
 use super::loader::{Loader, Origin};
-use super::raw::{RawHealth, RawLimits, RawListen, RawUpstream, Text};
+use super::raw::{RawConfig, RawHealth, RawLimits, RawListen, RawUpstream, Text};
 use super::units::{parse_bytes, parse_count, parse_duration, parse_port};
+use super::web;
 use super::{Config, HealthConfig, Limits, Listen, ShutdownConfig, UpstreamConfig};
 
 /// Command-line flags; each one, when given, wins over the environment and the file.
@@ -31,6 +32,8 @@ pub struct Overrides {
     /// Each `--upstream NAME=URL`, as given; when any is given they replace the file's
     /// `upstreams` entirely.
     pub upstreams: Vec<String>,
+    /// `--web.config.file FILE` (else `SYSPORT_WEB_CONFIG`, else `listen.web_config_file`).
+    pub web_config: Option<PathBuf>,
 }
 
 /// Loads the configuration: the file from `overrides.config` or `SYSPORT_CONFIG` (if any), the
@@ -94,7 +97,7 @@ pub(crate) fn load_text(
 
 impl Loader<'_> {
     fn build(mut self, overrides: &Overrides) -> Result<Config, ConfigError> {
-        let raw = self.parse();
+        let raw: RawConfig = self.parse();
         let listen = self.listen(raw.listen.unwrap_or_default(), overrides);
         let health = self.health(raw.health.unwrap_or_default());
         let labels = self.labels(raw.labels.map(|labels| labels.0).unwrap_or_default());
@@ -112,9 +115,17 @@ impl Loader<'_> {
         });
 
         if !self.issues.is_empty() {
-            // File problems in file order, then those from the environment and flags.
-            self.issues
-                .sort_by_key(|issue| (issue.line.is_none(), issue.line, issue.column));
+            // File problems in file order (the web configuration's after the main file's),
+            // then those from the environment and flags.
+            let main = self.file.clone();
+            self.issues.sort_by_key(|issue| {
+                (
+                    issue.file.is_some() && issue.file != main,
+                    issue.line.is_none(),
+                    issue.line,
+                    issue.column,
+                )
+            });
             return Err(ConfigError {
                 issues: self.issues,
             });
@@ -148,7 +159,74 @@ impl Loader<'_> {
             port,
             defaults.port,
         );
-        Listen { host, port }
+        let request_head_timeout = self
+            .file_value(
+                raw.request_head_timeout.as_ref(),
+                "listen.request_head_timeout",
+                positive_duration,
+            )
+            .map_or(defaults.request_head_timeout, |(d, _)| d);
+        let idle_timeout = self
+            .file_value(
+                raw.idle_timeout.as_ref(),
+                "listen.idle_timeout",
+                positive_duration,
+            )
+            .map_or(defaults.idle_timeout, |(d, _)| d);
+        let max_request_head_bytes = self
+            .file_value(
+                raw.max_request_head_bytes.as_ref(),
+                "listen.max_request_head_bytes",
+                request_head_size,
+            )
+            .map_or(defaults.max_request_head_bytes, |(n, _)| n);
+        let max_connections = self
+            .file_value(
+                raw.max_connections.as_ref(),
+                "listen.max_connections",
+                |text| parse_count(text).and_then(nonzero),
+            )
+            .map(|(n, _)| n);
+        let probe_port = self
+            .file_value(raw.probe_port.as_ref(), "listen.probe_port", parse_port)
+            .map(|(p, _)| p);
+        if probe_port.is_some_and(|p| p != 0 && p == port) {
+            let at = raw.probe_port.as_ref().map(|t| t.referenced);
+            if let Some(at) = at {
+                self.issue(
+                    Origin::File(at),
+                    "listen.probe_port",
+                    "must differ from the port",
+                );
+            }
+        }
+        let web_file = self
+            .file_value(
+                raw.web_config_file.as_ref(),
+                "listen.web_config_file",
+                |t| Ok::<_, String>(PathBuf::from(t)),
+            )
+            .map(|(p, _)| p);
+        let web =
+            web::chosen(overrides.web_config.as_ref(), self.env(), web_file).and_then(|path| {
+                match web::load(&path, self.env()) {
+                    Ok(web) => Some(web),
+                    Err(issues) => {
+                        self.issues.extend(issues);
+                        None
+                    }
+                }
+            });
+        Listen {
+            host,
+            port,
+            request_head_timeout,
+            idle_timeout,
+            max_request_head_bytes,
+            max_connections,
+            probe_port,
+            web,
+        }
     }
 
     fn health(&mut self, raw: RawHealth) -> HealthConfig {

@@ -9,7 +9,7 @@ use super::env::{self, Env};
 use super::error::ConfigIssue;
 use super::expand::expand;
 use super::path;
-use super::raw::{RawConfig, Text};
+use super::raw::Text;
 
 /// Where an effective value came from, to point a problem with it at the right place.
 #[derive(Debug, Clone, Copy)]
@@ -40,10 +40,15 @@ impl<'a> Loader<'a> {
         }
     }
 
+    /// The environment values come from.
+    pub(super) fn env(&self) -> &'a dyn Env {
+        self.env
+    }
+
     /// Parses the file's YAML; on failure records the problem and goes on with defaults, so
     /// that problems in the environment and flags are reported too.
-    pub(super) fn parse(&mut self) -> RawConfig {
-        match serde_saphyr::from_str::<RawConfig>(&self.source) {
+    pub(super) fn parse<T: serde::de::DeserializeOwned + Default>(&mut self) -> T {
+        match serde_saphyr::from_str::<T>(&self.source) {
             Ok(raw) => raw,
             Err(err) => {
                 let message = UserMessageFormatter.format_message(err.without_snippet());
@@ -75,7 +80,7 @@ impl<'a> Loader<'a> {
                         message,
                     }),
                 }
-                RawConfig::default()
+                T::default()
             }
         }
     }

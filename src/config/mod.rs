@@ -9,7 +9,8 @@
 //! literal `$`):
 //!
 //! ```yaml
-//! listen: { host: 0.0.0.0, port: 8081 }
+//! listen: { host: 0.0.0.0, port: 8081, request_head_timeout: 5s, idle_timeout: 2m,
+//!           max_request_head_bytes: 16KiB, max_connections: 1024 }
 //! health: { path: /health, live_path: /live, starting_status: notready, interval: 5s }
 //! labels: { worker_id: "${POD_NAME}" }
 //! upstreams:
@@ -50,10 +51,11 @@ mod render;
 #[cfg(test)]
 mod tests;
 mod units;
+mod web;
 
 pub use env::{
     DYN_SYSTEM_HEALTH_PATH, DYN_SYSTEM_HOST, DYN_SYSTEM_LIVE_PATH, DYN_SYSTEM_PORT,
-    DYN_SYSTEM_STARTING_HEALTH_STATUS, Env, ProcessEnv, SYSPORT_CONFIG,
+    DYN_SYSTEM_STARTING_HEALTH_STATUS, Env, ProcessEnv, SYSPORT_CONFIG, SYSPORT_WEB_CONFIG,
 };
 pub use error::{ConfigError, ConfigIssue};
 pub use load::{Overrides, load, load_file};
@@ -77,13 +79,42 @@ pub struct Config {
     pub source: Option<PathBuf>,
 }
 
-/// Where the system port listens.
+/// Where the system port listens, and what one client may hold there.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Listen {
     /// `DYN_SYSTEM_HOST`, default `0.0.0.0`.
     pub host: IpAddr,
     /// `DYN_SYSTEM_PORT`, default 8081. Port 0 asks the OS for a free port.
     pub port: u16,
+    /// Time to send a request head, from the connection's start or the next request's first
+    /// byte, default 5 s.
+    pub request_head_timeout: Duration,
+    /// Time a kept-alive connection may wait for its next request, default 2 min.
+    pub idle_timeout: Duration,
+    /// Largest request head, default 16 KiB.
+    pub max_request_head_bytes: usize,
+    /// Most connections held at once; `None`: 1024, or half the open-file limit when lower.
+    pub max_connections: Option<usize>,
+    /// A plain-HTTP port serving only the probes (`/live`, `/health`), for when the main port
+    /// requires client certificates the kubelet cannot present.
+    pub probe_port: Option<u16>,
+    /// The web configuration (TLS, client certificates, basic auth, headers), loaded from
+    /// `--web.config.file`, `SYSPORT_WEB_CONFIG` or `listen.web_config_file`.
+    pub web: Option<crate::web::WebConfig>,
+}
+
+impl Listen {
+    /// The listener's limits, with the connection cap for the open-file limit `fd_limit`.
+    pub fn limits(&self, fd_limit: Option<u64>) -> crate::listener::Limits {
+        let (max_connections, _) =
+            crate::listener::fds::effective_max_connections(self.max_connections, fd_limit);
+        crate::listener::Limits {
+            request_head_timeout: self.request_head_timeout,
+            idle_timeout: self.idle_timeout,
+            max_request_head_bytes: self.max_request_head_bytes,
+            max_connections,
+        }
+    }
 }
 
 /// Readiness before the first health check.
@@ -192,6 +223,12 @@ impl Default for Listen {
         Listen {
             host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             port: 8081,
+            request_head_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(120),
+            max_request_head_bytes: 16 << 10,
+            max_connections: None,
+            probe_port: None,
+            web: None,
         }
     }
 }

@@ -42,6 +42,29 @@ pub(crate) struct RawListen {
     /// TCP port, default 8081 (0 asks the OS for a free port); `DYN_SYSTEM_PORT` and `--port`
     /// override it.
     pub(crate) port: Option<Text>,
+    /// Time a client has to send a whole request head (`5s`, default 5s): from the connection's
+    /// start, and on a kept-alive connection from the next request's first byte. A connection
+    /// that sends nothing, or trickles its head, is closed when it runs out.
+    pub(crate) request_head_timeout: Option<Text>,
+    /// Time a kept-alive connection may wait for its next request (`2m`, default 2m), and a
+    /// request may go without moving a byte. Keep it above the scrape interval, so that
+    /// scrapers reuse their connection.
+    pub(crate) idle_timeout: Option<Text>,
+    /// Largest request head, request line and headers together (`16KiB`, default 16KiB; 1KiB
+    /// to 1MiB). A larger head gets 431.
+    pub(crate) max_request_head_bytes: Option<Text>,
+    /// Most client connections held at once (default 1024, or half the open-file limit when
+    /// that is lower; lowered to leave 64 descriptors under the limit). At the cap, the
+    /// connection that has waited longest for a request head is closed to make room.
+    pub(crate) max_connections: Option<Text>,
+    /// A web configuration file in Prometheus exporter-toolkit's format (`tls_server_config`,
+    /// `basic_auth_users`, `http_server_config.headers`): TLS, client certificates and basic
+    /// auth. `SYSPORT_WEB_CONFIG` and `--web.config.file` override it. Default: none (plain
+    /// HTTP, no credentials).
+    pub(crate) web_config_file: Option<Text>,
+    /// A second port serving only the probes (`/live` and `/health`) over plain HTTP, for
+    /// kubelet probes when the main port requires client certificates. Default: none.
+    pub(crate) probe_port: Option<Text>,
 }
 
 /// `health:` section.

@@ -20,6 +20,45 @@ impl fmt::Display for Config {
         writeln!(f, "listen:")?;
         writeln!(f, "  host: {}", quoted(&listen.host.to_string()))?;
         writeln!(f, "  port: {}", listen.port)?;
+        writeln!(
+            f,
+            "  request_head_timeout: {}",
+            format_duration(listen.request_head_timeout)
+        )?;
+        writeln!(
+            f,
+            "  idle_timeout: {}",
+            format_duration(listen.idle_timeout)
+        )?;
+        writeln!(
+            f,
+            "  max_request_head_bytes: {}",
+            format_bytes(listen.max_request_head_bytes)
+        )?;
+        match listen.max_connections {
+            Some(n) => writeln!(f, "  max_connections: {n}")?,
+            None => {
+                let limit = crate::listener::fds::fd_hard_limit();
+                let n = crate::listener::fds::default_max_connections(limit);
+                let limit = limit.map_or("unlimited".to_owned(), |l| l.to_string());
+                writeln!(
+                    f,
+                    "  # max_connections: not set: {n} here (1024, or half the open-file limit, \
+                     {limit})"
+                )?;
+            }
+        }
+        if let Some(port) = listen.probe_port {
+            writeln!(f, "  probe_port: {port}")?;
+        }
+        if let Some(web) = &listen.web {
+            writeln!(
+                f,
+                "  web_config_file: {}",
+                quoted(&web.file.display().to_string())
+            )?;
+            writeln!(f, "  # {}", web.summary())?;
+        }
         writeln!(f, "health:")?;
         writeln!(f, "  path: {}", quoted(&health.path))?;
         writeln!(f, "  live_path: {}", quoted(&health.live_path))?;

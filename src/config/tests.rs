@@ -196,7 +196,8 @@ shutdown: { drain_delay: 0 }
         config.listen,
         Listen {
             host: ip("::1"),
-            port: 0
+            port: 0,
+            ..Listen::default()
         }
     );
     assert_eq!(config.health.starting_status, StartingStatus::Ready);
@@ -244,21 +245,24 @@ fn precedence_is_flag_then_env_then_file_then_default() {
         listen(yaml, &flags, &env_vars),
         Listen {
             host: ip("10.0.0.3"),
-            port: 9200
+            port: 9200,
+            ..Listen::default()
         }
     );
     assert_eq!(
         listen(yaml, &none, &env_vars),
         Listen {
             host: ip("10.0.0.2"),
-            port: 9100
+            port: 9100,
+            ..Listen::default()
         }
     );
     assert_eq!(
         listen(yaml, &none, &no_env()),
         Listen {
             host: ip("10.0.0.1"),
-            port: 9000
+            port: 9000,
+            ..Listen::default()
         }
     );
     assert_eq!(listen("", &none, &no_env()), Listen::default());
@@ -811,6 +815,7 @@ fn display_round_trips_through_load() {
         listen: Listen {
             host: ip("::"),
             port: 0,
+            ..Listen::default()
         },
         ..Config::default()
     };
@@ -908,4 +913,45 @@ fn missing_file_is_reported_with_its_path() {
         text.starts_with(&format!("{}: cannot read", path.display())),
         "{text}"
     );
+}
+
+#[test]
+fn listen_limits_are_read_and_bounded() {
+    let config = ok(
+        "listen:\n  request_head_timeout: 3s\n  idle_timeout: 5m\n  max_request_head_bytes: 8KiB\n  max_connections: 300\n",
+    );
+    assert_eq!(config.listen.request_head_timeout, Duration::from_secs(3));
+    assert_eq!(config.listen.idle_timeout, Duration::from_secs(300));
+    assert_eq!(config.listen.max_request_head_bytes, 8 << 10);
+    assert_eq!(config.listen.max_connections, Some(300));
+    let issues = problems(
+        "listen:\n  request_head_timeout: 0s\n  idle_timeout: soon\n  max_request_head_bytes: 400KB\n  max_connections: 0\n",
+        &no_env(),
+    );
+    assert_eq!(issues.len(), 3, "{issues:#?}");
+    assert_issue(
+        &issues[0],
+        2,
+        25,
+        "listen.request_head_timeout",
+        "greater than 0",
+    );
+    assert_issue(&issues[1], 3, 17, "listen.idle_timeout", "invalid duration");
+    assert_issue(
+        &issues[2],
+        5,
+        20,
+        "listen.max_connections",
+        "greater than 0",
+    );
+    assert!(
+        ok("listen: { max_request_head_bytes: 1MiB }")
+            .listen
+            .max_request_head_bytes
+            == 1 << 20
+    );
+    for bad in ["512", "2MiB"] {
+        let issue = only_issue(&format!("listen: {{ max_request_head_bytes: {bad} }}"));
+        assert!(issue.contains("1KiB to 1MiB"), "{issue}");
+    }
 }

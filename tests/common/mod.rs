@@ -187,6 +187,7 @@ pub fn config(upstreams: Vec<UpstreamConfig>) -> Config {
         listen: Listen {
             host: "127.0.0.1".parse().expect("ip"),
             port: 0,
+            ..Listen::default()
         },
         health: HealthConfig {
             path: "/health".into(),

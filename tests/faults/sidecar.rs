@@ -32,6 +32,17 @@ impl Sidecar {
     /// Starts sysport in front of `upstreams` and waits until `/live` answers. `extra` is more
     /// YAML appended to the file (for example a `limits:` section).
     pub(crate) async fn start(test: &str, upstreams: &[UpstreamSpec<'_>], extra: &str) -> Sidecar {
+        Sidecar::launch(test, |port| config_yaml(port, upstreams, extra), &[]).await
+    }
+
+    /// Starts sysport with the configuration `yaml(port)` gives for a free port, its command
+    /// line prefixed by `wrapper` (for example `prlimit --nofile=1024:1024`), and waits until
+    /// `/live` answers.
+    pub(crate) async fn launch(
+        test: &str,
+        yaml: impl Fn(u16) -> String,
+        wrapper: &[&str],
+    ) -> Sidecar {
         let dir =
             std::env::temp_dir().join(format!("sysport-faults-{}-{test}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -44,9 +55,15 @@ impl Sidecar {
         for _ in 0..3 {
             let port = free_port();
             let config = dir.join("sysport.yaml");
-            std::fs::write(&config, config_yaml(port, upstreams, extra)).expect("write config");
+            std::fs::write(&config, yaml(port)).expect("write config");
             let log = std::fs::File::create(dir.join("sysport.log")).expect("log file");
-            let child = Command::new(env!("CARGO_BIN_EXE_sysport"))
+            let bin = env!("CARGO_BIN_EXE_sysport");
+            let (program, args) = match wrapper.split_first() {
+                Some((program, args)) => (*program, [args, &[bin]].concat()),
+                None => (bin, Vec::new()),
+            };
+            let child = Command::new(program)
+                .args(args)
                 .arg("--config")
                 .arg(&config)
                 .env("SYSPORT_LOG", "info")
@@ -114,6 +131,11 @@ impl Sidecar {
         }
     }
 
+    /// What sysport logged so far.
+    pub(crate) fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("sysport.log")).unwrap_or_default()
+    }
+
     /// Peak resident set size (`VmHWM`) in KiB.
     pub(crate) fn vm_hwm_kib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
@@ -147,8 +169,11 @@ impl Sidecar {
 impl Drop for Sidecar {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            let log = std::fs::read_to_string(self.dir.join("sysport.log")).unwrap_or_default();
-            eprintln!("--- sysport log ({}) ---\n{log}", self.dir.display());
+            eprintln!(
+                "--- sysport log ({}) ---\n{}",
+                self.dir.display(),
+                self.log()
+            );
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);
         }

@@ -1,0 +1,154 @@
+//! One client connection: hyper's HTTP/1.1 server on a watched socket, closed when a deadline
+//! passes, when it is shed at the cap, or (after its answer) when the server stops.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Body;
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+
+use super::Limits;
+use super::phase::Watch;
+use super::slots::Slot;
+
+/// Serves HTTP/1.1 on `io` until the client leaves or sysport closes the connection.
+pub async fn serve<I>(
+    io: I,
+    router: Router,
+    watch: Arc<Watch>,
+    slot: Arc<Slot>,
+    limits: Limits,
+    mut stop: watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = ConnService {
+        router,
+        watch: watch.clone(),
+        slot: slot.clone(),
+    };
+    let mut builder = http1::Builder::new();
+    builder
+        .max_header_size(limits.max_request_head_bytes)
+        // Deadlines are enforced below (see `phase`); hyper's would also close idle connections.
+        .header_read_timeout(None);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    let mut conn = std::pin::pin!(conn);
+    let mut stopping = false;
+    loop {
+        let (deadline, _) = watch.deadline(&limits);
+        tokio::select! {
+            done = conn.as_mut() => {
+                if let Err(err) = done {
+                    tracing::debug!(error = %err, "connection ended with an error");
+                }
+                return;
+            }
+            () = tokio::time::sleep_until(deadline.into()) => {
+                // The phase may have moved the deadline while this slept.
+                let (deadline, reason) = watch.deadline(&limits);
+                if Instant::now() >= deadline {
+                    slot.metrics().closed(reason);
+                    return;
+                }
+            }
+            () = watch.earlier.notified() => {}
+            () = slot.shed.notified() => {
+                if !watch.is_busy() {
+                    return;
+                }
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = stop.changed(), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// The router, marking the connection busy from a request's head to the end of its answer.
+struct ConnService {
+    router: Router,
+    watch: Arc<Watch>,
+    slot: Arc<Slot>,
+}
+
+type Answer = Pin<Box<dyn Future<Output = Result<hyper::Response<Guarded>, Infallible>> + Send>>;
+
+impl hyper::service::Service<hyper::Request<Incoming>> for ConnService {
+    type Response = hyper::Response<Guarded>;
+    type Error = Infallible;
+    type Future = Answer;
+
+    fn call(&self, req: hyper::Request<Incoming>) -> Answer {
+        let busy = Busy::start(self.watch.clone(), self.slot.clone());
+        let answer = tower::ServiceExt::oneshot(self.router.clone(), req);
+        Box::pin(async move {
+            let response = match answer.await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            };
+            Ok(response.map(|body| Guarded { body, _busy: busy }))
+        })
+    }
+}
+
+/// Held from a request's head until its answer is written (or dropped).
+struct Busy {
+    watch: Arc<Watch>,
+    slot: Arc<Slot>,
+}
+
+impl Busy {
+    fn start(watch: Arc<Watch>, slot: Arc<Slot>) -> Busy {
+        watch.busy(Instant::now());
+        slot.busy();
+        Busy { watch, slot }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        self.watch.idle(now);
+        self.slot.waiting(now);
+    }
+}
+
+/// A response body that keeps its connection marked busy until hyper is done with it.
+pub struct Guarded {
+    body: Body,
+    _busy: Busy,
+}
+
+impl http_body::Body for Guarded {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}

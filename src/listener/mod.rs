@@ -1,0 +1,188 @@
+//! Everything between the socket and the router: the accept loop, what one client may hold
+//! (time to send a request head, idle keep-alive time, head size, concurrent connections) and
+//! the open-file budget that keeps descriptors free for upstream fetches.
+//!
+//! - [`fds`]: the open-file limit and the default connection cap sized from it.
+//! - [`slots`]: connection accounting and who is shed at the cap.
+//! - [`phase`]: a connection's phase and deadlines, fed by its socket.
+//! - [`conn`]: one connection's HTTP/1.1 server under those deadlines.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use rustls::ServerConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+
+pub mod conn;
+pub mod fds;
+pub mod metrics;
+pub mod phase;
+pub mod slots;
+
+pub use metrics::{Closed, ListenerMetrics};
+pub use slots::{Slot, Slots};
+
+use self::phase::{Watch, Watched};
+
+/// What one client connection may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Time to send a request head, from the connection's start or the next request's first
+    /// byte.
+    pub request_head_timeout: Duration,
+    /// Time a kept-alive connection may wait for its next request, and a request may go without
+    /// moving a byte.
+    pub idle_timeout: Duration,
+    /// Largest request head (request line and headers); over it, 431.
+    pub max_request_head_bytes: usize,
+    /// Most connections held at once.
+    pub max_connections: usize,
+}
+
+/// The TLS configuration for the next handshake (replaced when the certificate changes).
+pub type Tls = watch::Receiver<Arc<ServerConfig>>;
+
+/// Accepts connections on `listener` and serves `router` on each (over TLS when `tls` is given)
+/// until `closed` turns true; then stops accepting, lets each connection finish its answer,
+/// and returns once all are gone.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    tls: Option<Tls>,
+    slots: Arc<Slots>,
+    limits: Limits,
+    mut closed: watch::Receiver<bool>,
+) {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    // Every connection task holds a sender; `recv` returns `None` once all have ended.
+    let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _peer)) => {
+                    let Some(slot) = slots.admit(Instant::now()) else {
+                        continue;
+                    };
+                    let stop = stop_rx.clone();
+                    let alive = alive_tx.clone();
+                    let router = router.clone();
+                    let tls = tls.as_ref().map(|t| t.borrow().clone());
+                    tokio::spawn(async move {
+                        connection(tcp, router, tls, Arc::new(slot), limits, stop).await;
+                        drop(alive);
+                    });
+                }
+                Err(err) => accept_failed(&err).await,
+            },
+            () = until_set(&mut closed) => break,
+        }
+    }
+    drop(listener);
+    stop_tx.send_replace(true);
+    drop(alive_tx);
+    let _ = alive_rx.recv().await;
+}
+
+async fn connection(
+    tcp: TcpStream,
+    router: Router,
+    tls: Option<Arc<ServerConfig>>,
+    slot: Arc<Slot>,
+    limits: Limits,
+    stop: watch::Receiver<bool>,
+) {
+    // The body goes out in two writes (the shared engine part, then sysport's own): without
+    // TCP_NODELAY, Nagle's algorithm and the client's delayed ACK hold the second for 40 ms.
+    if let Err(err) = tcp.set_nodelay(true) {
+        tracing::debug!(error = %err, "cannot set TCP_NODELAY");
+    }
+    let watch = Watch::new(Instant::now());
+    let Some(tls) = tls else {
+        let io = Watched::new(tcp, watch.clone());
+        conn::serve(io, router, watch, slot, limits, stop).await;
+        return;
+    };
+    // The handshake counts against the request-head deadline, and a shed closes it too.
+    let (deadline, _) = watch.deadline(&limits);
+    let handshake = async {
+        match first_byte(&tcp).await {
+            // A TLS handshake record (content type 22).
+            Some(0x16) => {}
+            Some(_) => return Err(Some(tcp)),
+            None => return Err(None),
+        }
+        tokio_rustls::TlsAcceptor::from(tls)
+            .accept(Watched::new(tcp, watch.clone()))
+            .await
+            .map_err(|err| {
+                tracing::debug!(error = %err, "TLS handshake failed");
+                None
+            })
+    };
+    let outcome = tokio::select! {
+        outcome = handshake => outcome,
+        () = tokio::time::sleep_until(deadline.into()) => {
+            slot.metrics().closed(Closed::HeadTimeout);
+            return;
+        }
+        () = slot.shed.notified() => return,
+    };
+    match outcome {
+        Ok(io) => conn::serve(io, router, watch, slot, limits, stop).await,
+        Err(Some(mut plain)) => {
+            slot.metrics().closed(Closed::PlainHttp);
+            // What Go's net/http answers, so a mistyped scheme is obvious from curl.
+            let _ = plain
+                .write_all(
+                    b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n\
+                      Client sent an HTTP request to an HTTPS server.\n",
+                )
+                .await;
+            // Read what the client sent before closing, or the kernel resets the connection
+            // and the client never sees the answer.
+            let _ = plain.shutdown().await;
+            let drain = async {
+                let mut sink = [0u8; 4096];
+                for _ in 0..16 {
+                    if matches!(plain.read(&mut sink).await, Ok(0) | Err(_)) {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+        }
+        Err(None) => slot.metrics().closed(Closed::TlsHandshake),
+    }
+}
+
+/// The client's first byte, left unread; `None` when it closed first.
+async fn first_byte(tcp: &TcpStream) -> Option<u8> {
+    let mut first = [0u8; 1];
+    match tcp.peek(&mut first).await {
+        Ok(1) => Some(first[0]),
+        _ => None,
+    }
+}
+
+/// A failed `accept`: the peer's problem (reset before it was accepted) is skipped; anything
+/// else (out of descriptors) is logged and waited out briefly, so the loop does not spin.
+async fn accept_failed(err: &std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(
+        err.kind(),
+        ConnectionAborted | ConnectionRefused | ConnectionReset
+    ) {
+        return;
+    }
+    tracing::warn!(error = %err, "cannot accept a connection");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+/// Resolves once `flag` is true (or its sender is gone).
+pub async fn until_set(flag: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is not `Send`: dropped here, before any other await.
+    let _ = flag.wait_for(|&set| set).await;
+}

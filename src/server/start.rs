@@ -1,0 +1,251 @@
+//! Start-up, staged so that a bad address fails before anything runs:
+//! [`Sysport::bind`] (or [`Sysport::from_listener`] for tests on port 0) → [`Sysport::run`],
+//! with the listeners (main port, optional probe port), TLS and basic auth in place.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::{App, Handle, Runtime, SHUTDOWN_GRACE, probes_only, router};
+use crate::config::Config;
+use crate::listener::{self, ListenerMetrics, Slots};
+use crate::scrape;
+use crate::telemetry::Telemetry;
+use crate::web;
+
+/// Why sysport could not start listening.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    /// The address is taken, not local, or not permitted.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The web configuration could not be put in force (its files changed since loading).
+    #[error("{file}: {message}")]
+    Web {
+        /// The web configuration file.
+        file: std::path::PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A bound, not yet running sysport.
+pub struct Sysport {
+    listener: TcpListener,
+    probes: Option<TcpListener>,
+    app: Arc<App>,
+    limits: listener::Limits,
+    slots: Arc<Slots>,
+    tls: Option<web::tls::Reloader>,
+    guard: Option<web::auth::Guard>,
+}
+
+async fn bind_addr(addr: SocketAddr) -> Result<TcpListener, BindError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| BindError::Listen { addr, source })
+}
+
+impl Sysport {
+    /// Binds the configured address (and the probe port, when configured).
+    pub async fn bind(config: Config) -> Result<Sysport, BindError> {
+        let host = config.listen.host;
+        let listener = bind_addr(SocketAddr::new(host, config.listen.port)).await?;
+        let probes = match config.listen.probe_port {
+            Some(port) => Some(bind_addr(SocketAddr::new(host, port)).await?),
+            None => None,
+        };
+        let sysport = Sysport::try_from_listener(listener, config)?;
+        Ok(match probes {
+            Some(probes) => sysport.with_probe_listener(probes),
+            None => sysport,
+        })
+    }
+
+    /// Serves only the probes (`/live`, `/health`), over plain HTTP, on `probes` too: the
+    /// kubelet's way in when the main port requires client certificates.
+    pub fn with_probe_listener(mut self, probes: TcpListener) -> Sysport {
+        self.probes = Some(probes);
+        self
+    }
+
+    /// The probe listener's address, when there is one.
+    pub fn probe_addr(&self) -> Option<SocketAddr> {
+        self.probes.as_ref().and_then(|p| p.local_addr().ok())
+    }
+
+    /// Uses an already bound listener (tests bind 127.0.0.1:0). Must be called in a runtime.
+    ///
+    /// # Panics
+    /// When the web configuration's certificate cannot be loaded any more (it was when the
+    /// configuration was loaded); [`Sysport::bind`] reports that as an error instead.
+    pub fn from_listener(listener: TcpListener, config: Config) -> Sysport {
+        Sysport::try_from_listener(listener, config)
+            .expect("the web configuration loaded when the configuration was")
+    }
+
+    /// [`Sysport::from_listener`], with an error where the web configuration cannot be put in
+    /// force.
+    pub fn try_from_listener(listener: TcpListener, config: Config) -> Result<Sysport, BindError> {
+        let telemetry = Telemetry::new();
+        let fd_limit = listener::fds::fd_limit();
+        let limits = config.listen.limits(fd_limit);
+        if let (_, true) =
+            listener::fds::effective_max_connections(config.listen.max_connections, fd_limit)
+        {
+            tracing::warn!(
+                max_connections = limits.max_connections,
+                ?fd_limit,
+                "listen.max_connections lowered to keep descriptors free under the open-file limit"
+            );
+        }
+        let slots = Slots::new(limits.max_connections, ListenerMetrics::new(&telemetry));
+        let web_file = config.listen.web.as_ref().map(|w| w.file.clone());
+        let web_error = move |message: String| BindError::Web {
+            file: web_file.clone().unwrap_or_default(),
+            message,
+        };
+        let tls = match config.listen.web.as_ref().and_then(|w| w.tls.clone()) {
+            Some(settings) => Some(
+                web::tls::Reloader::new(settings, &telemetry)
+                    .map_err(|e| web_error(format!("tls_server_config.{}: {e}", e.field)))?,
+            ),
+            None => None,
+        };
+        let auth = config
+            .listen
+            .web
+            .as_ref()
+            .filter(|w| !w.users.is_empty() || !w.headers.is_empty())
+            .map(|w| (w.users.clone(), w.headers.clone()));
+        let client = scrape::http_client();
+        let runtime = Runtime::start(config, &client, &telemetry);
+        let app = Arc::new(App {
+            runtime: RwLock::new(Arc::new(runtime)),
+            render: std::sync::Mutex::new(None),
+            telemetry,
+            client,
+            shutting_down: watch::channel(false).0,
+        });
+        let guard = match auth {
+            Some((users, headers)) => {
+                let probe_app = app.clone();
+                let is_open: web::auth::IsOpen = Arc::new(move |path: &str| {
+                    let runtime = probe_app.current();
+                    path == runtime.config.health.path || path == runtime.config.health.live_path
+                });
+                let guard = web::auth::Guard::new(&users, &headers, is_open).map_err(web_error)?;
+                Some(guard.counting(app.telemetry.http_requests.clone()))
+            }
+            None => None,
+        };
+        Ok(Sysport {
+            listener,
+            probes: None,
+            app,
+            limits,
+            slots,
+            tls,
+            guard,
+        })
+    }
+
+    /// The address actually bound.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// A handle for reload and shutdown.
+    pub fn handle(&self) -> Handle {
+        Handle {
+            app: self.app.clone(),
+        }
+    }
+
+    /// Serves until `shutdown` resolves (or [`Handle::shutdown`] is called), then drains:
+    /// `/health` answers 503 at once, the listener stays open for the drain delay so endpoint
+    /// controllers notice, then it closes and in-flight requests finish (bounded).
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let app = self.app.clone();
+        let mut stopping = app.shutting_down.subscribe();
+        let signal_app = app.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            signal_app.shutting_down.send_replace(true);
+        });
+        let (closed_tx, mut closed_rx) = watch::channel(false);
+        let drain_app = app.clone();
+        let drain = async move {
+            let _ = stopping.wait_for(|&s| s).await;
+            let runtime = drain_app.current();
+            runtime.readiness.begin_shutdown();
+            drain_app.telemetry.health_ready.set(0);
+            let delay = runtime.config.shutdown.drain_delay;
+            tracing::info!(drain_delay = ?delay, "shutting down: /health is 503, draining");
+            tokio::time::sleep(delay).await;
+            closed_tx.send_replace(true);
+        };
+        tokio::spawn(drain);
+        let tls = self.tls.map(|reloader| {
+            let current = reloader.subscribe();
+            tokio::spawn(reloader.run(closed_rx.clone()));
+            current
+        });
+        let main = listener::serve(
+            self.listener,
+            router(app.clone(), self.guard),
+            tls,
+            self.slots.clone(),
+            self.limits,
+            closed_rx.clone(),
+        );
+        let probes_closed = closed_rx.clone();
+        let probes = async move {
+            if let Some(probes) = self.probes {
+                let probe_router = Router::new().fallback(probes_only).with_state(app.clone());
+                listener::serve(
+                    probes,
+                    probe_router,
+                    None,
+                    self.slots,
+                    self.limits,
+                    probes_closed,
+                )
+                .await;
+            }
+        };
+        let server = async {
+            tokio::join!(main, probes);
+        };
+        let mut server = std::pin::pin!(server);
+        tokio::select! {
+            () = &mut server => return Ok(()),
+            () = listener::until_set(&mut closed_rx) => {}
+        }
+        if tokio::time::timeout(SHUTDOWN_GRACE, server).await.is_err() {
+            tracing::warn!("in-flight requests did not finish in {SHUTDOWN_GRACE:?}; exiting");
+        }
+        Ok(())
+    }
+}
+
+/// Serves `config` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    Sysport::from_listener(listener, config).run(shutdown).await
+}

@@ -1,0 +1,435 @@
+//! What a client may hold on the system port: silent, trickling and idle connections are closed
+//! on their deadlines, an oversized head gets 431, and at the connection cap a fresh probe is
+//! still answered. Under a 1024-descriptor limit (`prlimit`), 1,100 hostile connections leave
+//! `/live` answering and the upstream checks connecting; 520 partial heads of 400 KB leave peak
+//! memory small.
+//!
+//! `cargo test --test listener -- --nocapture` prints the probe latencies and peak memory.
+
+#[path = "common/mod.rs"]
+mod common;
+#[path = "faults/sidecar.rs"]
+#[allow(dead_code)]
+mod sidecar;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::http::header;
+use common::{Running, client, config, metric, upstream_config};
+use sidecar::Sidecar;
+use sysport::config::Config;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// sysport in-process with `edit` applied to the listen settings.
+async fn start(edit: impl FnOnce(&mut Config)) -> Running {
+    let mut c = config(vec![upstream_config(
+        "vllm",
+        "http://127.0.0.1:9/metrics",
+        &["vllm:"],
+    )]);
+    c.upstreams[0].required = false;
+    edit(&mut c);
+    Running::start(c).await
+}
+
+fn addr(running: &Running) -> String {
+    running.base.trim_start_matches("http://").to_string()
+}
+
+/// Waits until the server closes `tcp` (EOF or reset); the time it took, or `None` past `within`.
+async fn closed_within(tcp: &mut TcpStream, within: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at((started + within).into(), tcp.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0) | Err(_)) => return Some(started.elapsed()),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Sends one GET on `tcp` and reads the response head; the status code.
+async fn get_on(tcp: &mut TcpStream, path: &str) -> u16 {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: sysport\r\n\r\n");
+    tcp.write_all(req.as_bytes()).await.expect("write request");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    // The probe bodies are small JSON: the whole response arrives in one or two reads.
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") || !got.ends_with(b"}") {
+        let n = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut buf))
+            .await
+            .expect("an answer within 10 s")
+            .expect("read");
+        assert!(
+            n > 0,
+            "closed before the answer: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got);
+    text.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status line")
+}
+
+#[tokio::test]
+async fn a_silent_connection_is_closed_at_the_head_timeout_and_an_idle_one_is_kept() {
+    let sp = start(|c| {
+        c.listen.request_head_timeout = Duration::from_secs(1);
+        c.listen.idle_timeout = Duration::from_secs(60);
+    })
+    .await;
+    let mut silent = TcpStream::connect(addr(&sp)).await.expect("connect");
+    let mut kept = TcpStream::connect(addr(&sp)).await.expect("connect");
+    assert_eq!(get_on(&mut kept, "/live").await, 200);
+    let took = closed_within(&mut silent, Duration::from_secs(15))
+        .await
+        .expect("a connection that sends nothing is closed");
+    assert!(took >= Duration::from_millis(900), "closed after {took:?}");
+    // Well past the head timeout, the kept-alive connection still serves its next request.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(get_on(&mut kept, "/live").await, 200);
+    let (_, text) = sp.get("/metrics").await;
+    let closed = metric(&text, "dynamo_sysport_http_connections_closed_total");
+    assert!(closed.label("reason", "head_timeout").value() >= 1.0);
+    assert_eq!(
+        metric(&text, "dynamo_sysport_http_connections_closed_total")
+            .label("reason", "idle_timeout")
+            .value(),
+        0.0
+    );
+}
+
+#[tokio::test]
+async fn a_trickled_head_is_cut_off_at_the_head_timeout() {
+    let sp = start(|c| c.listen.request_head_timeout = Duration::from_secs(1)).await;
+    let mut tcp = TcpStream::connect(addr(&sp)).await.expect("connect");
+    let head =
+        b"GET /metrics HTTP/1.1\r\nHost: sysport\r\nX-Slow: abcdefghijklmnopqrstuvwxyz\r\n\r\n";
+    let started = Instant::now();
+    let mut cut = None;
+    for &byte in head {
+        if tcp.write_all(&[byte]).await.is_err() {
+            cut = Some(started.elapsed());
+            break;
+        }
+        let mut buf = [0u8; 256];
+        if let Ok(Ok(0) | Err(_)) =
+            tokio::time::timeout(Duration::from_millis(200), tcp.read(&mut buf)).await
+        {
+            cut = Some(started.elapsed());
+            break;
+        }
+    }
+    // The whole head would take some 16 s at this pace.
+    let cut = cut.expect("the connection was closed before the head was complete");
+    assert!(cut < Duration::from_secs(10), "closed only after {cut:?}");
+}
+
+#[tokio::test]
+async fn an_idle_keepalive_connection_is_closed_at_the_idle_timeout() {
+    let sp = start(|c| c.listen.idle_timeout = Duration::from_secs(1)).await;
+    let mut tcp = TcpStream::connect(addr(&sp)).await.expect("connect");
+    assert_eq!(get_on(&mut tcp, "/live").await, 200);
+    let took = closed_within(&mut tcp, Duration::from_secs(15))
+        .await
+        .expect("an idle connection is closed");
+    assert!(took >= Duration::from_millis(900), "closed after {took:?}");
+    let (_, text) = sp.get("/metrics").await;
+    assert!(
+        metric(&text, "dynamo_sysport_http_connections_closed_total")
+            .label("reason", "idle_timeout")
+            .value()
+            >= 1.0
+    );
+}
+
+#[tokio::test]
+async fn a_request_head_over_the_cap_gets_431() {
+    let sp = start(|c| c.listen.max_request_head_bytes = 2 << 10).await;
+    let big = client()
+        .get(sp.url("/live"))
+        .header("x-pad", "a".repeat(4 << 10))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(big.status().as_u16(), 431);
+    let small = client()
+        .get(sp.url("/live"))
+        .header("x-pad", "a".repeat(1 << 10))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(small.status().as_u16(), 200);
+}
+
+#[tokio::test]
+async fn at_the_connection_cap_a_fresh_probe_is_answered_and_the_longest_waiter_shed() {
+    let sp = start(|c| {
+        c.listen.max_connections = Some(8);
+        // Without shedding, the probe would wait this long in the backlog.
+        c.listen.request_head_timeout = Duration::from_secs(60);
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(TcpStream::connect(addr(&sp)).await.expect("connect"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = Instant::now();
+    let (status, _) = sp.get("/live").await;
+    assert_eq!(status, 200);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // The first connection opened, the longest waiter, was closed to make room.
+    let first = closed_within(&mut held[0], Duration::from_secs(5)).await;
+    assert!(first.is_some(), "the longest waiter is still open");
+    let (_, text) = sp.get("/metrics").await;
+    let shed = metric(&text, "dynamo_sysport_http_connections_closed_total")
+        .label("reason", "shed")
+        .value();
+    assert!(shed >= 1.0, "shed {shed}");
+    assert_eq!(
+        metric(&text, "dynamo_sysport_http_connections_limit").value(),
+        8.0
+    );
+}
+
+/// A loopback engine whose every answer closes its connection, so that each of sysport's
+/// health checks needs a new socket (a descriptor).
+async fn closing_engine() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let close = || [(header::CONNECTION, "close")];
+    let app = Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || async move {
+                (
+                    close(),
+                    "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3\n",
+                )
+            }),
+        )
+        .route(
+            "/health",
+            axum::routing::get(move || async move { (close(), "ok") }),
+        );
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (base, task)
+}
+
+/// How one attacking connection behaves.
+#[derive(Clone, Copy)]
+enum Attacker {
+    /// Sends its request head one byte a second.
+    Trickle,
+    /// Sends nothing.
+    Silent,
+    /// Sends one request, reads the answer, then keeps the connection idle.
+    Idle,
+}
+
+/// Holds one hostile connection until `until`, reconnecting a second after sysport closes it.
+async fn attack(addr: String, kind: Attacker, until: Instant) {
+    let head = b"GET /metrics HTTP/1.1\r\nHost: sysport\r\nUser-Agent: slow\r\n";
+    while Instant::now() < until {
+        let Ok(Ok(mut tcp)) =
+            tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(&addr)).await
+        else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        let mut buf = [0u8; 4096];
+        match kind {
+            Attacker::Silent => {}
+            Attacker::Idle => {
+                let _ = tcp
+                    .write_all(b"GET /live HTTP/1.1\r\nHost: sysport\r\n\r\n")
+                    .await;
+            }
+            Attacker::Trickle => {
+                for &byte in head.iter().cycle() {
+                    if Instant::now() >= until || tcp.write_all(&[byte]).await.is_err() {
+                        break;
+                    }
+                    let read = tokio::time::timeout(Duration::from_secs(1), tcp.read(&mut buf));
+                    if let Ok(Ok(0) | Err(_)) = read.await {
+                        break;
+                    }
+                }
+            }
+        }
+        // Hold the connection until sysport closes it or the attack ends.
+        loop {
+            match tokio::time::timeout_at(until.into(), tcp.read(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => break,
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_1024_descriptor_limit_1100_hostile_connections_leave_probes_and_checks_working() {
+    // This process holds the attackers' 1,100 sockets.
+    sysport::listener::fds::raise_fd_limit();
+    let (engine, _engine_task) = closing_engine().await;
+    let sp = Sidecar::launch(
+        "fd-attack",
+        |port| {
+            format!(
+                "listen: {{host: 127.0.0.1, port: {port}}}\n\
+                 health: {{interval: 250ms}}\n\
+                 shutdown: {{drain_delay: 0s}}\n\
+                 upstreams:\n  - name: vllm\n    url: {engine}/metrics\n    \
+                 health_url: {engine}/health\n    keep: [\"vllm:\"]\n    required: true\n"
+            )
+        },
+        &["prlimit", "--nofile=1024:1024"],
+    )
+    .await;
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", sp.pid())).expect("limits");
+    assert!(
+        limits
+            .lines()
+            .any(|l| l.starts_with("Max open files") && l.contains(" 1024 ")),
+        "sysport does not run under the 1024 limit:\n{limits}"
+    );
+    common::eventually(
+        Duration::from_secs(10),
+        "ready before the attack",
+        || async { sp.get("/health", &[]).await.status == 200 },
+    )
+    .await;
+
+    let addr = sp.base.trim_start_matches("http://").to_string();
+    let started = Instant::now();
+    let until = started + Duration::from_secs(20);
+    let kinds = [Attacker::Trickle, Attacker::Silent, Attacker::Idle];
+    let attackers: Vec<_> = (0..1100)
+        .map(|i| tokio::spawn(attack(addr.clone(), kinds[i % 3], until)))
+        .collect();
+
+    // A fresh connection per probe, as the kubelet makes.
+    let probe_client = reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(15))
+        .build()
+        .expect("client");
+    let probes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    while Instant::now() < until {
+        let at = started.elapsed();
+        for path in ["/live", "/health"] {
+            let t = Instant::now();
+            let status = probe_client
+                .get(format!("{}{path}", sp.base))
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+                .unwrap_or(0);
+            probes
+                .lock()
+                .expect("lock")
+                .push((at, path, status, t.elapsed()));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for a in attackers {
+        let _ = a.await;
+    }
+    let probes = probes.lock().expect("lock").clone();
+    let slowest = probes.iter().map(|p| p.3).max().unwrap_or_default();
+    println!(
+        "{} probes during the attack, slowest {slowest:?}; last live probes: {:?}",
+        probes.len(),
+        probes
+            .iter()
+            .filter(|p| p.1 == "/live")
+            .rev()
+            .take(4)
+            .map(|p| (p.0.as_secs(), p.2, p.3))
+            .collect::<Vec<_>>()
+    );
+    for (at, path, status, took) in &probes {
+        assert_eq!(
+            *status, 200,
+            "{path} at {at:?} answered {status} after {took:?}"
+        );
+    }
+    for (at, path, _, took) in probes.iter().filter(|p| p.0 >= Duration::from_secs(15)) {
+        assert!(
+            *took < Duration::from_secs(2),
+            "{path} at {at:?} took {took:?}"
+        );
+    }
+    let page = sp.get("/metrics", &[]).await;
+    let text = String::from_utf8_lossy(&page.body);
+    assert_eq!(metric(&text, "dynamo_sysport_health_ready").value(), 1.0);
+    assert_eq!(
+        metric(&text, "dynamo_sysport_upstream_scrapes_total")
+            .label("result", "connect_error")
+            .count(),
+        0,
+        "an upstream fetch failed to connect"
+    );
+    let log = sp.log();
+    assert!(
+        !log.contains("Too many open files") && !log.contains("os error 24"),
+        "sysport ran out of descriptors:\n{log}"
+    );
+    sp.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partial_heads_of_400_kb_on_520_connections_keep_peak_memory_small() {
+    sysport::listener::fds::raise_fd_limit();
+    let sp = Sidecar::launch(
+        "partial-heads",
+        |port| {
+            format!(
+                "listen: {{host: 127.0.0.1, port: {port}}}\n\
+                 health: {{interval: 1h}}\n\
+                 shutdown: {{drain_delay: 0s}}\n\
+                 upstreams:\n  - {{name: vllm, url: \"http://127.0.0.1:9/metrics\", required: false}}\n"
+            )
+        },
+        &[],
+    )
+    .await;
+    let addr = sp.base.trim_start_matches("http://").to_string();
+    // Just under hyper's own 400 KiB buffer cap, so that without a head cap none gets 431.
+    let mut head = b"GET /metrics HTTP/1.1\r\nHost: sysport\r\nX-Pad: ".to_vec();
+    head.resize(400_000, b'a');
+    let head = Arc::new(head);
+    let conns: Vec<_> = (0..520)
+        .map(|_| {
+            let (addr, head) = (addr.clone(), head.clone());
+            tokio::spawn(async move {
+                let Ok(mut tcp) = TcpStream::connect(&addr).await else {
+                    return;
+                };
+                let _ = tokio::time::timeout(Duration::from_secs(20), tcp.write_all(&head)).await;
+                // Hold what was sent until sysport closes the connection.
+                let _ = closed_within(&mut tcp, Duration::from_secs(5)).await;
+            })
+        })
+        .collect();
+    for c in conns {
+        let _ = c.await;
+    }
+    assert_eq!(sp.get("/live", &[]).await.status, 200);
+    let hwm_kib = sp.vm_hwm_kib();
+    println!("peak RSS with 520 partial 400 KB heads: {} KiB", hwm_kib);
+    assert!(hwm_kib < 64 << 10, "peak RSS {hwm_kib} KiB");
+    sp.stop().await;
+}
