@@ -2,19 +2,23 @@
 //!
 //! Layout:
 //! - [`config`]: YAML file + `DYN_SYSTEM_*` environment + CLI flags → one validated `Config`.
+//! - [`engine`]: what sysport knows about each inference engine (presets).
 //! - [`expfmt`]: the exposition format, pure and I/O-free: lexer, filter, merge, writers.
 //! - [`scrape`]: fetches upstreams concurrently, single-flight, with limits and timeouts.
 //! - [`health`]: background checks and the readiness state.
 //! - [`telemetry`]: sysport's own `dynamo_sysport_*` metrics.
 //! - [`parts`]: a response body of shared byte runs.
 //! - [`server`]: the HTTP routes, graceful shutdown, and [`server::serve`] for tests on port 0.
+//! - [`views`]: pages at `/metrics/<name>` computed from the upstreams' families (`router`).
 //! - [`demo`]: simulated vLLM and LMCache upstreams for `sysport demo`.
 
 pub mod config;
 pub mod demo;
+pub mod engine;
 pub mod expfmt;
 pub mod health;
 pub mod parts;
 pub mod scrape;
 pub mod server;
 pub mod telemetry;
+pub mod views;
