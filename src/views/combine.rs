@@ -22,7 +22,7 @@ pub(super) struct Labels<'a> {
 #[derive(Debug, Clone)]
 pub(super) struct Series<'a> {
     pub(super) tail: &'a [u8],
-    pub(super) pairs: Vec<(&'a [u8], &'a [u8])>,
+    pub(super) pairs: Vec<Pair<'a>>,
     value: Value<'a>,
     /// The sample of a series that passes as it is (`Op::Pass`: its timestamp goes along).
     pub(super) sample: Option<&'a crate::expfmt::Sample>,
@@ -62,7 +62,7 @@ pub(super) fn combine<'a>(
     let family_len = base.len() + suffix.len();
     let mut copies = Grouping::default();
     for s in exp.samples(family) {
-        let pairs: Vec<(&[u8], &[u8])> = exp.label_pairs(s).collect();
+        let pairs: Vec<Pair<'_>> = exp.label_pairs(s).collect();
         let picked = select.iter().all(|(k, v)| {
             pairs
                 .iter()
@@ -107,11 +107,15 @@ pub(super) fn combine<'a>(
     ranks.out
 }
 
+/// A label name and its escaped value.
+type Pair<'a> = (&'a [u8], &'a [u8]);
+
 /// Series being grouped by name and remaining labels, in order of first appearance.
 #[derive(Default)]
 struct Grouping<'a> {
     out: Vec<Series<'a>>,
-    index: HashMap<(&'a [u8], Vec<(&'a [u8], &'a [u8])>), usize>,
+    /// Name tail and sorted labels → index into `out`.
+    index: HashMap<(&'a [u8], Vec<Pair<'a>>), usize>,
 }
 
 impl<'a> Grouping<'a> {
