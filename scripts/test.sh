@@ -3,6 +3,7 @@
 # promtool and prometheus_client, the end-to-end suite with a real Prometheus, the fault and soak
 # suite, and the deployment checks. Installs what it needs when missing:
 #   - Debian's `prometheus` package (prometheus + promtool)
+#   - Debian's golang-go and golang-github-prometheus-common-dev (the endpoint-picker client)
 #   - a Python venv at .venv with prometheus-client (and the deploy linters)
 # Usage: scripts/test.sh            (from anywhere; CI runs it through .ci/run)
 set -euo pipefail
@@ -32,6 +33,12 @@ ensure_tools() {
     apt-get install -y -qq prometheus >/dev/null
     # The package starts a system service where an init system runs; the tests start their own.
     (systemctl stop prometheus prometheus-node-exporter 2>/dev/null || true)
+  fi
+  if ! command -v go >/dev/null || [ ! -d /usr/share/gocode/src/github.com/prometheus/common/expfmt ]; then
+    echo "installing Debian's golang-go and golang-github-prometheus-common-dev (the picker suite)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq golang-go golang-github-prometheus-common-dev >/dev/null
   fi
   if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
