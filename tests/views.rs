@@ -525,3 +525,32 @@ vllm:gpu_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.5
         0.0
     );
 }
+
+#[tokio::test]
+async fn every_read_of_a_new_fetch_gets_a_new_rendering() {
+    let page = |v: u32| {
+        format!(
+            "# TYPE vllm:num_requests_waiting gauge\n\
+             vllm:num_requests_waiting{{engine=\"0\"}} {v}\n\
+             vllm:num_requests_waiting{{engine=\"1\"}} 1\n"
+        )
+    };
+    let up = Upstream::start(Reply::text(page(1))).await;
+    let sp = Running::start(config(vec![upstream_config(
+        "vllm",
+        &up.metrics_url(),
+        &["vllm:"],
+    )]))
+    .await;
+    for v in [1, 5, 5, 9] {
+        up.set(Reply::text(page(v)));
+        for _ in 0..2 {
+            let body = router(&sp).await;
+            assert_eq!(
+                metric(&body, "vllm:num_requests_waiting").value(),
+                f64::from(v + 1),
+                "{body}"
+            );
+        }
+    }
+}

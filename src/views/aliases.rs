@@ -37,7 +37,11 @@ pub fn aliases(scraper: &Scraper, which: &[usize], scraped: &[Scraped]) -> Alias
 
 /// Writes the families of `exp` that `preset` renamed under their other name, for each rename
 /// of which the page has one side only; returns the number of series written.
-pub(super) fn write_aliases(exp: &Exposition, preset: &crate::engine::Preset, out: &mut Vec<u8>) -> u64 {
+pub(super) fn write_aliases(
+    exp: &Exposition,
+    preset: &crate::engine::Preset,
+    out: &mut Vec<u8>,
+) -> u64 {
     let text_name = |f: &crate::expfmt::Family| {
         let (base, suffix) = exp.family_name(f);
         String::from_utf8_lossy(&[base, suffix].concat()).into_owned()

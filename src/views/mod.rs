@@ -38,6 +38,18 @@ pub const ROUTER: &str = "router";
 #[derive(Debug)]
 pub struct Views {
     views: Vec<View>,
+    /// The last rendering of each view and format, with the fetches it came from: pickers
+    /// read far more often than the engine is fetched (`min_interval`), and every read of one
+    /// fetch gets the same bytes.
+    last: std::sync::Mutex<Vec<Rendered>>,
+}
+
+#[derive(Debug)]
+struct Rendered {
+    view: usize,
+    openmetrics: bool,
+    generations: Vec<u64>,
+    body: Bytes,
 }
 
 #[derive(Debug)]
@@ -109,7 +121,10 @@ impl Views {
                 aggregate: v.aggregate.clone(),
             });
         }
-        Views { views }
+        Views {
+            views,
+            last: std::sync::Mutex::new(Vec::new()),
+        }
     }
 
     /// The view served at `/metrics/<name>`.
@@ -151,8 +166,40 @@ impl Views {
     }
 
     /// View `v` of one scrape of the upstreams `which` (text 0.0.4, or OpenMetrics with its
-    /// `# EOF`), and how many series OpenMetrics could not express.
+    /// `# EOF`), and how many series OpenMetrics could not express (counted once per fetch).
     pub fn render(
+        &self,
+        v: usize,
+        scraper: &Scraper,
+        which: &[usize],
+        scraped: &[Scraped],
+        openmetrics: bool,
+    ) -> (Bytes, u64) {
+        let generations: Vec<u64> = scraped.iter().map(|s| s.generation).collect();
+        let mut last = self.last.lock().expect("view cache lock");
+        let slot = last
+            .iter()
+            .position(|r| r.view == v && r.openmetrics == openmetrics);
+        if let Some(i) = slot
+            && last[i].generations == generations
+        {
+            return (last[i].body.clone(), 0);
+        }
+        let (body, dropped) = self.compute(v, scraper, which, scraped, openmetrics);
+        let rendered = Rendered {
+            view: v,
+            openmetrics,
+            generations,
+            body: body.clone(),
+        };
+        match slot {
+            Some(i) => last[i] = rendered,
+            None => last.push(rendered),
+        }
+        (body, dropped)
+    }
+
+    fn compute(
         &self,
         v: usize,
         scraper: &Scraper,
