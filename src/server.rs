@@ -479,11 +479,6 @@ async fn metrics(
     } else {
         Bytes::new()
     };
-    let content_type = if openmetrics {
-        expfmt::OPENMETRICS_CONTENT_TYPE
-    } else {
-        TEXT_CONTENT_TYPE
-    };
     let len = engines.iter().map(Bytes::len).sum::<usize>() + own.len();
     let body = if len < SINGLE_WRITE_BYTES {
         let mut all = Vec::with_capacity(len);
@@ -496,7 +491,7 @@ async fn metrics(
     };
     let mut r = Response::new(body);
     r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        .insert(header::CONTENT_TYPE, content_type(openmetrics));
     set_age(r.headers_mut(), &scraped, started, now);
     app.telemetry
         .render_duration
@@ -525,19 +520,22 @@ async fn view(
         .render(v, scraper, &which, &scraped, openmetrics);
     app.telemetry.openmetrics_dropped.inc_by(dropped);
     let mut r = Response::new(Body::from(body));
-    let content_type = if openmetrics {
-        expfmt::OPENMETRICS_CONTENT_TYPE
-    } else {
-        TEXT_CONTENT_TYPE
-    };
     r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        .insert(header::CONTENT_TYPE, content_type(openmetrics));
     set_age(r.headers_mut(), &scraped, started, Instant::now());
     app.telemetry
         .render_duration
         .with_label_values(&["view"])
         .observe(rendering.elapsed().as_secs_f64());
     r
+}
+
+fn content_type(openmetrics: bool) -> HeaderValue {
+    HeaderValue::from_static(if openmetrics {
+        expfmt::OPENMETRICS_CONTENT_TYPE
+    } else {
+        TEXT_CONTENT_TYPE
+    })
 }
 
 /// `Sysport-Age`: the age of the oldest upstream data in the response, in seconds with
