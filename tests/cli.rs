@@ -192,7 +192,7 @@ async fn sigterm_drains_and_exits_zero_and_sighup_reloads() {
     })
     .await;
     // An invalid one is refused and the running configuration keeps serving.
-    std::fs::write(&path, "upstreams: [ { name: x } ]\n").expect("rewrite");
+    std::fs::write(&path, "upstreams: [ { name: x, engine: tgi } ]\n").expect("rewrite");
     signal(&child, "-HUP");
     eventually(Duration::from_secs(5), "refusal counted", || {
         let metrics = metrics.clone();
