@@ -5,8 +5,9 @@
 # 20 simulated inference-gateway endpoint pickers (one GET every 50 ms each) plus one
 # Prometheus-like full scrape every 5 s, against (a) a prometheus_client engine endpoint rendering
 # the medium fixture registry per request on one thread (bench/gateway/engine.py), (b) sysport with
-# min_interval 25ms in front of it, readers asking for four families with ?name=, (b') the same
-# sysport with readers reading the full page, and (c) a control: (b) with a static copy of the
+# min_interval 25ms in front of it, readers asking for four families with ?name=, (r) the same
+# sysport with readers reading /metrics/router (issue 15: the path pickers are configured with),
+# (b') the same sysport with readers reading the full page, and (c) a control: (b) with a static copy of the
 # engine's page as sysport's upstream. Everything listens on 127.0.0.1; every run is bounded:
 # 60 s per scenario, about 4.5 minutes in all once built (plus ~1 min for a release build).
 #
@@ -17,7 +18,8 @@
 # Usage: bash bench/gateway.sh [OUT_DIR]     (default bench/out/gateway; results.md, results.json)
 #        SYSPORT_BENCH_QUICK=1 bash bench/gateway.sh   (5 s per scenario: a smoke test)
 # Knobs: SYSPORT_GATEWAY_SECONDS (per scenario), SYSPORT_GATEWAY_MIN_INTERVAL (default 25ms),
-#        SYSPORT_GATEWAY_FULL=0 (skip (b')), SYSPORT_GATEWAY_CONTROL=0 (skip the control (c)).
+#        SYSPORT_GATEWAY_FULL=0 (skip (b')), SYSPORT_GATEWAY_CONTROL=0 (skip the control (c)),
+#        SYSPORT_GATEWAY_SCENARIOS=r (only those scenarios, comma-separated; default all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

@@ -236,6 +236,55 @@ example_config_parses() {
 }
 check "config/sysport.example.yaml parses as YAML" example_config_parses
 
+endpoint_picker_patch() {
+    "$PY" - "$KDIR" deploy/gateway/endpoint-picker-patch.yaml <<'EOF'
+import os, sys, yaml
+d, patch_file = sys.argv[1], sys.argv[2]
+docs = {}
+for name in os.listdir(d):
+    if name.endswith(".yaml"):
+        for doc in yaml.safe_load_all(open(os.path.join(d, name))):
+            if doc:
+                docs[doc["kind"]] = doc
+spec = docs["Deployment"]["spec"]["template"]["spec"]
+sidecar = next(c for c in spec["containers"] if c["name"] == "sysport")
+system = {p["name"]: p["containerPort"] for p in sidecar["ports"]}["system"]
+cfg = yaml.safe_load(docs["ConfigMap"]["data"]["config.yaml"])
+views = {"router"} | {v["name"] for v in cfg.get("views") or []}
+args = {}
+for op in yaml.safe_load(open(patch_file)):
+    if op.get("op") != "add" or not op.get("path", "").endswith("/args/-"):
+        print(f"unexpected patch operation {op}")
+        sys.exit(1)
+    flag, _, value = op["value"].partition("=")
+    args[flag] = value
+errors = []
+if args.get("--model-server-metrics-port") != str(system):
+    errors.append(f"--model-server-metrics-port must be sysport's system port {system}")
+path = args.get("--model-server-metrics-path", "")
+if "?" in path or not path.startswith("/metrics/") or path[len("/metrics/"):] not in views:
+    errors.append(f"--model-server-metrics-path {path!r} is not a view the ConfigMap serves ({views})")
+for e in errors:
+    print(e)
+sys.exit(1 if errors else 0)
+EOF
+}
+check "deploy/gateway: the endpoint picker reads a served view on sysport's port" endpoint_picker_patch
+
+# The configurations as sysport itself loads them, when the binary is at hand (scripts/test.sh
+# exports SYSPORT_BIN).
+sysport_loads_configs() {
+    "$PY" -c 'import sys, yaml; d = [x for x in yaml.safe_load_all(open(sys.argv[1])) if x]; open(sys.argv[2], "w").write(d[0]["data"]["config.yaml"])' \
+        "$KDIR/configmap.yaml" "$TMP/configmap.yaml"
+    POD_NAME=worker-0 POD_NAMESPACE=ns "$SYSPORT_BIN" check-config --config "$TMP/configmap.yaml" >/dev/null &&
+        "$SYSPORT_BIN" check-config --config config/sysport.example.yaml >/dev/null
+}
+if [[ -x "${SYSPORT_BIN:-}" ]]; then
+    check "sysport check-config accepts the ConfigMap's and the example configuration" sysport_loads_configs
+else
+    printf 'skip  sysport check-config (SYSPORT_BIN not set)\n'
+fi
+
 # ---- Dockerfile ----------------------------------------------------------------------------
 # .hadolint.yaml (repository root) is picked up automatically.
 check "hadolint Dockerfile" "$VENV/bin/hadolint" --no-color Dockerfile

@@ -5,6 +5,7 @@
 #   - Debian's `prometheus` package (prometheus + promtool)
 #   - openssl (the TLS tests make their certificates with it) and prlimit (util-linux: the
 #     listener tests run sysport under a 1024-descriptor limit)
+#   - Debian's golang-go and golang-github-prometheus-common-dev (the endpoint-picker client)
 #   - a Python venv at .venv with prometheus-client (and the deploy linters)
 # Usage: scripts/test.sh            (from anywhere; CI runs it through .ci/run)
 set -euo pipefail
@@ -38,6 +39,10 @@ ensure_tools() {
   local missing=()
   command -v openssl >/dev/null || missing+=(openssl)
   command -v prlimit >/dev/null || missing+=(util-linux)
+  # The endpoint-picker client: Go and prometheus/common's sources for GOPATH mode.
+  command -v go >/dev/null || missing+=(golang-go)
+  [ -d /usr/share/gocode/src/github.com/prometheus/common/expfmt ] \
+    || missing+=(golang-github-prometheus-common-dev)
   if [ "${#missing[@]}" -gt 0 ]; then
     echo "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive

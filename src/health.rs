@@ -221,13 +221,13 @@ mod tests {
 
     fn upstream(name: &str, required: bool) -> UpstreamConfig {
         UpstreamConfig {
-            name: name.into(),
-            url: Url::parse("http://127.0.0.1:1/metrics").expect("valid"),
             keep: vec!["vllm:".into()],
             timeout: Duration::from_secs(1),
-            health_url: None,
             required,
-            min_interval: Duration::ZERO,
+            ..UpstreamConfig::new(
+                name,
+                Url::parse("http://127.0.0.1:1/metrics").expect("valid"),
+            )
         }
     }
 

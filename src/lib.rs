@@ -2,6 +2,7 @@
 //!
 //! Layout:
 //! - [`config`]: YAML file + `DYN_SYSTEM_*` environment + CLI flags → one validated `Config`.
+//! - [`engine`]: what sysport knows about each inference engine (presets).
 //! - [`expfmt`]: the exposition format, pure and I/O-free: lexer, filter, merge, writers.
 //! - [`scrape`]: fetches upstreams concurrently, single-flight, with limits and timeouts.
 //! - [`health`]: background checks and the readiness state.
@@ -11,10 +12,12 @@
 //!   cap, the open-file budget.
 //! - [`server`]: the HTTP routes, graceful shutdown, and [`server::serve`] for tests on port 0.
 //! - [`web`]: TLS, client certificates and basic auth from an exporter-toolkit web config.
+//! - [`views`]: pages at `/metrics/<name>` computed from the upstreams' families (`router`).
 //! - [`demo`]: simulated vLLM and LMCache upstreams for `sysport demo`.
 
 pub mod config;
 pub mod demo;
+pub mod engine;
 pub mod expfmt;
 pub mod health;
 pub mod listener;
@@ -23,3 +26,4 @@ pub mod scrape;
 pub mod server;
 pub mod telemetry;
 pub mod web;
+pub mod views;

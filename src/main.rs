@@ -244,7 +244,10 @@ async fn demo(host: IpAddr, port: u16) -> ExitCode {
     println!("  readiness: http://{addr}/health");
     println!("  liveness:  http://{addr}/live");
     println!(
-        "  a gateway-style read: http://{addr}/metrics?name=vllm:num_requests_waiting&name=vllm:kv_cache_usage_perc"
+        "  for endpoint pickers (two data-parallel engines, combined): http://{addr}/metrics/router"
+    );
+    println!(
+        "  a selective read: http://{addr}/metrics?name=vllm:num_requests_waiting&name=vllm:kv_cache_usage_perc"
     );
     println!("Ctrl-C stops it.");
     let handle = sysport.handle();
@@ -270,13 +273,10 @@ fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) 
     let upstream =
         |name: &str, metrics: String, keep: &str, health: Option<String>, required: bool| {
             UpstreamConfig {
-                name: name.to_string(),
-                url: url(metrics),
                 keep: vec![keep.to_string()],
-                timeout: Duration::from_secs(2),
                 health_url: health.map(url),
                 required,
-                min_interval: Duration::ZERO,
+                ..UpstreamConfig::new(name, url(metrics))
             }
         };
     Config {
@@ -312,6 +312,7 @@ fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) 
         shutdown: ShutdownConfig {
             drain_delay: Duration::ZERO,
         },
+        views: Vec::new(),
         source: None,
     }
 }

@@ -27,6 +27,7 @@ use crate::web;
 mod start;
 
 pub use start::{BindError, Sysport, serve};
+use crate::views::{self, Views};
 
 /// Below this, a response is copied into one buffer and sent in one write; above it, its runs
 /// (mostly the upstream bodies themselves) are written as they are.
@@ -39,6 +40,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 struct Runtime {
     config: Config,
     scraper: Arc<Scraper>,
+    views: Views,
     readiness: Arc<Readiness>,
     stop_checks: watch::Sender<bool>,
 }
@@ -58,6 +60,7 @@ impl Runtime {
             stop,
         ));
         Runtime {
+            views: Views::new(&config),
             config,
             scraper,
             readiness,
@@ -196,6 +199,8 @@ async fn probes_only(State(app): State<Arc<App>>, req: Request) -> Response {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Route {
     Metrics,
+    /// `/metrics/<name>`: a view.
+    View(usize),
     Health,
     Live,
 }
@@ -211,12 +216,15 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
     } else if path == runtime.config.health.live_path {
         Some(Route::Live)
     } else {
-        None
+        path.strip_prefix("/metrics/")
+            .and_then(|name| runtime.views.find(name))
+            .map(Route::View)
     };
     // Any query on /metrics is an attempt at a selective read, well-formed or not.
     let read = match (route, req.uri().query()) {
         (Some(Route::Metrics), Some(q)) if !q.is_empty() => "selective",
         (Some(Route::Metrics), _) => "full",
+        (Some(Route::View(_)), _) => "view",
         _ => "",
     };
     let response = match route {
@@ -233,9 +241,15 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
             Ok(names) => metrics(&app, &runtime, names, read, req.headers(), started).await,
             Err(msg) => (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response(),
         },
+        Some(Route::View(v)) => view(&app, &runtime, v, req.headers(), started).await,
     };
+    let view_path;
     let path_label = match route {
         Some(Route::Metrics) => "/metrics",
+        Some(Route::View(v)) => {
+            view_path = format!("/metrics/{}", runtime.views.name(v));
+            view_path.as_str()
+        }
         Some(Route::Health) => runtime.config.health.path.as_str(),
         Some(Route::Live) => runtime.config.health.live_path.as_str(),
         None => "other",
@@ -244,7 +258,7 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
     t.http_requests
         .with_label_values(&[path_label, response.status().as_str(), read])
         .inc();
-    if route == Some(Route::Metrics) {
+    if matches!(route, Some(Route::Metrics | Route::View(_))) {
         t.metrics_duration
             .with_label_values(&[read])
             .observe(started.elapsed().as_secs_f64());
@@ -382,12 +396,6 @@ async fn metrics(
         }
     };
     let now = Instant::now();
-    // The age of the oldest data in this response.
-    let age = scraped
-        .iter()
-        .filter(|s| s.result.is_ok())
-        .map(|s| (now.saturating_duration_since(s.at), s.at < started))
-        .max();
     // Rendered after the engine merge, so the series counts it sets are this scrape's.
     let own = if wants_own(name_refs.as_deref()) {
         set_fetch_ages(app, runtime, &which, &scraped, now);
@@ -396,11 +404,6 @@ async fn metrics(
         Bytes::from_static(expfmt::OPENMETRICS_EOF)
     } else {
         Bytes::new()
-    };
-    let content_type = if openmetrics {
-        expfmt::OPENMETRICS_CONTENT_TYPE
-    } else {
-        TEXT_CONTENT_TYPE
     };
     let len = engines.iter().map(Bytes::len).sum::<usize>() + own.len();
     let body = if len < SINGLE_WRITE_BYTES {
@@ -413,24 +416,72 @@ async fn metrics(
         Body::new(Parts::new(engines.iter().cloned().chain([own])))
     };
     let mut r = Response::new(body);
-    let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    if let Some((age, reused)) = age {
-        // Seconds with millisecond precision, for readers that judge staleness at 50 ms scale.
-        if let Ok(v) = HeaderValue::from_str(&format!("{:.3}", age.as_secs_f64())) {
-            h.insert(SYSPORT_AGE, v);
-        }
-        // HTTP's own `Age` (whole seconds) when the data predates the request: it came from a
-        // fetch that an earlier request made (`min_interval`).
-        if reused {
-            h.insert(header::AGE, HeaderValue::from(age.as_secs()));
-        }
-    }
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, content_type(openmetrics));
+    set_age(r.headers_mut(), &scraped, started, now);
     app.telemetry
         .render_duration
         .with_label_values(&[read])
         .observe(rendering.elapsed().as_secs_f64());
     r
+}
+
+/// A view: the families it reads, fetched like a selective read (shared fetches,
+/// `min_interval`, the engine's `name[]` selection) and combined.
+async fn view(
+    app: &App,
+    runtime: &Runtime,
+    v: usize,
+    headers: &HeaderMap,
+    started: Instant,
+) -> Response {
+    let scraper = &runtime.scraper;
+    let (which, names) = runtime.views.wanted(v, |u, name| scraper.may_hold(u, name));
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let scraped = scraper.scrape(&which, Some(&names), budget(headers)).await;
+    let rendering = Instant::now();
+    let openmetrics = wants_openmetrics(headers);
+    let (body, dropped) = runtime
+        .views
+        .render(v, scraper, &which, &scraped, openmetrics);
+    app.telemetry.openmetrics_dropped.inc_by(dropped);
+    let mut r = Response::new(Body::from(body));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, content_type(openmetrics));
+    set_age(r.headers_mut(), &scraped, started, Instant::now());
+    app.telemetry
+        .render_duration
+        .with_label_values(&["view"])
+        .observe(rendering.elapsed().as_secs_f64());
+    r
+}
+
+fn content_type(openmetrics: bool) -> HeaderValue {
+    HeaderValue::from_static(if openmetrics {
+        expfmt::OPENMETRICS_CONTENT_TYPE
+    } else {
+        TEXT_CONTENT_TYPE
+    })
+}
+
+/// `Sysport-Age`: the age of the oldest upstream data in the response, in seconds with
+/// millisecond precision (readers judge staleness at 50 ms scale); and HTTP's own `Age`
+/// (whole seconds) when that data predates the request: it came from a fetch that an earlier
+/// request made (`min_interval`).
+fn set_age(h: &mut HeaderMap, scraped: &[Scraped], started: Instant, now: Instant) {
+    let age = scraped
+        .iter()
+        .filter(|s| s.result.is_ok())
+        .map(|s| (now.saturating_duration_since(s.at), s.at < started))
+        .max();
+    if let Some((age, reused)) = age {
+        if let Ok(v) = HeaderValue::from_str(&format!("{:.3}", age.as_secs_f64())) {
+            h.insert(SYSPORT_AGE, v);
+        }
+        if reused {
+            h.insert(header::AGE, HeaderValue::from(age.as_secs()));
+        }
+    }
 }
 
 /// `names` and the text-format families that OpenMetrics folds into them (`x_created` into the
@@ -517,9 +568,16 @@ fn render_engines(
     names: Option<&[&str]>,
     openmetrics: bool,
 ) -> Arc<[Bytes]> {
+    // Renamed families under their other names (`aliases: true`) go after every upstream's
+    // own, so the per-upstream counts below stay in step with the upstreams.
+    let aliases = match names {
+        None => views::aliases(&runtime.scraper, which, scraped),
+        Some(_) => views::Aliases::default(),
+    };
     let engines: Vec<&expfmt::Exposition> = scraped
         .iter()
         .filter_map(|s| s.result.as_ref().ok().map(|e| &**e))
+        .chain(&aliases.expositions)
         .collect();
     let merged = expfmt::merge(
         &engines,
@@ -542,6 +600,10 @@ fn render_engines(
             t.set_series(name, "kept", stats.kept);
             t.set_series(name, "conflict", stats.conflict);
             t.set_series(name, "duplicate", stats.duplicate);
+        }
+        for (i, added) in aliases.counts {
+            app.telemetry
+                .set_series(&upstreams[i].name, "aliased", added);
         }
     }
     if openmetrics {
@@ -588,13 +650,7 @@ fn read_back_own(
     let keep = [String::from_utf8_lossy(expfmt::RESERVED_PREFIX).into_owned()];
     let opts = ParseOptions {
         keep: &keep,
-        limits: ParseLimits {
-            max_line_bytes: 1 << 20,
-            max_series: 1 << 20,
-            max_families: 1 << 20,
-            max_labels: 64,
-            max_label_value_bytes: 1 << 20,
-        },
+        limits: ParseLimits::DERIVED,
         added_labels: &[],
         hasher,
         allow_reserved: true,

@@ -226,7 +226,7 @@ async fn sigterm_drains_and_exits_zero_and_sighup_reloads() {
     })
     .await;
     // An invalid one is refused and the running configuration keeps serving.
-    std::fs::write(&path, "upstreams: [ { name: x } ]\n").expect("rewrite");
+    std::fs::write(&path, "upstreams: [ { name: x, engine: tgi } ]\n").expect("rewrite");
     signal(&child, "-HUP");
     eventually(Duration::from_secs(5), "refusal counted", || {
         let metrics = metrics.clone();
@@ -252,4 +252,61 @@ async fn sigterm_drains_and_exits_zero_and_sighup_reloads() {
         "the refusal names the file: {log}"
     );
     assert!(log.contains("shutting down"), "{log}");
+}
+
+#[tokio::test]
+async fn demo_serves_the_router_view_of_its_two_data_parallel_engines() {
+    let port = free_port();
+    let mut child = Command::new(BIN)
+        .args(["demo", "--port", &port.to_string(), "--host", "127.0.0.1"])
+        .env("SYSPORT_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sysport demo starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut printed = Vec::new();
+    while let Some(Ok(line)) = lines.next() {
+        let done = line.starts_with("Ctrl-C");
+        printed.push(line);
+        if done || printed.len() > 20 {
+            break;
+        }
+    }
+    let url_in = |marker: &str| {
+        printed
+            .iter()
+            .find(|l| l.contains(marker))
+            .and_then(|l| l.split_whitespace().find(|w| w.starts_with("http://")))
+            .map(|u| u.trim_end_matches(',').to_owned())
+            .unwrap_or_else(|| panic!("no {marker} URL in {printed:#?}"))
+    };
+    let router = url_in("/metrics/router");
+    assert_eq!(router, format!("http://127.0.0.1:{port}/metrics/router"));
+    let engine = url_in("simulated vLLM");
+    let page = get_text(&engine).await;
+    let view = get_text(&router).await;
+    signal(&child, "-TERM");
+    assert!(wait_exit(&mut child, Duration::from_secs(20)).success());
+    for e in ["0", "1"] {
+        assert_eq!(
+            metric(&page, "vllm:num_requests_waiting")
+                .label("engine", e)
+                .count(),
+            1,
+            "engine {e} in {page}"
+        );
+    }
+    assert_eq!(
+        metric(&view, "vllm:num_requests_waiting").count(),
+        1,
+        "{view}"
+    );
+    let combined = view
+        .lines()
+        .filter(|l| l.starts_with("vllm:num_requests") || l.starts_with("vllm:kv_cache"));
+    for line in combined {
+        assert!(!line.contains("engine=\""), "ranks combined: {line}");
+    }
+    assert_eq!(metric(&view, "vllm:gpu_cache_usage_perc").count(), 1);
 }

@@ -9,6 +9,8 @@ Prometheus-like full scrape every 5 s. Against:
        fixture registry per request on one thread): readers GET its full /metrics page
   (b)  sysport (min_interval 25ms) in front of that engine: readers GET
        /metrics?name=<the four families the picker reads>; the 5 s scrape GETs /metrics
+  (r)  the same sysport, readers GET /metrics/router, the path pickers are configured with
+       (issue 15): the engine's four data-parallel ranks combined
   (b') the same sysport, readers GET the full /metrics page (pickers left unchanged)
   (c)  control: as (b), but sysport's upstream is static-serve (bench/load/driver) answering with
        the engine's page bytes: sysport's own latency on this machine without the engine's
@@ -21,7 +23,8 @@ failures, skipped ticks, Sysport-Age.
 
 Environment: SYSPORT_BENCH_QUICK=1 (5 s per scenario), SYSPORT_GATEWAY_SECONDS (run length),
 SYSPORT_GATEWAY_MIN_INTERVAL (default 25ms), SYSPORT_GATEWAY_FULL=0 (skip (b')),
-SYSPORT_GATEWAY_CONTROL=0 (skip (c)),
+SYSPORT_GATEWAY_CONTROL=0 (skip (c)), SYSPORT_GATEWAY_SCENARIOS (the labels to run, comma-separated,
+default a,b,r,b',c),
 SYSPORT_GATEWAY_PIDFILE (where the pids of started processes are listed, for the caller's trap).
 """
 import json
@@ -50,12 +53,14 @@ MIN_INTERVAL = os.environ.get("SYSPORT_GATEWAY_MIN_INTERVAL", "25ms")
 FULL = os.environ.get("SYSPORT_GATEWAY_FULL", "1") != "0"
 CONTROL = os.environ.get("SYSPORT_GATEWAY_CONTROL", "1") != "0"
 PIDFILE = os.environ.get("SYSPORT_GATEWAY_PIDFILE")
+SCENARIOS = set(os.environ.get("SYSPORT_GATEWAY_SCENARIOS", "a,b,r,b',c").split(","))
 READERS = 20
 PERIOD_MS = 50
 SCRAPE_PERIOD_MS = 5000
 FAMILIES = ["vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:lora_requests_info",
             "vllm:cache_config_info"]
 SELECTIVE = "/metrics?" + "&".join(f"name={f.replace(':', '%3A')}" for f in FAMILIES)
+ROUTER = "/metrics/router"
 EXPECT = "vllm:num_requests_waiting"
 SETTLE_S = 2.0  # idle pause before each measured window
 
@@ -240,24 +245,31 @@ def main():
         wait_http(engine_url)
         log(f"engine: pid {engine.pid}, {results['engine_page_bytes']} bytes per /metrics page")
         runs = results["scenarios"]
-        runs.append(scenario("a", "readers -> engine, full page", engine_url, engine_url,
-                             {"engine": engine}, out_dir, engine_port=engine_port))
+        if "a" in SCENARIOS:
+            runs.append(scenario("a", "readers -> engine, full page", engine_url, engine_url,
+                                 {"engine": engine}, out_dir, engine_port=engine_port))
         sysport, sp_port = start_sysport("sysport", engine_port, out_dir)
         procs.append(sysport)
         base = f"http://127.0.0.1:{sp_port}"
         both = {"engine": engine, "sysport": sysport}
-        runs.append(scenario("b", f"readers -> sysport ?name= (min_interval {MIN_INTERVAL})",
-                             base + SELECTIVE, base + "/metrics", both, out_dir,
-                             engine_port=engine_port, sysport_port=sp_port))
+        if "b" in SCENARIOS:
+            runs.append(scenario("b", f"readers -> sysport ?name= (min_interval {MIN_INTERVAL})",
+                                 base + SELECTIVE, base + "/metrics", both, out_dir,
+                                 engine_port=engine_port, sysport_port=sp_port))
+        if "r" in SCENARIOS:
+            runs.append(scenario("r", f"readers -> sysport {ROUTER} (min_interval {MIN_INTERVAL})",
+                                 base + ROUTER, base + "/metrics", both, out_dir,
+                                 engine_port=engine_port, sysport_port=sp_port))
+            results["sysport_router_bytes"] = len(get(base + ROUTER)[1])
         # Sizes of what the readers get from sysport, for the report.
         results["sysport_selective_bytes"] = len(get(base + SELECTIVE)[1])
         results["sysport_full_bytes"] = len(get(base + "/metrics")[1])
-        if FULL:
+        if FULL and "b'" in SCENARIOS:
             runs.append(scenario("b'", f"readers -> sysport full page (min_interval {MIN_INTERVAL})",
                                  base + "/metrics", base + "/metrics", both, out_dir,
                                  engine_port=engine_port, sysport_port=sp_port))
         sysport.stop()
-        if CONTROL:
+        if CONTROL and "c" in SCENARIOS:
             # The engine's page as static bytes: sysport's own latency floor on this machine,
             # without the engine's Python thread competing for the two cores.
             page = os.path.join(out_dir, "engine-page.prom")
@@ -310,7 +322,8 @@ def render(res):
         f"{res['scrape_period_ms'] / 1000:g} s; {res['seconds_per_scenario']:g} s per scenario; "
         f"engine page {res['engine_page_bytes']} bytes (medium fixture registry); sysport "
         f"min_interval {res['min_interval']}; selective read = {len(res['families'])} families, "
-        f"{res.get('sysport_selective_bytes', 0)} bytes; sysport full page "
+        f"{res.get('sysport_selective_bytes', 0)} bytes; {ROUTER} "
+        f"{res.get('sysport_router_bytes', 0)} bytes; sysport full page "
         f"{res.get('sysport_full_bytes', 0)} bytes",
         "",
     ]
@@ -408,11 +421,21 @@ def render(res):
         p99 = rd(b)["latency_ms"]["p99"]
         checks.append((p99 is not None and p99 < 1.0,
                        f"(b) selective read p99 under 1 ms: {ms(p99)} ms"))
+    rr = runs.get("r")
+    if rr:
+        v = rr["engine_requests_per_s"]
+        checks.append((v <= 40, f"(r) engine receives at most 40 requests/s: {v:.1f}/s"))
+        inside = rr["sysport_server_time"].get("view", {"n": 0, "over_1ms": 0})
+        checks.append((inside["n"] > 0 and inside["over_1ms"] <= inside["n"] / 100,
+                       f"(r) {ROUTER} p99 inside sysport under 1 ms: {inside['over_1ms']:.0f} of "
+                       f"{inside['n']:.0f} reads over 1 ms (its own histogram)"))
+        checks.append((rd(rr)["ok"] == rd(rr)["requests"],
+                       f"(r) every read succeeds: {rd(rr)['ok']} of {rd(rr)['requests']}"))
     c = runs.get("c")
     fails = {r["label"]: rd(r)["failed"] + sc(r)["failed"] for r in res["scenarios"]}
     checks.append((sum(fails.values()) == 0,
                    "no read fails: " + ", ".join(f"({k}) {v}" for k, v in fails.items())))
-    lines.append("Targets (issue 7):")
+    lines.append("Targets (issues 7 and 15):")
     lines.append("")
     for ok, text in checks:
         lines.append(f"    {'PASS' if ok else 'FAIL'}  {text}")

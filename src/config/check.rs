@@ -5,11 +5,27 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use super::units::{parse_bytes, parse_duration};
-use super::{StartingStatus, UpstreamConfig, Url};
+use super::{Engine, StartingStatus, UpstreamConfig, Url};
 
-/// `["vllm:", "lmcache:"]`: the engine's own families, and LMCache's when it runs in-process.
-pub(super) fn default_keep() -> Vec<String> {
-    vec!["vllm:".to_owned(), "lmcache:".to_owned()]
+/// The engine's own family prefixes (vLLM: `["vllm:", "lmcache:"]`, with LMCache's families
+/// when it runs in-process).
+pub(super) fn default_keep(engine: Engine) -> Vec<String> {
+    engine
+        .preset()
+        .keep
+        .iter()
+        .map(|k| (*k).to_owned())
+        .collect()
+}
+
+pub(super) fn parse_engine(text: &str) -> Result<Engine, String> {
+    Engine::parse(text).ok_or_else(|| {
+        let known: Vec<&str> = crate::engine::PRESETS.iter().map(|p| p.name).collect();
+        format!(
+            "unknown engine {text:?}: must be one of {}",
+            known.join(", ")
+        )
+    })
 }
 
 pub(super) fn parse_flag_upstream(spec: &str) -> Result<UpstreamConfig, String> {

@@ -9,7 +9,7 @@ use serde_saphyr::Spanned;
 
 use super::check::{
     check_label_name, check_upstream_name, default_keep, nonempty_prefix, nonzero, parse_bool,
-    parse_flag_upstream, parse_ip, parse_route, parse_starting_status, parse_url,
+    parse_engine, parse_flag_upstream, parse_ip, parse_route, parse_starting_status, parse_url,
     positive_duration, request_head_size,
 };
 use super::env::{self, Env};
@@ -18,7 +18,7 @@ use super::loader::{Loader, Origin};
 use super::raw::{RawConfig, RawHealth, RawLimits, RawListen, RawUpstream, Text};
 use super::units::{parse_bytes, parse_count, parse_duration, parse_port};
 use super::web;
-use super::{Config, HealthConfig, Limits, Listen, ShutdownConfig, UpstreamConfig};
+use super::{Config, Engine, HealthConfig, Limits, Listen, ShutdownConfig, UpstreamConfig, Url};
 
 /// Command-line flags; each one, when given, wins over the environment and the file.
 #[derive(Debug, Clone, Default)]
@@ -113,6 +113,7 @@ impl Loader<'_> {
         let shutdown = drain_delay.map_or_else(ShutdownConfig::default, |(drain_delay, _)| {
             ShutdownConfig { drain_delay }
         });
+        let views = self.views(raw.views, &upstreams, &health);
 
         if !self.issues.is_empty() {
             // File problems in file order (the web configuration's after the main file's),
@@ -137,6 +138,7 @@ impl Loader<'_> {
             upstreams,
             limits,
             shutdown,
+            views,
             source: self.file,
         })
     }
@@ -383,11 +385,9 @@ impl Loader<'_> {
     ) -> Option<UpstreamConfig> {
         let field = |key: &str| format!("upstreams[{i}].{key}");
         let raw = entry.value;
-        for (key, text) in [("name", &raw.name), ("url", &raw.url)] {
-            if text.is_none() {
-                let message = format!("missing: every upstream needs a {key}");
-                self.issue(Origin::File(entry.referenced), &field(key), message);
-            }
+        if raw.name.is_none() {
+            let message = "missing: every upstream needs a name";
+            self.issue(Origin::File(entry.referenced), &field("name"), message);
         }
         let name = self.file_value(raw.name.as_ref(), &field("name"), check_upstream_name);
         if let Some((name, location)) = &name {
@@ -398,27 +398,47 @@ impl Loader<'_> {
                 first_lines.insert(name.clone(), location.line());
             }
         }
-        let url = self.file_value(raw.url.as_ref(), &field("url"), parse_url);
+        let engine = self
+            .file_value(raw.engine.as_ref(), &field("engine"), parse_engine)
+            .map_or(Engine::Vllm, |(engine, _)| engine);
+        let preset = engine.preset();
+        let preset_url = |u: &str| Url::parse(u).expect("a preset's URLs are valid");
+        let url = match &raw.url {
+            Some(text) => self
+                .file_value(Some(text), &field("url"), parse_url)
+                .map(|(url, _)| url),
+            None => Some(preset_url(preset.metrics_url)),
+        };
         let keep = match raw.keep {
-            None => Some(default_keep()),
+            None => Some(default_keep(engine)),
             Some(keep) => self.keep(keep, &field("keep")),
         };
         let timeout = self.file_value(raw.timeout.as_ref(), &field("timeout"), positive_duration);
-        let health_url = self.file_value(raw.health_url.as_ref(), &field("health_url"), parse_url);
+        // The preset's health URL goes with its metrics URL: next to another URL it may be wrong.
+        let health_url = match (&raw.health_url, &raw.url) {
+            (Some(text), _) => self
+                .file_value(Some(text), &field("health_url"), parse_url)
+                .map(|(url, _)| url),
+            (None, None) => Some(preset_url(preset.health_url)),
+            (None, Some(_)) => None,
+        };
         let required = self.file_value(raw.required.as_ref(), &field("required"), parse_bool);
         let min_interval = self.file_value(
             raw.min_interval.as_ref(),
             &field("min_interval"),
             parse_duration,
         );
+        let aliases = self.file_value(raw.aliases.as_ref(), &field("aliases"), parse_bool);
 
-        let defaults = UpstreamConfig::new(name?.0, url?.0);
+        let defaults = UpstreamConfig::new(name?.0, url?);
         Some(UpstreamConfig {
+            engine,
             keep: keep?,
             timeout: timeout.map_or(defaults.timeout, |(timeout, _)| timeout),
-            health_url: health_url.map(|(url, _)| url),
+            health_url,
             required: required.map_or(defaults.required, |(required, _)| required),
             min_interval: min_interval.map_or(defaults.min_interval, |(interval, _)| interval),
+            aliases: aliases.is_some_and(|(aliases, _)| aliases),
             ..defaults
         })
     }

@@ -15,12 +15,14 @@
 //! labels: { worker_id: "${POD_NAME}" }
 //! upstreams:
 //!   - name: vllm
+//!     engine: vllm
 //!     url: http://127.0.0.1:8000/metrics
 //!     keep: ["vllm:"]
 //!     timeout: 2s
 //!     health_url: http://127.0.0.1:8000/health
 //!     required: true
 //!     min_interval: 0s
+//!     aliases: false
 //! limits:
 //!   max_body_bytes: 16MiB
 //!   max_line_bytes: 1MiB
@@ -29,6 +31,10 @@
 //!   max_labels: 64
 //!   max_label_value_bytes: 512KiB
 //! shutdown: { drain_delay: 5s }
+//! views:
+//!   - name: queue
+//!     families: { "vllm:num_requests_waiting": sum }
+//!     aggregate: [engine]
 //! ```
 //!
 //! [`Config`]'s `Display` renders the effective configuration in this same schema.
@@ -39,7 +45,12 @@ use std::time::Duration;
 
 pub use reqwest::Url;
 
+pub use crate::engine::Engine;
+pub use crate::views::{Op, ViewFamily};
+
 mod check;
+#[cfg(test)]
+mod engine_tests;
 mod env;
 mod error;
 mod expand;
@@ -52,6 +63,7 @@ mod render;
 mod tests;
 mod units;
 mod web;
+mod views;
 
 pub use env::{
     DYN_SYSTEM_HEALTH_PATH, DYN_SYSTEM_HOST, DYN_SYSTEM_LIVE_PATH, DYN_SYSTEM_PORT,
@@ -75,8 +87,22 @@ pub struct Config {
     pub limits: Limits,
     /// Graceful shutdown behaviour.
     pub shutdown: ShutdownConfig,
+    /// Views served at `/metrics/<name>` besides the built-in `router` (which one named
+    /// `router` replaces), in file order.
+    pub views: Vec<ViewConfig>,
     /// The file this configuration was read from, if any (used by `SIGHUP` reload).
     pub source: Option<PathBuf>,
+}
+
+/// A page at `/metrics/<name>` computed from the upstreams' families.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ViewConfig {
+    pub name: String,
+    /// In output order; each read from every upstream that has it.
+    pub families: Vec<ViewFamily>,
+    /// Labels combined with each family's operation; `None`: each upstream engine's
+    /// data-parallel rank labels.
+    pub aggregate: Option<Vec<String>>,
 }
 
 /// Where the system port listens, and what one client may hold there.
@@ -144,6 +170,9 @@ pub struct HealthConfig {
 pub struct UpstreamConfig {
     /// Unique name, used as the `upstream` label of sysport's own metrics.
     pub name: String,
+    /// The inference engine behind it (default vLLM): its preset gave the defaults, and decides
+    /// the `router` view's families and the renamed families of `aliases`.
+    pub engine: Engine,
     /// The Prometheus endpoint (http or https).
     pub url: Url,
     /// Family-name prefixes to keep; never empty.
@@ -157,6 +186,8 @@ pub struct UpstreamConfig {
     /// Reuse a fetch younger than this, and serve a slightly older one while a refresh runs
     /// (0 = always fetch), default 0.
     pub min_interval: Duration,
+    /// Also serve renamed families under their other name in the full `/metrics`, default false.
+    pub aliases: bool,
 }
 
 /// Limits applied to each upstream response.
@@ -201,11 +232,10 @@ impl Default for Config {
     /// The built-in configuration: every default, scraping vLLM at
     /// `http://127.0.0.1:8000/metrics`.
     fn default() -> Self {
-        let url = |path: &str| {
-            Url::parse(&format!("http://127.0.0.1:8000{path}")).expect("a constant, valid URL")
-        };
-        let mut vllm = UpstreamConfig::new("vllm", url("/metrics"));
-        vllm.health_url = Some(url("/health"));
+        let preset = Engine::Vllm.preset();
+        let url = |u: &str| Url::parse(u).expect("a preset's URLs are valid");
+        let mut vllm = UpstreamConfig::new("vllm", url(preset.metrics_url));
+        vllm.health_url = Some(url(preset.health_url));
         Config {
             listen: Listen::default(),
             health: HealthConfig::default(),
@@ -213,6 +243,7 @@ impl Default for Config {
             upstreams: vec![vllm],
             limits: Limits::default(),
             shutdown: ShutdownConfig::default(),
+            views: Vec::new(),
             source: None,
         }
     }
@@ -253,17 +284,19 @@ impl Default for ShutdownConfig {
 }
 
 impl UpstreamConfig {
-    /// An upstream with the defaults of `--upstream NAME=URL`: keep `vllm:` and `lmcache:`,
-    /// 2 s timeout, required, no health URL, always fetch.
+    /// An upstream with the defaults of `--upstream NAME=URL`: vLLM, keep `vllm:` and
+    /// `lmcache:`, 2 s timeout, required, no health URL, always fetch, no aliases.
     pub fn new(name: impl Into<String>, url: Url) -> Self {
         UpstreamConfig {
             name: name.into(),
+            engine: Engine::Vllm,
             url,
-            keep: check::default_keep(),
+            keep: check::default_keep(Engine::Vllm),
             timeout: Duration::from_secs(2),
             health_url: None,
             required: true,
             min_interval: Duration::ZERO,
+            aliases: false,
         }
     }
 }

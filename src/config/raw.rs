@@ -31,6 +31,9 @@ pub(crate) struct RawConfig {
     pub(crate) limits: Option<RawLimits>,
     /// Graceful shutdown.
     pub(crate) shutdown: Option<RawShutdown>,
+    /// More pages computed from the upstreams' families, each served at `/metrics/<name>`; one
+    /// named `router` replaces the built-in view for endpoint pickers.
+    pub(crate) views: Option<Spanned<Vec<Spanned<RawView>>>>,
 }
 
 /// `listen:` section.
@@ -89,22 +92,50 @@ pub(crate) struct RawHealth {
 pub(crate) struct RawUpstream {
     /// Unique name, made of `A-Z a-z 0-9 _ . -`; the `upstream` label of sysport's own metrics.
     pub(crate) name: Option<Text>,
-    /// The Prometheus endpoint, `http://` or `https://`. Several upstreams may share a URL: it
-    /// is fetched once per scrape.
+    /// The inference engine: `vllm` (default), `sglang`, `trtllm` (trtllm-serve) or `triton`
+    /// (Triton with the TensorRT-LLM backend). Its preset gives the defaults of `url`, `keep`
+    /// and `health_url`, and the families of the `router` view.
+    pub(crate) engine: Option<Text>,
+    /// The Prometheus endpoint, `http://` or `https://`; default the engine's own on
+    /// 127.0.0.1 (vLLM `:8000/metrics`, SGLang `:30000/metrics`, trtllm-serve
+    /// `:8000/prometheus/metrics`, Triton `:8002/metrics`). Several upstreams may share a URL:
+    /// it is fetched once per scrape.
     pub(crate) url: Option<Text>,
-    /// Family-name prefixes to keep, default `["vllm:", "lmcache:"]`; not empty.
+    /// Family-name prefixes to keep; default the engine's (`["vllm:", "lmcache:"]`,
+    /// `["sglang:"]`, `["trtllm_"]`, `["nv_"]`); not empty.
     pub(crate) keep: Option<Spanned<Vec<Text>>>,
     /// Per-scrape timeout (`2s`, default 2s), further capped by Prometheus' scrape timeout; more
     /// than zero.
     pub(crate) timeout: Option<Text>,
-    /// Health URL checked every `health.interval`; without one, readiness follows the last
-    /// scrape.
+    /// Health URL checked every `health.interval`. Default, when `url` is omitted too, the
+    /// engine's own (vLLM, SGLang, trtllm-serve `/health`; Triton `:8000/v2/health/ready`);
+    /// otherwise none, and readiness follows the last scrape.
     pub(crate) health_url: Option<Text>,
     /// Whether readiness needs this upstream (`true`, default, or `false`).
     pub(crate) required: Option<Text>,
     /// Reuse a fetch younger than this (`0s`, default: always fetch). Bounds the load that
     /// frequent readers such as inference gateways put on the engine.
     pub(crate) min_interval: Option<Text>,
+    /// Also serve each family the engine renamed under its other name in the full `/metrics`
+    /// (`true` or `false`, default), when the page has only one of the two.
+    pub(crate) aliases: Option<Text>,
+}
+
+/// One entry of `views:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawView {
+    /// Served at `/metrics/<name>`; `A-Z a-z 0-9 _ . -`, unique.
+    pub(crate) name: Option<Text>,
+    /// Family → operation, in output order. A family is its text-format name, optionally with
+    /// label values that pick its series (`nv_trt_llm_request_metrics{request_type="waiting"}`);
+    /// the operation (`sum`, `avg`, `max`, `min`, or `pass` to keep every series as it is)
+    /// combines the series that differ only in the `aggregate` labels.
+    pub(crate) families: Option<Spanned<RawLabels>>,
+    /// Labels aggregated away with each family's operation; default each upstream engine's
+    /// data-parallel rank labels (`engine` for vLLM, `dp_rank` for SGLang). Copies of one
+    /// number (`pid`, `tp_rank`, `pp_rank`) are always combined with `max` first.
+    pub(crate) aggregate: Option<Spanned<Vec<Text>>>,
 }
 
 /// `limits:` section. Sizes take a plain number of bytes or a unit (`512KiB`, `16MiB`).

@@ -15,6 +15,7 @@ impl fmt::Display for Config {
             upstreams,
             limits,
             shutdown,
+            views,
             source: _,
         } = self;
         writeln!(f, "listen:")?;
@@ -75,6 +76,7 @@ impl fmt::Display for Config {
         writeln!(f, "upstreams:")?;
         for upstream in upstreams {
             writeln!(f, "  - name: {}", quoted(&upstream.name))?;
+            writeln!(f, "    engine: {}", upstream.engine.name())?;
             writeln!(f, "    url: {}", quoted(upstream.url.as_str()))?;
             let keep: Vec<String> = upstream.keep.iter().map(|p| quoted(p)).collect();
             writeln!(f, "    keep: [{}]", keep.join(", "))?;
@@ -88,6 +90,20 @@ impl fmt::Display for Config {
                 "    min_interval: {}",
                 format_duration(upstream.min_interval)
             )?;
+            writeln!(f, "    aliases: {}", upstream.aliases)?;
+            if !views.iter().any(|v| v.name == crate::views::ROUTER) {
+                let router: Vec<String> = upstream
+                    .engine
+                    .preset()
+                    .router
+                    .iter()
+                    .map(|r| match r.select {
+                        Some((k, v)) => format!("{}{{{k}={v:?}}}: {}", r.name, r.op),
+                        None => format!("{}: {}", r.name, r.op),
+                    })
+                    .collect();
+                writeln!(f, "    # /metrics/router: {}", router.join(", "))?;
+            }
         }
         writeln!(f, "limits:")?;
         writeln!(
@@ -113,7 +129,23 @@ impl fmt::Display for Config {
             f,
             "  drain_delay: {}",
             format_duration(shutdown.drain_delay)
-        )
+        )?;
+        if views.is_empty() {
+            return writeln!(f, "views: []");
+        }
+        writeln!(f, "views:")?;
+        for view in views {
+            writeln!(f, "  - name: {}", quoted(&view.name))?;
+            writeln!(f, "    families:")?;
+            for family in &view.families {
+                writeln!(f, "      {}: {}", quoted(&family.key()), family.op)?;
+            }
+            if let Some(labels) = &view.aggregate {
+                let labels: Vec<String> = labels.iter().map(|l| quoted(l)).collect();
+                writeln!(f, "    aggregate: [{}]", labels.join(", "))?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -19,11 +19,11 @@ fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         .collect()
 }
 
-fn no_env() -> HashMap<String, String> {
+pub(super) fn no_env() -> HashMap<String, String> {
     HashMap::new()
 }
 
-fn url(text: &str) -> Url {
+pub(super) fn url(text: &str) -> Url {
     Url::parse(text).expect("test URL")
 }
 
@@ -36,14 +36,14 @@ fn load_yaml(yaml: &str, env: &HashMap<String, String>) -> Result<Config, Config
     load_text(yaml, Some(Path::new(FILE)), &Overrides::default(), env)
 }
 
-fn ok(yaml: &str) -> Config {
+pub(super) fn ok(yaml: &str) -> Config {
     match load_yaml(yaml, &no_env()) {
         Ok(config) => config,
         Err(err) => panic!("expected a valid config, got:\n{err}"),
     }
 }
 
-fn problems(yaml: &str, env: &HashMap<String, String>) -> Vec<ConfigIssue> {
+pub(super) fn problems(yaml: &str, env: &HashMap<String, String>) -> Vec<ConfigIssue> {
     match load_yaml(yaml, env) {
         Ok(config) => panic!("expected an error, got:\n{config}"),
         Err(err) => {
@@ -61,7 +61,13 @@ fn only_issue(yaml: &str) -> String {
 }
 
 #[track_caller]
-fn assert_issue(issue: &ConfigIssue, line: usize, column: usize, field: &str, contains: &str) {
+pub(super) fn assert_issue(
+    issue: &ConfigIssue,
+    line: usize,
+    column: usize,
+    field: &str,
+    contains: &str,
+) {
     assert_eq!(issue.file.as_deref(), Some(Path::new(FILE)), "{issue}");
     assert_eq!(
         (issue.line, issue.column),
@@ -133,6 +139,8 @@ fn defaults_without_file_env_or_flags() {
         health_url: Some(url("http://127.0.0.1:8000/health")),
         required: true,
         min_interval: Duration::ZERO,
+        engine: crate::config::Engine::Vllm,
+        aliases: false,
     };
     assert_eq!(config.upstreams, [vllm]);
 }
@@ -469,7 +477,7 @@ fn unknown_fields_name_the_field_and_position() {
         only_issue("upstreams:\n  - name: vllm\n    url: http://h/metrics\n    tiemout: 2s\n");
     assert_eq!(
         issue,
-        "sysport.yaml:4:5: upstreams[0].tiemout: unknown field `tiemout`, expected one of name, url, keep, timeout, health_url, required, min_interval"
+        "sysport.yaml:4:5: upstreams[0].tiemout: unknown field `tiemout`, expected one of name, engine, url, keep, timeout, health_url, required, min_interval, aliases"
     );
     let issues = problems("listen:\n  port: 1\nhelth: {}\n", &no_env());
     assert_issue(&issues[0], 3, 1, "helth", "unknown field `helth`");
@@ -586,11 +594,10 @@ fn upstream_names_must_be_nonempty_and_simple() {
 }
 
 #[test]
-fn upstream_name_and_url_are_required() {
+fn upstream_name_is_required() {
     let issues = problems("upstreams:\n  - keep: [\"vllm:\"]\n", &no_env());
-    assert_eq!(issues.len(), 2, "{issues:#?}");
+    assert_eq!(issues.len(), 1, "{issues:#?}");
     assert_issue(&issues[0], 2, 5, "upstreams[0].name", "missing");
-    assert_issue(&issues[1], 2, 5, "upstreams[0].url", "missing");
 }
 
 #[test]
@@ -811,6 +818,8 @@ fn display_round_trips_through_load() {
     upstream.health_url = Some(url("http://127.0.0.1:9000/health"));
     upstream.required = false;
     upstream.min_interval = Duration::from_micros(50);
+    upstream.engine = Engine::Sglang;
+    upstream.aliases = true;
     let mut config = Config {
         listen: Listen {
             host: ip("::"),
@@ -834,6 +843,22 @@ fn display_round_trips_through_load() {
     config.limits.max_series = 12_345;
     config.limits.max_body_bytes = 1000;
     config.shutdown.drain_delay = Duration::ZERO;
+    config.views = vec![ViewConfig {
+        name: "router".to_owned(),
+        families: vec![
+            ViewFamily {
+                name: "lmcache:x".to_owned(),
+                select: vec![("kind".to_owned(), "a b".to_owned())],
+                op: Op::Avg,
+            },
+            ViewFamily {
+                name: "vllm:num_requests_waiting".to_owned(),
+                select: Vec::new(),
+                op: Op::Pass,
+            },
+        ],
+        aggregate: Some(vec!["engine".to_owned(), "dp_rank".to_owned()]),
+    }];
 
     let file = TempFile::new(&config.to_string());
     let reloaded = load_file(&file.0, &no_env()).expect("rendered config reloads");

@@ -22,6 +22,7 @@ mod openmetrics;
 mod out;
 mod parse;
 mod text;
+mod values;
 
 pub use hash::PairHasher;
 pub use lex::{LineError, SampleLex, is_label_name, is_metric_name, valid_float};
@@ -32,6 +33,7 @@ pub use parse::{
     Limit, ParseError, ParseLimits, ParseOptions, Split, parse, parse_after, parse_with,
 };
 pub use text::write_text;
+pub use values::write_value;
 
 use bytes::Bytes;
 

@@ -172,13 +172,8 @@ impl Upstream {
 
 pub fn upstream_config(name: &str, url: &str, keep: &[&str]) -> UpstreamConfig {
     UpstreamConfig {
-        name: name.to_string(),
-        url: Url::parse(url).expect("valid url"),
         keep: keep.iter().map(|s| s.to_string()).collect(),
-        timeout: Duration::from_secs(2),
-        health_url: None,
-        required: true,
-        min_interval: Duration::ZERO,
+        ..UpstreamConfig::new(name, Url::parse(url).expect("valid url"))
     }
 }
 
@@ -201,6 +196,7 @@ pub fn config(upstreams: Vec<UpstreamConfig>) -> Config {
         shutdown: ShutdownConfig {
             drain_delay: Duration::ZERO,
         },
+        views: Vec::new(),
         source: None,
     }
 }

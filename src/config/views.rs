@@ -1,0 +1,150 @@
+//! `views:`: each view's name (a path under `/metrics/`), families and operations, checked
+//! against the upstreams that must be able to hold them.
+
+use std::collections::HashMap;
+
+use serde_saphyr::Spanned;
+
+use super::check::{check_label_name, check_upstream_name};
+use super::loader::{Loader, Origin};
+use super::raw::RawView;
+use super::{HealthConfig, Op, UpstreamConfig, ViewConfig, ViewFamily};
+use crate::views::parse_family_key;
+
+impl Loader<'_> {
+    pub(super) fn views(
+        &mut self,
+        raw: Option<Spanned<Vec<Spanned<RawView>>>>,
+        upstreams: &[UpstreamConfig],
+        health: &HealthConfig,
+    ) -> Vec<ViewConfig> {
+        let Some(raw) = raw else {
+            return Vec::new();
+        };
+        let mut first_lines = HashMap::new();
+        raw.value
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, entry)| self.view(i, entry, upstreams, health, &mut first_lines))
+            .collect()
+    }
+
+    fn view(
+        &mut self,
+        i: usize,
+        entry: Spanned<RawView>,
+        upstreams: &[UpstreamConfig],
+        health: &HealthConfig,
+        first_lines: &mut HashMap<String, u64>,
+    ) -> Option<ViewConfig> {
+        let field = |key: &str| format!("views[{i}].{key}");
+        let raw = entry.value;
+        if raw.name.is_none() {
+            let message = "missing: every view needs a name (it is served at /metrics/<name>)";
+            self.issue(Origin::File(entry.referenced), &field("name"), message);
+        }
+        let name = self.file_value(raw.name.as_ref(), &field("name"), |n| {
+            check_upstream_name(n).map_err(|m| m.replace("upstream name", "view name"))
+        });
+        if let Some((name, location)) = &name {
+            let path = format!("/metrics/{name}");
+            if let Some(first) = first_lines.get(name) {
+                let message = format!(
+                    "duplicate view name {name:?}: {path} is already the view at line {first}"
+                );
+                self.issue(Origin::File(*location), &field("name"), message);
+            } else if path == health.path || path == health.live_path {
+                let message = format!("{path} is also the readiness or liveness path");
+                self.issue(Origin::File(*location), &field("name"), message);
+            } else {
+                first_lines.insert(name.clone(), location.line());
+            }
+        }
+        let families = match raw.families {
+            None => {
+                let message =
+                    "missing: list the families, like { \"vllm:num_requests_waiting\": sum }";
+                self.issue(Origin::File(entry.referenced), &field("families"), message);
+                None
+            }
+            Some(families) if families.value.0.is_empty() => {
+                let message =
+                    "empty: list the families, like { \"vllm:num_requests_waiting\": sum }";
+                self.issue(
+                    Origin::File(families.referenced),
+                    &field("families"),
+                    message,
+                );
+                None
+            }
+            Some(families) => self.view_families(families.value.0, upstreams, &field("families")),
+        };
+        let aggregate = match raw.aggregate {
+            None => Some(None),
+            Some(labels) => {
+                let mut ok = true;
+                let mut names = Vec::with_capacity(labels.value.len());
+                for (j, label) in labels.value.iter().enumerate() {
+                    let field = format!("{}[{j}]", field("aggregate"));
+                    match self.file_value(Some(label), &field, |l| {
+                        check_label_name(l).map(|()| l.to_owned())
+                    }) {
+                        Some((label, _)) => names.push(label),
+                        None => ok = false,
+                    }
+                }
+                ok.then_some(Some(names))
+            }
+        };
+        Some(ViewConfig {
+            name: name?.0,
+            families: families?,
+            aggregate: aggregate?,
+        })
+    }
+
+    fn view_families(
+        &mut self,
+        raw: Vec<(super::raw::Text, super::raw::Text)>,
+        upstreams: &[UpstreamConfig],
+        field: &str,
+    ) -> Option<Vec<ViewFamily>> {
+        let mut families: Vec<ViewFamily> = Vec::with_capacity(raw.len());
+        let mut ok = true;
+        for (key, op) in raw {
+            let field = format!("{field}.{}", key.value);
+            let family = self.file_value(Some(&key), &field, |k| {
+                let (name, select) = parse_family_key(k)?;
+                if !upstreams
+                    .iter()
+                    .any(|u| u.keep.iter().any(|p| name.starts_with(p.as_str())))
+                {
+                    return Err(format!(
+                        "unknown family {name:?}: no upstream keeps it (check the upstreams' keep \
+                         prefixes)"
+                    ));
+                }
+                Ok((name, select))
+            });
+            let op = self.file_value(Some(&op), &field, |o| {
+                Op::parse(o).ok_or_else(|| {
+                    let ops: Vec<&str> = Op::ALL.iter().map(|o| o.name()).collect();
+                    format!("bad operation {o:?}: must be one of {}", ops.join(", "))
+                })
+            });
+            match (family, op) {
+                (Some(((name, select), location)), Some((op, _))) => {
+                    let family = ViewFamily { name, select, op };
+                    if families.iter().any(|f| f.key() == family.key()) {
+                        let message = format!("{} is listed twice", family.key());
+                        self.issue(Origin::File(location), &field, message);
+                        ok = false;
+                    }
+                    families.push(family);
+                }
+                _ => ok = false,
+            }
+        }
+        ok.then_some(families)
+    }
+}

@@ -1,0 +1,301 @@
+//! What sysport knows about each inference engine, as plain data: where it serves its metrics
+//! and health, which families are its own, which of them an endpoint picker reads, which labels
+//! split one engine's numbers into copies, and which families it renamed.
+//!
+//! Sources, per engine (also cited in the README):
+//! - vLLM: `vllm serve` listens on 8000, `/metrics` and `/health`; families and deprecations from
+//!   `vllm/v1/metrics/loggers.py` and the production metrics page; `engine` is the data-parallel
+//!   rank (one series per engine core), `pid` the API-server process in prometheus_client's
+//!   multiprocess mode (vllm #28792).
+//! - SGLang: `--port` 30000 with `--enable-metrics`, `/metrics` and `/health`; scheduler gauges
+//!   from `sglang/srt/metrics/collector.py` with `dp_rank` when data-parallel and `tp_rank`,
+//!   `pp_rank`, `moe_ep_rank` on every scheduler (`--enable-metrics-for-all-schedulers`).
+//! - trtllm-serve: port 8000, Prometheus text at `/prometheus/metrics` (its `/metrics` is JSON
+//!   iteration stats), `/health`; families from `tensorrt_llm/metrics/collector.py`.
+//! - Triton with the TensorRT-LLM backend: metrics on 8002 at `/metrics`, readiness at
+//!   `/v2/health/ready` on the HTTP port 8000; `nv_trt_llm_*` families of the backend.
+//!
+//! The router families are the ones the Gateway API Inference Extension's endpoint picker and
+//! llm-d's read for each engine type (their `engineConfigs` defaults).
+
+use crate::views::Op;
+
+/// An inference engine sysport has a preset for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Vllm,
+    Sglang,
+    Trtllm,
+    Triton,
+}
+
+/// One family an endpoint picker reads: its text-format name, the label values that pick its
+/// series (Triton puts several gauges in one family), and how copies of it combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouterFamily {
+    pub name: &'static str,
+    pub select: Option<(&'static str, &'static str)>,
+    pub op: Op,
+}
+
+/// A family the engine renamed: `old` was deprecated in favour of `new` (declared names; a
+/// counter's samples carry `_total` after either).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rename {
+    pub old: &'static str,
+    pub new: &'static str,
+}
+
+/// The defaults and facts of one engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preset {
+    pub engine: Engine,
+    /// The `engine:` value in the configuration.
+    pub name: &'static str,
+    /// Family-name prefixes of the engine's own families.
+    pub keep: &'static [&'static str],
+    /// Where the engine serves its metrics by default.
+    pub metrics_url: &'static str,
+    /// Where it tells whether it is ready.
+    pub health_url: &'static str,
+    /// What an endpoint picker reads.
+    pub router: &'static [RouterFamily],
+    /// Labels that tell processes of one server apart (prometheus_client's multiprocess mode):
+    /// copies of one number, the live process's the largest.
+    pub process_labels: &'static [&'static str],
+    /// Labels that tell apart copies of one data-parallel rank (tensor- and pipeline-parallel
+    /// workers report the same scheduler): combined with `max`.
+    pub replica_labels: &'static [&'static str],
+    /// Labels that tell data-parallel ranks apart: combined with each family's operation.
+    pub rank_labels: &'static [&'static str],
+    /// Families renamed by the engine, from its own deprecation notes.
+    pub renames: &'static [Rename],
+}
+
+const fn family(name: &'static str, op: Op) -> RouterFamily {
+    RouterFamily {
+        name,
+        select: None,
+        op,
+    }
+}
+
+const fn selected(
+    name: &'static str,
+    label: &'static str,
+    value: &'static str,
+    op: Op,
+) -> RouterFamily {
+    RouterFamily {
+        name,
+        select: Some((label, value)),
+        op,
+    }
+}
+
+/// Every preset, `vllm` (the default) first.
+pub const PRESETS: [Preset; 4] = [
+    Preset {
+        engine: Engine::Vllm,
+        name: "vllm",
+        keep: &["vllm:", "lmcache:"],
+        metrics_url: "http://127.0.0.1:8000/metrics",
+        health_url: "http://127.0.0.1:8000/health",
+        router: &[
+            family("vllm:num_requests_waiting", Op::Sum),
+            family("vllm:num_requests_running", Op::Sum),
+            family("vllm:kv_cache_usage_perc", Op::Avg),
+            family("vllm:gpu_cache_usage_perc", Op::Avg),
+            family("vllm:lora_requests_info", Op::Pass),
+            family("vllm:cache_config_info", Op::Pass),
+        ],
+        process_labels: &["pid"],
+        replica_labels: &[],
+        rank_labels: &["engine"],
+        // Deprecated in 0.9.2 (the first three) and 0.11 (the last), hidden one minor version
+        // later, removed the one after (vllm/v1/metrics/loggers.py).
+        renames: &[
+            Rename {
+                old: "vllm:gpu_cache_usage_perc",
+                new: "vllm:kv_cache_usage_perc",
+            },
+            Rename {
+                old: "vllm:gpu_prefix_cache_queries",
+                new: "vllm:prefix_cache_queries",
+            },
+            Rename {
+                old: "vllm:gpu_prefix_cache_hits",
+                new: "vllm:prefix_cache_hits",
+            },
+            Rename {
+                old: "vllm:time_per_output_token_seconds",
+                new: "vllm:inter_token_latency_seconds",
+            },
+        ],
+    },
+    Preset {
+        engine: Engine::Sglang,
+        name: "sglang",
+        keep: &["sglang:"],
+        metrics_url: "http://127.0.0.1:30000/metrics",
+        health_url: "http://127.0.0.1:30000/health",
+        router: &[
+            family("sglang:num_queue_reqs", Op::Sum),
+            family("sglang:num_running_reqs", Op::Sum),
+            family("sglang:token_usage", Op::Avg),
+            family("sglang:cache_config_info", Op::Pass),
+        ],
+        process_labels: &["pid"],
+        replica_labels: &["tp_rank", "pp_rank", "moe_ep_rank"],
+        rank_labels: &["dp_rank"],
+        renames: &[],
+    },
+    Preset {
+        engine: Engine::Trtllm,
+        name: "trtllm",
+        keep: &["trtllm_"],
+        metrics_url: "http://127.0.0.1:8000/prometheus/metrics",
+        health_url: "http://127.0.0.1:8000/health",
+        router: &[
+            family("trtllm_num_requests_waiting", Op::Sum),
+            family("trtllm_num_requests_running", Op::Sum),
+            family("trtllm_kv_cache_utilization", Op::Avg),
+        ],
+        process_labels: &["pid"],
+        replica_labels: &[],
+        rank_labels: &[],
+        renames: &[],
+    },
+    Preset {
+        engine: Engine::Triton,
+        name: "triton",
+        keep: &["nv_"],
+        metrics_url: "http://127.0.0.1:8002/metrics",
+        health_url: "http://127.0.0.1:8000/v2/health/ready",
+        router: &[
+            selected(
+                "nv_trt_llm_request_metrics",
+                "request_type",
+                "waiting",
+                Op::Sum,
+            ),
+            selected(
+                "nv_trt_llm_request_metrics",
+                "request_type",
+                "scheduled",
+                Op::Sum,
+            ),
+            selected(
+                "nv_trt_llm_kv_cache_block_metrics",
+                "kv_cache_block_type",
+                "fraction",
+                Op::Avg,
+            ),
+        ],
+        process_labels: &[],
+        replica_labels: &[],
+        rank_labels: &[],
+        renames: &[],
+    },
+];
+
+impl Engine {
+    /// The engine's preset.
+    pub fn preset(self) -> &'static Preset {
+        PRESETS
+            .iter()
+            .find(|p| p.engine == self)
+            .expect("every engine has a preset")
+    }
+
+    /// Reads an `engine:` value.
+    pub fn parse(text: &str) -> Option<Engine> {
+        PRESETS
+            .iter()
+            .find(|p| p.name.eq_ignore_ascii_case(text.trim()))
+            .map(|p| p.engine)
+    }
+
+    /// The `engine:` value.
+    pub fn name(self) -> &'static str {
+        self.preset().name
+    }
+}
+
+impl Preset {
+    /// For a text-format family or sample name this engine renamed: the declared name it starts
+    /// with and the other one (`vllm:prefix_cache_hits_total` → `vllm:prefix_cache_hits`,
+    /// `vllm:gpu_prefix_cache_hits`).
+    pub fn rename_of(&self, name: &str) -> Option<(&'static str, &'static str)> {
+        self.renames.iter().find_map(|r| {
+            [(r.old, r.new), (r.new, r.old)]
+                .into_iter()
+                .find(|(from, _)| {
+                    name.strip_prefix(from).is_some_and(|tail| {
+                        tail.is_empty() || crate::expfmt::Suffix::parse(tail.as_bytes()).is_some()
+                    })
+                })
+        })
+    }
+
+    /// The other name of a text-format family or sample name that this engine renamed
+    /// (`vllm:gpu_prefix_cache_hits_total` ↔ `vllm:prefix_cache_hits_total`).
+    pub fn renamed(&self, name: &str) -> Option<String> {
+        let (from, to) = self.rename_of(name)?;
+        Some(format!("{to}{}", &name[from.len()..]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_keeps_its_router_families_and_names_itself() {
+        for p in PRESETS {
+            assert_eq!(Engine::parse(p.name), Some(p.engine));
+            assert_eq!(p.engine.preset(), &p);
+            for f in p.router {
+                assert!(
+                    p.keep.iter().any(|k| f.name.starts_with(k)),
+                    "{}: {} is not kept",
+                    p.name,
+                    f.name
+                );
+            }
+            for u in [p.metrics_url, p.health_url] {
+                assert!(reqwest::Url::parse(u).is_ok(), "{u}");
+            }
+        }
+        assert_eq!(Engine::parse("TRITON"), Some(Engine::Triton));
+        assert_eq!(Engine::parse("tgi"), None);
+    }
+
+    #[test]
+    fn renamed_families_map_both_ways_with_their_suffixes() {
+        let vllm = Engine::Vllm.preset();
+        assert_eq!(
+            vllm.renamed("vllm:gpu_cache_usage_perc").as_deref(),
+            Some("vllm:kv_cache_usage_perc")
+        );
+        assert_eq!(
+            vllm.renamed("vllm:kv_cache_usage_perc").as_deref(),
+            Some("vllm:gpu_cache_usage_perc")
+        );
+        assert_eq!(
+            vllm.renamed("vllm:prefix_cache_hits_total").as_deref(),
+            Some("vllm:gpu_prefix_cache_hits_total")
+        );
+        assert_eq!(
+            vllm.renamed("vllm:time_per_output_token_seconds_bucket")
+                .as_deref(),
+            Some("vllm:inter_token_latency_seconds_bucket")
+        );
+        assert_eq!(vllm.renamed("vllm:kv_cache_usage_percent"), None);
+        assert_eq!(vllm.renamed("vllm:num_requests_waiting"), None);
+        assert_eq!(
+            Engine::Sglang.preset().renamed("vllm:kv_cache_usage_perc"),
+            None
+        );
+    }
+}
