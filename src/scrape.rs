@@ -20,7 +20,9 @@ use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, Shared};
 
 use crate::config::{Config, UpstreamConfig, Url};
-use crate::expfmt::{self, AddedLabel, Exposition, Format, PairHasher, ParseError, ParseOptions};
+use crate::expfmt::{
+    self, AddedLabel, Exposition, Format, PairHasher, ParseError, ParseOptions, Selection,
+};
 use crate::telemetry::Telemetry;
 
 /// Why an upstream could not be used for a scrape. `reason()` is the `result` label.
@@ -226,7 +228,7 @@ const SELECTION_CHECK_EVERY: Duration = Duration::from_secs(60);
 /// One selected name set of a target (`?name=`), fetched from the engine with
 /// prometheus_client's `name[]` parameter so it renders only those families.
 struct NameSet {
-    names: Vec<String>,
+    selection: Selection,
     slot: Arc<Slot>,
     /// When the engine's selection was last compared with its full page, and whether it held
     /// every family the page has.
@@ -369,11 +371,12 @@ impl Scraper {
         &self.inner.upstreams
     }
 
-    /// Whether upstream `i` keeps a family named `name` (one of its prefixes starts it).
-    pub fn may_hold(&self, i: usize, name: &str) -> bool {
+    /// Whether upstream `i` keeps a family that `selection` selects (one of its prefixes
+    /// starts one).
+    pub fn may_hold(&self, i: usize, selection: &Selection) -> bool {
         self.inner.keep[i]
             .iter()
-            .any(|k| name.starts_with(k.as_str()))
+            .any(|k| selection.selects_under(k.as_bytes()))
     }
 
     /// What the last fetch of upstream `i` left.
@@ -401,7 +404,7 @@ impl Scraper {
     pub async fn scrape(
         &self,
         which: &[usize],
-        names: Option<&[&str]>,
+        names: Option<&Selection>,
         budget: Option<Duration>,
     ) -> Vec<Scraped> {
         let mut targets: Vec<usize> = which.iter().map(|&u| self.position[u].0).collect();
@@ -463,24 +466,17 @@ impl Scraper {
     async fn fetch_selected(
         &self,
         t: usize,
-        names: &[&str],
+        selection: &Selection,
         budget: Option<Duration>,
     ) -> Option<Arc<Fetch>> {
         let target = &self.targets[t];
-        let mut wanted: Vec<String> = names
-            .iter()
-            .filter(|n| target.upstreams.iter().any(|&u| self.may_hold(u, n)))
-            .map(|n| n.to_string())
-            .collect();
-        wanted.sort_unstable();
-        wanted.dedup();
         let (slot, checked) = {
             let mut sets = target.name_sets.lock().expect("name sets lock");
-            let set = match sets.iter().position(|s| s.names == wanted) {
+            let set = match sets.iter().position(|s| s.selection == *selection) {
                 Some(i) => sets.remove(i),
                 None => NameSet {
-                    slot: Slot::new(selection_url(&target.full.url, &wanted), true),
-                    names: wanted.clone(),
+                    slot: Slot::new(selection_url(&target.full.url, selection), true),
+                    selection: selection.clone(),
                     checked: None,
                 },
             };
@@ -504,7 +500,7 @@ impl Scraper {
                     self.fetch(target, &slot, budget)
                 );
                 if let Some(full) = &full
-                    && let Some(agreed) = selection_agrees(full, selected.as_deref(), &wanted)
+                    && let Some(agreed) = selection_agrees(full, selected.as_deref(), selection)
                 {
                     if !agreed {
                         tracing::warn!(
@@ -586,30 +582,22 @@ impl Scraper {
     }
 }
 
-/// The companion sample names prometheus_client's `name[]` filter needs besides a family
-/// name: it selects samples, so a histogram is `_bucket`, `_count`, `_sum` and `_created`.
-const SELECTION_SUFFIXES: [&str; 9] = [
-    "", "_total", "_created", "_bucket", "_count", "_sum", "_info", "_gcount", "_gsum",
-];
-
-/// `url` asking for `names` only, the way prometheus_client's exposition handlers take it.
-fn selection_url(url: &Url, names: &[String]) -> Url {
+/// `url` asking for the samples of `selection` only, the way prometheus_client's exposition
+/// handlers take it (`name[]` selects sample names).
+fn selection_url(url: &Url, selection: &Selection) -> Url {
     let mut url = url.clone();
     {
         let mut query = url.query_pairs_mut();
-        for name in names {
-            let base = name.strip_suffix("_total").unwrap_or(name);
-            for suffix in SELECTION_SUFFIXES {
-                query.append_pair("name[]", &format!("{base}{suffix}"));
-            }
+        for name in selection.sample_names() {
+            query.append_pair("name[]", &name);
         }
     }
     url
 }
 
-/// Whether a selective fetch holds every family of the full page that `names` select, per
+/// Whether a selective fetch holds every family of the full page that `selection` selects, per
 /// upstream; `None` when the full fetch failed and nothing can be said.
-fn selection_agrees(full: &Fetch, selected: Option<&Fetch>, names: &[String]) -> Option<bool> {
+fn selection_agrees(full: &Fetch, selected: Option<&Fetch>, selection: &Selection) -> Option<bool> {
     if full.results.iter().any(Result::is_err) {
         return None;
     }
@@ -622,25 +610,24 @@ fn selection_agrees(full: &Fetch, selected: Option<&Fetch>, names: &[String]) ->
                 let (Ok(f), Ok(s)) = (f, s) else {
                     return false;
                 };
-                let has = selected_families(s, names);
-                selected_families(f, names).iter().all(|n| has.contains(n))
+                let has = selected_families(s, selection);
+                selected_families(f, selection)
+                    .iter()
+                    .all(|n| has.contains(n))
             }),
     )
 }
 
-/// The text names of the families in `exp` that `names` select and that have samples.
-fn selected_families(exp: &Exposition, names: &[String]) -> Vec<Vec<u8>> {
+/// The text names of the families in `exp` that `selection` selects and that have samples.
+fn selected_families(exp: &Exposition, selection: &Selection) -> Vec<Vec<u8>> {
     exp.families()
         .iter()
         .filter(|f| f.samples.1 > f.samples.0)
-        .filter_map(|f| {
+        .map(|f| {
             let (name, suffix) = exp.family_name(f);
-            let text = [name, suffix].concat();
-            names
-                .iter()
-                .any(|n| n.as_bytes() == text || n.as_bytes() == name)
-                .then_some(text)
+            [name, suffix].concat()
         })
+        .filter(|text| selection.selects(text))
         .collect()
 }
 
@@ -935,8 +922,8 @@ mod tests {
     #[test]
     fn a_selection_asks_for_every_sample_name_of_the_families() {
         let url = Url::parse("http://127.0.0.1:8000/metrics?x=1").expect("url");
-        let names = ["vllm:h".to_string(), "vllm:c_total".to_string()];
-        let url = selection_url(&url, &names);
+        let selection = Selection::new(["vllm:h", "vllm:c_total", "vllm:d"]);
+        let url = selection_url(&url, &selection);
         let pairs: Vec<(String, String)> = url.query_pairs().into_owned().collect();
         assert_eq!(pairs[0], ("x".to_string(), "1".to_string()));
         let asked: Vec<&str> = pairs[1..].iter().map(|(_, v)| v.as_str()).collect();
@@ -950,9 +937,14 @@ mod tests {
         ] {
             assert!(asked.contains(&n), "{n}");
         }
-        for n in ["vllm:c", "vllm:c_total", "vllm:c_created"] {
+        for n in [
+            "vllm:c_total",
+            "vllm:c_created",
+            "vllm:d_total",
+            "vllm:d_created",
+        ] {
             assert!(asked.contains(&n), "{n}");
         }
-        assert_eq!(asked.len(), 2 * SELECTION_SUFFIXES.len());
+        assert_eq!(asked.len(), selection.sample_names().count());
     }
 }

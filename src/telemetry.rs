@@ -5,6 +5,8 @@
 
 use std::time::Instant;
 
+use crate::expfmt::Selection;
+
 use prometheus::{
     Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -245,13 +247,13 @@ impl Telemetry {
         }
     }
 
-    /// Renders every metric as text 0.0.4, or only the named families.
-    pub fn render_text(&self, names: Option<&[&str]>, out: &mut Vec<u8>) {
+    /// Renders every metric as text 0.0.4, or only the selected families.
+    pub fn render_text(&self, names: Option<&Selection>, out: &mut Vec<u8>) {
         self.uptime.set(self.uptime_seconds());
         self.process.update();
         let mut families = self.registry.gather();
         if let Some(names) = names {
-            families.retain(|f| names.iter().any(|n| *n == f.name()));
+            families.retain(|f| names.selects(f.name().as_bytes()));
         }
         if let Err(err) = TextEncoder::new().encode(&families, out) {
             tracing::error!(error = %err, "could not encode sysport's own metrics");
@@ -433,10 +435,10 @@ mod tests {
         std::hint::black_box(x);
         let mut out = Vec::new();
         t.render_text(
-            Some(&[
+            Some(&Selection::new([
                 "dynamo_sysport_process_cpu_seconds_total",
                 "dynamo_sysport_process_resident_memory_bytes",
-            ]),
+            ])),
             &mut out,
         );
         let text = String::from_utf8(out).expect("utf-8");

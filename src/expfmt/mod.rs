@@ -7,6 +7,7 @@
 //!   at once, with the result of a parse in one pass ([`Split`]).
 //! - [`merge`] combines several expositions: one HELP/TYPE per family, TYPE conflicts and
 //!   duplicate series dropped and counted.
+//! - [`Selection`] is what a reader's `?name=` selects, for merging and for asking an engine.
 //! - [`write_text`] and [`write_openmetrics`] render a merge into a [`Sink`]: one pre-sized
 //!   buffer, or [`Pieces`], runs of the upstream bodies wherever the output repeats them.
 //!
@@ -21,6 +22,7 @@ mod merge;
 mod openmetrics;
 mod out;
 mod parse;
+mod select;
 mod text;
 
 pub use hash::PairHasher;
@@ -31,6 +33,7 @@ pub use out::{Pieces, Sink};
 pub use parse::{
     Limit, ParseError, ParseLimits, ParseOptions, Split, parse, parse_after, parse_with,
 };
+pub use select::Selection;
 pub use text::write_text;
 
 use bytes::Bytes;
@@ -183,6 +186,23 @@ impl Suffix {
         let [_, rest @ ..] = Suffix::BY_INDEX;
         rest
     };
+
+    /// The text 0.0.4 families an OpenMetrics family `x` is written as are `x` followed by one
+    /// of these: a counter `x_total` and `x_created`; a histogram or summary `x` and
+    /// `x_created`; a gauge histogram `x`, `x_gcount` and `x_gsum`; an info `x_info`.
+    pub const FAMILY_PARTS: [Suffix; 6] = [
+        Suffix::None,
+        Suffix::Total,
+        Suffix::Created,
+        Suffix::GCount,
+        Suffix::GSum,
+        Suffix::Info,
+    ];
+
+    /// The sample names of a text 0.0.4 family `x` are `x` followed by one of these (a
+    /// histogram's or summary's; any other family's are `x` alone).
+    pub const SAMPLE_PARTS: [Suffix; 4] =
+        [Suffix::None, Suffix::Bucket, Suffix::Count, Suffix::Sum];
 
     /// Reads a suffix exactly.
     pub fn parse(s: &[u8]) -> Option<Suffix> {

@@ -553,22 +553,71 @@ fn format_detection_trusts_eof_over_the_header() {
 fn name_filter_selects_exact_families() {
     let input = "# TYPE vllm:a gauge\nvllm:a 1\n# TYPE vllm:ab gauge\nvllm:ab 2\n# TYPE vllm:c counter\nvllm:c 3\n";
     let exp = parse_one(&up(input, &["vllm:"]), &[], LIMITS).expect("parses");
-    let refs = [&exp];
-    let names = ["vllm:a", "vllm:c"];
+    assert_eq!(
+        selected(&exp, &["vllm:a", "vllm:c"], false),
+        "# TYPE vllm:a gauge\nvllm:a 1\n# TYPE vllm:c counter\nvllm:c 3\n"
+    );
+}
+
+/// The families of `exp` that `names` select, written as text or OpenMetrics.
+fn selected(exp: &Exposition, names: &[&str], openmetrics: bool) -> String {
+    let refs = [exp];
+    let selection = Selection::new(names.iter().copied());
     let m = merge(
         &refs,
         &MergeOptions {
             added: &[],
-            names: Some(&names),
+            names: Some(&selection),
             hasher: PairHasher::new(1),
         },
     );
     let mut out = Vec::new();
-    write_text(&m, &mut out);
-    assert_eq!(
-        String::from_utf8(out).expect("utf-8"),
-        "# TYPE vllm:a gauge\nvllm:a 1\n# TYPE vllm:c counter\nvllm:c 3\n"
-    );
+    if openmetrics {
+        write_openmetrics(&m, &mut out);
+    } else {
+        write_text(&m, &mut out);
+    }
+    String::from_utf8(out).expect("utf-8")
+}
+
+#[test]
+fn name_filter_selects_a_counter_by_its_openmetrics_name_in_both_formats() {
+    let text = "# HELP vllm:q_total Queries.\n# TYPE vllm:q_total counter\n\
+                vllm:q_total{e=\"0\"} 3.0\n\
+                # HELP vllm:q_created Queries.\n# TYPE vllm:q_created gauge\n\
+                vllm:q_created{e=\"0\"} 1.7e+09\n\
+                # TYPE vllm:qq gauge\nvllm:qq 1\n";
+    let om = "# TYPE vllm:q counter\n# HELP vllm:q Queries.\n\
+              vllm:q_total{e=\"0\"} 3.0\nvllm:q_created{e=\"0\"} 1.7e+09\n\
+              # TYPE vllm:qq gauge\nvllm:qq 1\n# EOF\n";
+    let want_text = "# HELP vllm:q_total Queries.\n# TYPE vllm:q_total counter\n\
+                     vllm:q_total{e=\"0\"} 3.0\n\
+                     # HELP vllm:q_created Queries.\n# TYPE vllm:q_created gauge\n\
+                     vllm:q_created{e=\"0\"} 1.7e+09\n";
+    let want_om = "# TYPE vllm:q counter\n# HELP vllm:q Queries.\n\
+                   vllm:q_total{e=\"0\"} 3.0\nvllm:q_created{e=\"0\"} 1.7e+09\n";
+    for (body, format) in [(text, Format::Text), (om, Format::OpenMetrics)] {
+        let u = Up {
+            body: body.as_bytes(),
+            format,
+            keep: &["vllm:"],
+        };
+        let exp = parse_one(&u, &[], LIMITS).expect("parses");
+        for names in [&["vllm:q"][..], &["vllm:q_total"]] {
+            assert_eq!(
+                selected(&exp, names, false),
+                want_text,
+                "{format:?} {names:?}"
+            );
+            assert_eq!(selected(&exp, names, true), want_om, "{format:?} {names:?}");
+        }
+        assert_eq!(
+            selected(&exp, &["vllm:q_created"], false),
+            "# HELP vllm:q_created Queries.\n# TYPE vllm:q_created gauge\n\
+             vllm:q_created{e=\"0\"} 1.7e+09\n",
+            "{format:?}"
+        );
+    }
 }
 
 pub(crate) fn fixture(name: &str) -> Vec<u8> {
