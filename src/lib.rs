@@ -4,6 +4,7 @@
 //! - [`config`]: YAML file + `DYN_SYSTEM_*` environment + CLI flags → one validated `Config`.
 //! - [`expfmt`]: the exposition format, pure and I/O-free: lexer, filter, merge, writers.
 //! - [`scrape`]: fetches upstreams concurrently, single-flight, with limits and timeouts.
+//! - [`decode`]: undoes an upstream body's `Content-Encoding` within the body limit.
 //! - [`health`]: background checks and the readiness state.
 //! - [`telemetry`]: sysport's own `dynamo_sysport_*` metrics.
 //! - [`parts`]: a response body of shared byte runs.
@@ -11,6 +12,7 @@
 //! - [`demo`]: simulated vLLM and LMCache upstreams for `sysport demo`.
 
 pub mod config;
+pub mod decode;
 pub mod demo;
 pub mod expfmt;
 pub mod health;

@@ -20,6 +20,7 @@ use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, Shared};
 
 use crate::config::{Config, UpstreamConfig, Url};
+use crate::decode::{self, DecodeError, Decoder};
 use crate::expfmt::{
     self, AddedLabel, Exposition, Format, PairHasher, ParseError, ParseOptions, Selection,
 };
@@ -36,12 +37,23 @@ pub enum ScrapeError {
     Reset(String),
     #[error("HTTP status {0}")]
     Status(u16),
-    #[error("too many redirects")]
-    Redirect,
+    #[error(
+        "redirected to {location} (HTTP {status}): not followed, the scrape target is the configured URL"
+    )]
+    Redirect { status: u16, location: String },
     #[error("response over the {limit} limit")]
     TooLarge { limit: &'static str },
     #[error("reading the response failed: {0}")]
     Body(String),
+    #[error(
+        "not an exposition (Content-Type: {content_type}): no line reads as a sample or a \
+         family, {malformed} lines are unreadable; expected the Prometheus text format 0.0.4 \
+         (text/plain; version=0.0.4) or OpenMetrics (application/openmetrics-text)"
+    )]
+    NotExposition {
+        content_type: String,
+        malformed: u64,
+    },
     #[error("request failed: {0}")]
     Request(String),
 }
@@ -54,9 +66,10 @@ impl ScrapeError {
             ScrapeError::Connect(_) => "connect_error",
             ScrapeError::Reset(_) => "reset",
             ScrapeError::Status(_) => "http_status",
-            ScrapeError::Redirect => "redirect",
+            ScrapeError::Redirect { .. } => "redirect",
             ScrapeError::TooLarge { .. } => "too_large",
             ScrapeError::Body(_) => "body_error",
+            ScrapeError::NotExposition { .. } => "not_exposition",
             ScrapeError::Request(_) => "request_error",
         }
     }
@@ -69,12 +82,32 @@ impl ScrapeError {
             ScrapeError::Connect(root_cause(&err))
         } else if was_reset(&err) {
             ScrapeError::Reset(root_cause(&err))
-        } else if err.is_redirect() {
-            ScrapeError::Redirect
         } else if err.is_body() || err.is_decode() {
             ScrapeError::Body(root_cause(&err))
         } else {
             ScrapeError::Request(root_cause(&err))
+        }
+    }
+}
+
+impl ScrapeError {
+    /// A response that is not a success: a redirect, which is never followed (the scrape
+    /// target is exactly the configured URL), or another status.
+    pub fn from_status(resp: &reqwest::Response) -> ScrapeError {
+        let status = resp.status();
+        match resp.headers().get(reqwest::header::LOCATION) {
+            Some(location) if status.is_redirection() => ScrapeError::Redirect {
+                status: status.as_u16(),
+                location: String::from_utf8_lossy(location.as_bytes()).into_owned(),
+            },
+            _ => ScrapeError::Status(status.as_u16()),
+        }
+    }
+
+    fn from_decode(err: DecodeError) -> ScrapeError {
+        match err {
+            DecodeError::OverLimit => ScrapeError::TooLarge { limit: "body size" },
+            err => ScrapeError::Body(err.to_string()),
         }
     }
 }
@@ -298,7 +331,12 @@ pub fn http_client() -> reqwest::Client {
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(2))
         .pool_idle_timeout(Duration::from_secs(60))
-        .redirect(reqwest::redirect::Policy::limited(3))
+        // A redirect would make sysport scrape a target the configuration does not name and
+        // serve its series under the configured one: it is an error instead (`from_status`).
+        .redirect(reqwest::redirect::Policy::none())
+        // Bodies are decoded by sysport (`decode`): the client's own decoding looks at the
+        // first Content-Encoding value only.
+        .no_gzip()
         .build()
         .expect("the HTTP client builds with static settings")
 }
@@ -647,9 +685,25 @@ async fn run_fetch(
         };
     let elapsed = started.elapsed();
     let prior = slot.state.lock().expect("slot state lock").prior.clone();
-    let body_len = fetched.as_ref().ok().map(|(body, _)| body.len());
+    let body_len = fetched.as_ref().ok().map(|f| f.body.len());
     let results: Vec<UpstreamResult> = match fetched {
-        Ok((body, format)) => {
+        Ok(fetched) => {
+            if fetched.mislabelled {
+                for &u in &target.upstreams {
+                    let name = &inner.upstreams[u].name;
+                    inner
+                        .telemetry
+                        .format_mismatches
+                        .with_label_values(&[name])
+                        .inc();
+                    tracing::debug!(
+                        upstream = %name,
+                        content_type = fetched.content_type.as_deref().unwrap_or(""),
+                        format = ?fetched.format,
+                        "the Content-Type names the other exposition format: read as the body is"
+                    );
+                }
+            }
             // Parsed here, on the runtime thread, whatever the size: a large body's parse takes
             // a second thread of its own (`expfmt::parse`), and handing the parse to the
             // blocking pool cost a 740 KB scrape 0.2 ms and a 16 MB one 2.6 ms of wake-ups
@@ -661,7 +715,7 @@ async fn run_fetch(
                 .enumerate()
                 .map(|(i, &u)| {
                     let prior = prior.as_ref().and_then(|p| p.results.get(i)?.as_ref().ok());
-                    contained(|| parse_for(&inner, u, body.clone(), format, prior))
+                    contained(|| parse_for(&inner, u, &fetched, prior))
                 })
                 .collect();
             // A selective body's size is not the page's.
@@ -671,7 +725,7 @@ async fn run_fetch(
                         .telemetry
                         .response_bytes
                         .with_label_values(&[&inner.upstreams[u].name])
-                        .set(body.len() as i64);
+                        .set(fetched.body.len() as i64);
                 }
             }
             results
@@ -719,8 +773,7 @@ fn contained(parse: impl FnOnce() -> UpstreamResult) -> UpstreamResult {
 fn parse_for(
     inner: &Inner,
     u: usize,
-    body: Bytes,
-    format: Format,
+    fetched: &Fetched,
     prior: Option<&Arc<Exposition>>,
 ) -> UpstreamResult {
     let added: Vec<&[u8]> = inner.added_names.iter().map(|n| n.as_slice()).collect();
@@ -731,8 +784,26 @@ fn parse_for(
         hasher: inner.hasher,
         allow_reserved: false,
     };
-    match expfmt::parse_after(body, format, &opts, prior) {
-        Ok(exp) => Ok(Arc::new(exp)),
+    match expfmt::parse_after(fetched.body.clone(), fetched.format, &opts, prior) {
+        Ok(exp) => {
+            let stats = exp.stats();
+            // JSON or an HTML error page: every line malformed, nothing else. An empty body
+            // is an empty exposition.
+            if stats.kept == 0
+                && stats.dropped == 0
+                && stats.malformed > 0
+                && exp.families().is_empty()
+            {
+                return Err(ScrapeError::NotExposition {
+                    content_type: fetched
+                        .content_type
+                        .as_deref()
+                        .map_or_else(|| "none".to_string(), |ct| format!("{ct:?}")),
+                    malformed: stats.malformed,
+                });
+            }
+            Ok(Arc::new(exp))
+        }
         Err(ParseError::TooLarge { limit, line }) => {
             let limit = match limit {
                 expfmt::Limit::LineBytes => "line length",
@@ -801,13 +872,23 @@ fn record(inner: &Inner, u: usize, result: &UpstreamResult, elapsed: Duration, s
     }
 }
 
-/// One GET of an upstream's metrics, body read up to `max_body` decoded bytes.
+/// An upstream's body and what its response said of it.
+struct Fetched {
+    body: Bytes,
+    /// As the body reads ([`Format::detect`]).
+    format: Format,
+    content_type: Option<String>,
+    /// The Content-Type names the other exposition format than the body's.
+    mislabelled: bool,
+}
+
+/// One GET of an upstream's metrics, body read and decoded up to `max_body` decoded bytes.
 async fn get(
     client: &reqwest::Client,
     slot: &Slot,
     timeout: Duration,
     max_body: usize,
-) -> Result<(Bytes, Format), ScrapeError> {
+) -> Result<Fetched, ScrapeError> {
     let mut resp = client
         .get(slot.url.clone())
         // Never forward the scraper's Accept: prometheus_client mis-renders names with `:` as
@@ -816,27 +897,36 @@ async fn get(
             reqwest::header::ACCEPT,
             "text/plain;version=0.0.4;q=1,*/*;q=0.1",
         )
+        .header(reqwest::header::ACCEPT_ENCODING, "gzip")
         .timeout(timeout)
         .send()
         .await
         .map_err(|e| ScrapeError::from_reqwest(e, timeout))?;
-    let status = resp.status();
-    if !status.is_success() {
-        return Err(ScrapeError::Status(status.as_u16()));
+    if !resp.status().is_success() {
+        return Err(ScrapeError::from_status(&resp));
     }
-    if resp.content_length().is_some_and(|n| n > max_body as u64) {
+    let headers = resp.headers();
+    let codings = decode::codings(
+        headers
+            .get_all(reqwest::header::CONTENT_ENCODING)
+            .iter()
+            .map(|v| v.as_bytes()),
+    )
+    .map_err(ScrapeError::from_decode)?;
+    let content_type = headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    // The length a response declares is the encoded one.
+    let expected = resp
+        .content_length()
+        .filter(|_| codings.is_empty())
+        .map(|n| n as usize);
+    if expected.is_some_and(|n| n > max_body) {
         return Err(ScrapeError::TooLarge { limit: "body size" });
     }
-    let content_type = resp
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    // A compressed body's decoded length is not known before it has been read (the length the
-    // response declares is the compressed one, and the decoder drops it): start from the last
-    // body of the same URL, with room to grow, so that a 16 MB page is not built by doubling a
-    // 64 KiB buffer eight times, each step a new block and a copy.
-    let expected = resp.content_length().map(|n| n as usize);
+    // A compressed body's decoded length is not known before it has been read: start from the
+    // last body of the same URL, with room to grow, so that a 16 MB page is not built by
+    // doubling a 64 KiB buffer eight times, each step a new block and a copy.
     let last = slot.last_len.load(Ordering::Relaxed);
     let guess = (last > 0).then(|| last + last / 64);
     let want = expected.or(guess).unwrap_or(64 << 10).min(max_body);
@@ -853,15 +943,20 @@ async fn get(
     }
     // Reuses the block when the last body is gone, else allocates a new one.
     buf.reserve(want);
-    while let Some(chunk) = resp
-        .chunk()
-        .await
-        .map_err(|e| ScrapeError::from_reqwest(e, timeout))?
-    {
-        if buf.len() + chunk.len() > max_body {
-            return Err(ScrapeError::TooLarge { limit: "body size" });
+    let chunk_error = |e| ScrapeError::from_reqwest(e, timeout);
+    if codings.is_empty() {
+        while let Some(chunk) = resp.chunk().await.map_err(chunk_error)? {
+            if buf.len() + chunk.len() > max_body {
+                return Err(ScrapeError::TooLarge { limit: "body size" });
+            }
+            buf.extend_from_slice(&chunk);
         }
-        buf.extend_from_slice(&chunk);
+    } else {
+        let mut decoder = Decoder::new(&codings, &mut buf, max_body);
+        while let Some(chunk) = resp.chunk().await.map_err(chunk_error)? {
+            decoder.write(&chunk).map_err(ScrapeError::from_decode)?;
+        }
+        decoder.finish().map_err(ScrapeError::from_decode)?;
     }
     if expected.is_none() {
         slot.last_len.store(buf.len(), Ordering::Relaxed);
@@ -870,8 +965,17 @@ async fn get(
     let mut spare = slot.spare.lock().expect("spare buffer lock");
     spare.insert(0, buf);
     spare.truncate(SPARE_BLOCKS);
-    let format = Format::detect(content_type.as_deref(), &body);
-    Ok((body, format))
+    let format = Format::detect(&body);
+    let mislabelled = content_type
+        .as_deref()
+        .and_then(Format::declared)
+        .is_some_and(|declared| declared != format);
+    Ok(Fetched {
+        body,
+        format,
+        content_type,
+        mislabelled,
+    })
 }
 
 #[cfg(test)]

@@ -30,6 +30,9 @@ pub struct Telemetry {
     pub scrape_duration: HistogramVec,
     /// `upstream_scrapes_total{upstream,result}`.
     pub scrapes: IntCounterVec,
+    /// `upstream_format_mismatches_total{upstream}`: responses whose Content-Type named the
+    /// other exposition format than the body's.
+    pub format_mismatches: IntCounterVec,
     /// `upstream_response_bytes{upstream}`: decoded body size of the last successful scrape.
     pub response_bytes: IntGaugeVec,
     /// `upstream_series{upstream,outcome}` in the last scrape.
@@ -100,6 +103,16 @@ impl Telemetry {
                 "Upstream scrapes by result (success or the reason it failed).",
             ),
             &["upstream", "result"],
+        )
+        .expect("valid metric");
+        let format_mismatches = IntCounterVec::new(
+            opts(
+                "upstream_format_mismatches_total",
+                "Upstream responses whose Content-Type named one exposition format while the body \
+                 was in the other; each is read as its body is (OpenMetrics without # EOF as text \
+                 0.0.4, text ending in # EOF as OpenMetrics).",
+            ),
+            &["upstream"],
         )
         .expect("valid metric");
         let response_bytes = IntGaugeVec::new(
@@ -182,6 +195,7 @@ impl Telemetry {
             Box::new(upstream_up.clone()),
             Box::new(scrape_duration.clone()),
             Box::new(scrapes.clone()),
+            Box::new(format_mismatches.clone()),
             Box::new(response_bytes.clone()),
             Box::new(series.clone()),
             Box::new(health_ready.clone()),
@@ -202,6 +216,7 @@ impl Telemetry {
             upstream_up,
             scrape_duration,
             scrapes,
+            format_mismatches,
             response_bytes,
             series,
             health_ready,
@@ -224,6 +239,7 @@ impl Telemetry {
     /// configured upstream before its first scrape.
     pub fn register_upstream(&self, name: &str) {
         self.upstream_up.with_label_values(&[name]).set(0);
+        self.format_mismatches.with_label_values(&[name]);
         for outcome in SERIES_OUTCOMES {
             self.series.with_label_values(&[name, outcome]);
         }

@@ -56,20 +56,27 @@ pub enum Format {
 }
 
 impl Format {
-    /// The format of an upstream response: its Content-Type, corrected by the content when the
-    /// header says text but the body ends in OpenMetrics' `# EOF` (some engines serve
-    /// OpenMetrics whatever they were asked for, under either header).
-    pub fn detect(content_type: Option<&str>, body: &[u8]) -> Format {
-        let says_om = content_type.is_some_and(|ct| {
-            ct.split(';').next().is_some_and(|m| {
-                m.trim()
-                    .eq_ignore_ascii_case("application/openmetrics-text")
-            })
-        });
-        if says_om || ends_with_eof(body) {
+    /// The format of an upstream body, read from the body itself: OpenMetrics when it ends in
+    /// `# EOF`, which every OpenMetrics document must, else text 0.0.4. The Content-Type is no
+    /// guide: some engines serve OpenMetrics under either header, and a text page labelled
+    /// OpenMetrics would lose every counter read as OpenMetrics.
+    pub fn detect(body: &[u8]) -> Format {
+        if ends_with_eof(body) {
             Format::OpenMetrics
         } else {
             Format::Text
+        }
+    }
+
+    /// The format a Content-Type names, if it names one.
+    pub fn declared(content_type: &str) -> Option<Format> {
+        let media = content_type.split(';').next().unwrap_or("").trim();
+        if media.eq_ignore_ascii_case("application/openmetrics-text") {
+            Some(Format::OpenMetrics)
+        } else if media.eq_ignore_ascii_case("text/plain") {
+            Some(Format::Text)
+        } else {
+            None
         }
     }
 }

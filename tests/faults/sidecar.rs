@@ -12,6 +12,8 @@ pub(crate) struct UpstreamSpec<'a> {
     pub(crate) name: &'a str,
     pub(crate) url: &'a str,
     pub(crate) timeout: &'a str,
+    /// Whether readiness needs it.
+    pub(crate) required: bool,
 }
 
 /// A `/metrics` (or other) answer and how long it took, body included.
@@ -114,6 +116,11 @@ impl Sidecar {
         }
     }
 
+    /// What sysport has logged so far.
+    pub(crate) fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("sysport.log")).expect("read sysport.log")
+    }
+
     /// Peak resident set size (`VmHWM`) in KiB.
     pub(crate) fn vm_hwm_kib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
@@ -170,8 +177,8 @@ fn config_yaml(port: u16, upstreams: &[UpstreamSpec<'_>], extra: &str) -> String
     );
     for u in upstreams {
         y.push_str(&format!(
-            "  - name: {}\n    url: {}\n    keep: [\"vllm:\"]\n    timeout: {}\n    required: false\n",
-            u.name, u.url, u.timeout
+            "  - name: {}\n    url: {}\n    keep: [\"vllm:\"]\n    timeout: {}\n    required: {}\n",
+            u.name, u.url, u.timeout, u.required
         ));
     }
     y.push_str(extra);
