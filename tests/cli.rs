@@ -79,7 +79,7 @@ fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
 fn check_config_reports_every_problem_with_file_line_and_field() {
     let path = temp_file(
         "bad",
-        "listen: { port: 99999 }\nupstreams:\n  - name: vllm\n    url: not a url\n    keep: []\n  - name: vllm\n    url: http://127.0.0.1:8000/metrics\n    tiemout: 2s\n",
+        "listen: { port: 99999 }\nupstreams:\n  - name: vllm\n    url: not a url\n    keep: []\n  - name: sglang\n    url: http://127.0.0.1:8000/metrics\n    tiemout: 2s\n    keep: [dynamo_sysport_]\n",
     );
     let out = Command::new(BIN)
         .arg("check-config")
@@ -90,10 +90,17 @@ fn check_config_reports_every_problem_with_file_line_and_field() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     let file = path.display().to_string();
-    assert!(
-        err.contains(&format!("{file}:8:5: upstreams[1].tiemout")),
-        "{err}"
-    );
+    // An unknown field hides none of the other problems.
+    for needle in [
+        format!("{file}:1:17: listen.port"),
+        format!("{file}:4:10: upstreams[0].url"),
+        format!("{file}:5:11: upstreams[0].keep"),
+        format!("{file}:8:5: upstreams[1].tiemout: unknown field `tiemout`"),
+        format!("{file}:9:12: upstreams[1].keep[0]: prefix \"dynamo_sysport_\" can never match"),
+    ] {
+        assert!(err.contains(&needle), "missing {needle:?} in:\n{err}");
+    }
+    assert_eq!(err.lines().count(), 5, "{err}");
     // Starting the server with the same file fails the same way, before binding anything.
     let out = Command::new(BIN)
         .arg("--config")

@@ -7,110 +7,161 @@
 use std::fmt;
 
 use serde::Deserialize;
-use serde::de::{MapAccess, Visitor};
+use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde_saphyr::Spanned;
 
 /// A scalar value as written in the file, with its position.
 pub(crate) type Text = Spanned<String>;
 
-/// The whole file. Every section is optional.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawConfig {
-    /// Where the system port listens.
-    pub(crate) listen: Option<RawListen>,
-    /// Readiness (`/health`) and liveness (`/live`) settings.
-    pub(crate) health: Option<RawHealth>,
-    /// Labels added to every engine series that lacks them, in this order
-    /// (`{ worker_id: "${POD_NAME}" }`).
-    pub(crate) labels: Option<RawLabels>,
-    /// The engine endpoints to scrape, in order. Without this section (and without
-    /// `--upstream`), sysport scrapes vLLM at `http://127.0.0.1:8000/metrics`.
-    pub(crate) upstreams: Option<Spanned<Vec<Spanned<RawUpstream>>>>,
-    /// Resource limits applied to every upstream response.
-    pub(crate) limits: Option<RawLimits>,
-    /// Graceful shutdown.
-    pub(crate) shutdown: Option<RawShutdown>,
+/// Declares one mapping of the file: a struct of optional fields, each the doc comment of a
+/// setting, whose `Deserialize` keeps the keys it does not know in `unknown` (with their
+/// positions) instead of failing at the first one as `deny_unknown_fields` does, so that a
+/// misspelt key is reported with every other problem of the file.
+macro_rules! section {
+    ($(#[$meta:meta])* $name:ident { $($(#[$field_meta:meta])* $field:ident: $ty:ty,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Default)]
+        pub(crate) struct $name {
+            $($(#[$field_meta])* pub(crate) $field: Option<$ty>,)*
+            /// Keys this mapping does not have, as written.
+            pub(crate) unknown: Vec<Text>,
+        }
+
+        impl $name {
+            /// The keys this mapping has.
+            pub(crate) const FIELDS: &'static [&'static str] = &[$(stringify!($field)),*];
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct SectionVisitor;
+
+                impl<'de> Visitor<'de> for SectionVisitor {
+                    type Value = $name;
+
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str("a mapping of keys to values")
+                    }
+
+                    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<$name, A::Error> {
+                        let mut section = $name::default();
+                        while let Some(key) = map.next_key::<Text>()? {
+                            match key.value.as_str() {
+                                $(stringify!($field) => section.$field = map.next_value()?,)*
+                                _ => {
+                                    map.next_value::<IgnoredAny>()?;
+                                    section.unknown.push(key);
+                                }
+                            }
+                        }
+                        Ok(section)
+                    }
+                }
+
+                deserializer.deserialize_map(SectionVisitor)
+            }
+        }
+    };
 }
 
-/// `listen:` section.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawListen {
-    /// IP address to listen on, default `0.0.0.0`; `DYN_SYSTEM_HOST` and `--host` override it.
-    pub(crate) host: Option<Text>,
-    /// TCP port, default 8081 (0 asks the OS for a free port); `DYN_SYSTEM_PORT` and `--port`
-    /// override it.
-    pub(crate) port: Option<Text>,
+section! {
+    /// The whole file. Every section is optional.
+    RawConfig {
+        /// Where the system port listens.
+        listen: RawListen,
+        /// Readiness (`/health`) and liveness (`/live`) settings.
+        health: RawHealth,
+        /// Labels added to every engine series that lacks them, in this order
+        /// (`{ worker_id: "${POD_NAME}" }`).
+        labels: RawLabels,
+        /// The engine endpoints to scrape, in order. Without this section (and without
+        /// `--upstream`), sysport scrapes vLLM at `http://127.0.0.1:8000/metrics`.
+        upstreams: Spanned<Vec<Spanned<RawUpstream>>>,
+        /// Resource limits applied to every upstream response.
+        limits: RawLimits,
+        /// Graceful shutdown.
+        shutdown: RawShutdown,
+    }
 }
 
-/// `health:` section.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawHealth {
-    /// Readiness route, default `/health`; `DYN_SYSTEM_HEALTH_PATH` overrides it.
-    pub(crate) path: Option<Text>,
-    /// Liveness route, default `/live`; `DYN_SYSTEM_LIVE_PATH` overrides it. Must differ from
-    /// `path`: liveness never depends on the engine's health.
-    pub(crate) live_path: Option<Text>,
-    /// Readiness before the first health check: `notready` (default) or `ready`;
-    /// `DYN_SYSTEM_STARTING_HEALTH_STATUS` overrides it.
-    pub(crate) starting_status: Option<Text>,
-    /// How often each upstream's health is checked (`5s`, default 5s); more than zero.
-    pub(crate) interval: Option<Text>,
+section! {
+    /// `listen:` section.
+    RawListen {
+        /// IP address to listen on, default `0.0.0.0`; `DYN_SYSTEM_HOST` and `--host` override it.
+        host: Text,
+        /// TCP port, default 8081 (0 asks the OS for a free port); `DYN_SYSTEM_PORT` and `--port`
+        /// override it.
+        port: Text,
+    }
 }
 
-/// One entry of `upstreams:`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawUpstream {
-    /// Unique name, made of `A-Z a-z 0-9 _ . -`; the `upstream` label of sysport's own metrics.
-    pub(crate) name: Option<Text>,
-    /// The Prometheus endpoint, `http://` or `https://`. Several upstreams may share a URL: it
-    /// is fetched once per scrape.
-    pub(crate) url: Option<Text>,
-    /// Family-name prefixes to keep, default `["vllm:", "lmcache:"]`; not empty.
-    pub(crate) keep: Option<Spanned<Vec<Text>>>,
-    /// Per-scrape timeout (`2s`, default 2s), further capped by Prometheus' scrape timeout; more
-    /// than zero.
-    pub(crate) timeout: Option<Text>,
-    /// Health URL checked every `health.interval`; without one, readiness follows the last
-    /// scrape.
-    pub(crate) health_url: Option<Text>,
-    /// Whether readiness needs this upstream (`true`, default, or `false`).
-    pub(crate) required: Option<Text>,
-    /// Reuse a fetch younger than this (`0s`, default: always fetch). Bounds the load that
-    /// frequent readers such as inference gateways put on the engine.
-    pub(crate) min_interval: Option<Text>,
+section! {
+    /// `health:` section.
+    RawHealth {
+        /// Readiness route, default `/health`; `DYN_SYSTEM_HEALTH_PATH` overrides it.
+        path: Text,
+        /// Liveness route, default `/live`; `DYN_SYSTEM_LIVE_PATH` overrides it. Must differ from
+        /// `path`: liveness never depends on the engine's health.
+        live_path: Text,
+        /// Readiness before the first health check: `notready` (default) or `ready`;
+        /// `DYN_SYSTEM_STARTING_HEALTH_STATUS` overrides it.
+        starting_status: Text,
+        /// How often each upstream's health is checked (`5s`, default 5s); more than zero.
+        interval: Text,
+    }
 }
 
-/// `limits:` section. Sizes take a plain number of bytes or a unit (`512KiB`, `16MiB`).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawLimits {
-    /// Largest upstream body after decompression, default `16MiB`. Over it, the upstream is
-    /// down for that scrape.
-    pub(crate) max_body_bytes: Option<Text>,
-    /// Longest line of an upstream body, default `1MiB`.
-    pub(crate) max_line_bytes: Option<Text>,
-    /// Most series kept from one upstream, default 250000.
-    pub(crate) max_series: Option<Text>,
-    /// Most metric families (distinct names) from one upstream, default 20000; vLLM exposes a
-    /// few hundred. Each costs far more than a series, so this bounds memory separately.
-    pub(crate) max_families: Option<Text>,
-    /// Most labels on one series, default 64.
-    pub(crate) max_labels: Option<Text>,
-    /// Longest label value, default `512KiB`.
-    pub(crate) max_label_value_bytes: Option<Text>,
+section! {
+    /// One entry of `upstreams:`.
+    RawUpstream {
+        /// Unique name, made of `A-Z a-z 0-9 _ . -`; the `upstream` label of sysport's own metrics.
+        name: Text,
+        /// The Prometheus endpoint, `http://` or `https://`. Several upstreams may share a URL: it
+        /// is fetched once per scrape.
+        url: Text,
+        /// Family-name prefixes to keep, default `["vllm:", "lmcache:"]`; not empty.
+        keep: Spanned<Vec<Text>>,
+        /// Per-scrape timeout (`2s`, default 2s), further capped by Prometheus' scrape timeout; more
+        /// than zero.
+        timeout: Text,
+        /// Health URL checked every `health.interval`; without one, readiness follows the last
+        /// scrape.
+        health_url: Text,
+        /// Whether readiness needs this upstream (`true`, default, or `false`).
+        required: Text,
+        /// Reuse a fetch younger than this (`0s`, default: always fetch). Bounds the load that
+        /// frequent readers such as inference gateways put on the engine.
+        min_interval: Text,
+    }
 }
 
-/// `shutdown:` section.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawShutdown {
-    /// After SIGTERM, `/health` answers 503 at once and the listener keeps serving this long
-    /// (`5s`, default 5s) so load balancers stop sending traffic first.
-    pub(crate) drain_delay: Option<Text>,
+section! {
+    /// `limits:` section. Sizes take a plain number of bytes or a unit (`512KiB`, `16MiB`).
+    RawLimits {
+        /// Largest upstream body after decompression, default `16MiB`. Over it, the upstream is
+        /// down for that scrape.
+        max_body_bytes: Text,
+        /// Longest line of an upstream body, default `1MiB`.
+        max_line_bytes: Text,
+        /// Most series kept from one upstream, default 250000.
+        max_series: Text,
+        /// Most metric families (distinct names) from one upstream, default 20000; vLLM exposes a
+        /// few hundred. Each costs far more than a series, so this bounds memory separately.
+        max_families: Text,
+        /// Most labels on one series, default 64.
+        max_labels: Text,
+        /// Longest label value, default `512KiB`.
+        max_label_value_bytes: Text,
+    }
+}
+
+section! {
+    /// `shutdown:` section.
+    RawShutdown {
+        /// After SIGTERM, `/health` answers 503 at once and the listener keeps serving this long
+        /// (`5s`, default 5s) so load balancers stop sending traffic first.
+        drain_delay: Text,
+    }
 }
 
 /// `labels:` as an ordered list of (name, value); the parser rejects duplicate names.
