@@ -109,8 +109,8 @@ impl Telemetry {
             opts(
                 "upstream_format_mismatches_total",
                 "Upstream responses whose Content-Type named one exposition format while the body \
-                 was in the other; each is read as its body is (OpenMetrics without # EOF as text \
-                 0.0.4, text ending in # EOF as OpenMetrics).",
+                 was in the other; each is read as its body is (a body without the final EOF line \
+                 of OpenMetrics as text 0.0.4, one with it as OpenMetrics).",
             ),
             &["upstream"],
         )
