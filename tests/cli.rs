@@ -137,6 +137,44 @@ fn check_config_reports_semantic_errors_with_locations() {
     }
 }
 
+/// The ConfigMap's `config.yaml`.
+fn configmap_config() -> String {
+    #[derive(serde::Deserialize)]
+    struct ConfigMap {
+        data: std::collections::HashMap<String, String>,
+    }
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/kubernetes/configmap.yaml"
+    );
+    let text = std::fs::read_to_string(path).expect("read the ConfigMap");
+    let map: ConfigMap = serde_saphyr::from_str(&text).expect("the ConfigMap is YAML");
+    map.data["config.yaml"].clone()
+}
+
+#[test]
+fn the_shipped_configurations_are_valid() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/sysport.example.yaml");
+    let configmap = temp_file("configmap", &configmap_config());
+    for path in [PathBuf::from(example), configmap] {
+        let out = Command::new(BIN)
+            .arg("check-config")
+            .arg("--config")
+            .arg(&path)
+            .env("POD_NAME", "vllm-worker-0")
+            .env("POD_NAMESPACE", "inference")
+            .output()
+            .expect("runs");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 #[test]
 fn check_config_prints_the_effective_configuration() {
     let path = temp_file(

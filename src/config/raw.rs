@@ -106,7 +106,8 @@ section! {
         /// Readiness before the first health check: `notready` (default) or `ready`;
         /// `DYN_SYSTEM_STARTING_HEALTH_STATUS` overrides it.
         starting_status: Text,
-        /// How often each upstream's health is checked (`5s`, default 5s); more than zero.
+        /// How often each upstream is checked, by its `health_url` or else by a scrape (`5s`,
+        /// default 5s); more than zero.
         interval: Text,
     }
 }
@@ -119,13 +120,14 @@ section! {
         /// The Prometheus endpoint, `http://` or `https://`. Several upstreams may share a URL: it
         /// is fetched once per scrape.
         url: Text,
-        /// Family-name prefixes to keep, default `["vllm:", "lmcache:"]`; not empty.
+        /// Family-name prefixes to keep, default `["vllm:", "lmcache:"]`; not empty, and none
+        /// under `dynamo_sysport_` (sysport's own names, which no upstream's can take).
         keep: Spanned<Vec<Text>>,
         /// Per-scrape timeout (`2s`, default 2s), further capped by Prometheus' scrape timeout; more
         /// than zero.
         timeout: Text,
-        /// Health URL checked every `health.interval`; without one, readiness follows the last
-        /// scrape.
+        /// Health URL checked every `health.interval` (2xx is healthy; a redirect is not, and is
+        /// not followed); without one, readiness follows the last scrape.
         health_url: Text,
         /// Whether readiness needs this upstream (`true`, default, or `false`).
         required: Text,
@@ -136,10 +138,11 @@ section! {
 }
 
 section! {
-    /// `limits:` section. Sizes take a plain number of bytes or a unit (`512KiB`, `16MiB`).
+    /// `limits:` section. Sizes take a binary unit, always: `B`, `KiB`, `MiB`, `GiB` (or `Ki`,
+    /// `Mi`, `Gi`), as in `512KiB` or `16MiB`.
     RawLimits {
-        /// Largest upstream body after decompression, default `16MiB`. Over it, the upstream is
-        /// down for that scrape.
+        /// Largest upstream body after decoding its Content-Encoding, default `16MiB`. Over it,
+        /// the upstream is down for that scrape.
         max_body_bytes: Text,
         /// Longest line of an upstream body, default `1MiB`.
         max_line_bytes: Text,
