@@ -1030,25 +1030,9 @@ mod tests {
         let url = selection_url(&url, &selection);
         let pairs: Vec<(String, String)> = url.query_pairs().into_owned().collect();
         assert_eq!(pairs[0], ("x".to_string(), "1".to_string()));
-        let asked: Vec<&str> = pairs[1..].iter().map(|(_, v)| v.as_str()).collect();
         assert!(pairs[1..].iter().all(|(k, _)| k == "name[]"));
-        for n in [
-            "vllm:h",
-            "vllm:h_bucket",
-            "vllm:h_count",
-            "vllm:h_sum",
-            "vllm:h_created",
-        ] {
-            assert!(asked.contains(&n), "{n}");
-        }
-        for n in [
-            "vllm:c_total",
-            "vllm:c_created",
-            "vllm:d_total",
-            "vllm:d_created",
-        ] {
-            assert!(asked.contains(&n), "{n}");
-        }
-        assert_eq!(asked.len(), selection.sample_names().count());
+        let asked: Vec<String> = pairs[1..].iter().map(|(_, v)| v.clone()).collect();
+        assert_eq!(asked, selection.sample_names().collect::<Vec<_>>());
+        assert!(asked.contains(&"vllm:h_bucket".to_string()));
     }
 }

@@ -58,7 +58,7 @@ async fn lie(test: &str, fault: Fault, expect: Expect, says: &[&str]) -> String 
     let mut case = Case::new(test, &url, expect);
     case.required = true;
     let run = case.start().await;
-    let (status, health) = checked(&run.sp).await;
+    let (status, health) = checked(&run.sp, &["faulty", "healthy"]).await;
     let faulty = &health["upstreams"]["faulty"];
     assert_eq!(
         health["upstreams"]["healthy"]["status"], "ready",
@@ -88,13 +88,15 @@ async fn lie(test: &str, fault: Fault, expect: Expect, says: &[&str]) -> String 
     run.finish().await
 }
 
-/// `/health` once both upstreams have been checked (sysport checks them as it starts).
-async fn checked(sp: &Sidecar) -> (u16, Value) {
+/// `/health` once `upstreams` have been checked (sysport checks them as it starts).
+async fn checked(sp: &Sidecar, upstreams: &[&str]) -> (u16, Value) {
     for _ in 0..100 {
         let r = sp.get("/health", &[]).await;
         let health: Value = serde_json::from_slice(&r.body).expect("/health is JSON");
-        let upstreams = &health["upstreams"];
-        if upstreams["faulty"]["checked"] == true && upstreams["healthy"]["checked"] == true {
+        if upstreams
+            .iter()
+            .all(|u| health["upstreams"][u]["checked"] == true)
+        {
             return (r.status, health);
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -246,17 +248,8 @@ async fn a_health_url_that_redirects_is_not_healthy() {
     // Appended to the last upstream's entry.
     let extra = format!("    health_url: {health_url}\n");
     let sp = Sidecar::start("health-redirect", &[spec], &extra).await;
-    let r = sp.get("/health", &[]).await;
-    let mut report: Value = serde_json::from_slice(&r.body).expect("JSON");
-    for _ in 0..100 {
-        if report["upstreams"]["faulty"]["checked"] == true {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        report = serde_json::from_slice(&sp.get("/health", &[]).await.body).expect("JSON");
-    }
-    let r = sp.get("/health", &[]).await;
-    assert_eq!(r.status, 503, "{report}");
+    let (status, report) = checked(&sp, &["faulty"]).await;
+    assert_eq!(status, 503, "{report}");
     let error = report["upstreams"]["faulty"]["last_error"]
         .as_str()
         .expect("an error");
