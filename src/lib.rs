@@ -4,6 +4,7 @@
 //! - [`config`]: YAML file + `DYN_SYSTEM_*` environment + CLI flags → one validated `Config`.
 //! - [`expfmt`]: the exposition format, pure and I/O-free: lexer, filter, merge, writers.
 //! - [`scrape`]: fetches upstreams concurrently, single-flight, with limits and timeouts.
+//! - [`fetch`]: one GET of an upstream, and why its answer may be unusable.
 //! - [`decode`]: undoes an upstream body's `Content-Encoding` within the body limit.
 //! - [`health`]: background checks and the readiness state.
 //! - [`telemetry`]: sysport's own `dynamo_sysport_*` metrics.
@@ -15,6 +16,7 @@ pub mod config;
 pub mod decode;
 pub mod demo;
 pub mod expfmt;
+pub mod fetch;
 pub mod health;
 pub mod parts;
 pub mod scrape;
