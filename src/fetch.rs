@@ -77,9 +77,7 @@ impl ScrapeError {
             ScrapeError::Request(root_cause(&err))
         }
     }
-}
 
-impl ScrapeError {
     /// A response that is not a success: a redirect, which is never followed (the scrape
     /// target is exactly the configured URL), or another status.
     pub fn from_status(resp: &reqwest::Response) -> ScrapeError {

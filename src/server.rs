@@ -326,7 +326,7 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
     t.http_requests
         .with_label_values(&[path_label, response.status().as_str(), read])
         .inc();
-    if route == Some(Route::Metrics) {
+    if !read.is_empty() {
         t.metrics_duration
             .with_label_values(&[read])
             .observe(started.elapsed().as_secs_f64());

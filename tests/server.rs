@@ -377,6 +377,10 @@ async fn unknown_paths_are_404_and_other_methods_405() {
     assert!(metrics.contains(
         "dynamo_sysport_http_requests_total{code=\"405\",path=\"/metrics\",read=\"\"} 1\n"
     ));
+    assert!(
+        !metrics.contains("dynamo_sysport_metrics_request_duration_seconds_count{read=\"\"}"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
