@@ -161,8 +161,8 @@ pub async fn check_all(
                 Some(url) => match client.get(url.clone()).timeout(u.timeout).send().await {
                     Ok(resp) if resp.status().is_success() => Ok(()),
                     Ok(resp) => Err(format!(
-                        "health check answered HTTP {}",
-                        resp.status().as_u16()
+                        "health check failed: {}",
+                        crate::scrape::ScrapeError::from_status(&resp)
                     )),
                     Err(e) => Err(format!(
                         "health check failed: {}",

@@ -5,6 +5,8 @@
 //! - [`engine`]: what sysport knows about each inference engine (presets).
 //! - [`expfmt`]: the exposition format, pure and I/O-free: lexer, filter, merge, writers.
 //! - [`scrape`]: fetches upstreams concurrently, single-flight, with limits and timeouts.
+//! - [`fetch`]: one GET of an upstream, and why its answer may be unusable.
+//! - [`decode`]: undoes an upstream body's `Content-Encoding` within the body limit.
 //! - [`health`]: background checks and the readiness state.
 //! - [`telemetry`]: sysport's own `dynamo_sysport_*` metrics.
 //! - [`parts`]: a response body of shared byte runs.
@@ -16,14 +18,16 @@
 //! - [`demo`]: simulated vLLM and LMCache upstreams for `sysport demo`.
 
 pub mod config;
+pub mod decode;
 pub mod demo;
 pub mod engine;
 pub mod expfmt;
+pub mod fetch;
 pub mod health;
 pub mod listener;
 pub mod parts;
 pub mod scrape;
 pub mod server;
 pub mod telemetry;
-pub mod web;
 pub mod views;
+pub mod web;

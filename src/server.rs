@@ -10,24 +10,24 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use tokio::sync::watch;
 use tower_http::compression::CompressionLayer;
 
 use crate::config::Config;
-use crate::expfmt::{self, MergeOptions, ParseLimits, ParseOptions, TEXT_CONTENT_TYPE};
+use crate::expfmt::{self, MergeOptions, ParseLimits, ParseOptions, Selection, TEXT_CONTENT_TYPE};
 use crate::health::{self, Readiness};
 use crate::parts::Parts;
 use crate::scrape::{Scraped, Scraper};
-use crate::telemetry::{self, Telemetry};
+use crate::telemetry::Telemetry;
+use crate::views::{self, Views};
 use crate::web;
 
 mod start;
 
 pub use start::{BindError, Sysport, serve};
-use crate::views::{self, Views};
 
 /// Below this, a response is copied into one buffer and sent in one write; above it, its runs
 /// (mostly the upstream bodies themselves) are written as they are.
@@ -220,28 +220,38 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
             .and_then(|name| runtime.views.find(name))
             .map(Route::View)
     };
-    // Any query on /metrics is an attempt at a selective read, well-formed or not.
-    let read = match (route, req.uri().query()) {
-        (Some(Route::Metrics), Some(q)) if !q.is_empty() => "selective",
-        (Some(Route::Metrics), _) => "full",
-        (Some(Route::View(_)), _) => "view",
-        _ => "",
-    };
-    let response = match route {
-        None => (StatusCode::NOT_FOUND, "not found\n").into_response(),
-        Some(_) if req.method() != Method::GET && req.method() != Method::HEAD => {
+    let mut read = "";
+    let response = match (route, check_host(&req)) {
+        (_, Err(msg)) => (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response(),
+        (None, _) => (StatusCode::NOT_FOUND, "not found\n").into_response(),
+        (Some(_), _) if req.method() != Method::GET && req.method() != Method::HEAD => {
             let mut r = (StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n").into_response();
             r.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
             r
         }
-        Some(Route::Live) => live(&runtime),
-        Some(Route::Health) => health(&app, &runtime),
-        Some(Route::Metrics) => match requested_names(req.uri().query()) {
-            Ok(names) => metrics(&app, &runtime, names, read, req.headers(), started).await,
-            Err(msg) => (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response(),
-        },
-        Some(Route::View(v)) => view(&app, &runtime, v, req.headers(), started).await,
+        (Some(Route::Live), _) => live(&runtime),
+        (Some(Route::Health), _) => health(&app, &runtime),
+        (Some(Route::Metrics), _) => {
+            let names = requested_names(req.uri().query());
+            // A query that names anything is a selective read, well-formed or not.
+            read = if matches!(names, Ok(None)) {
+                "full"
+            } else {
+                "selective"
+            };
+            match names {
+                Ok(names) => {
+                    let selection = names.map(|n| Selection::new(n.iter().map(String::as_str)));
+                    metrics(&app, &runtime, selection, read, req.headers(), started).await
+                }
+                Err(msg) => (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response(),
+            }
+        }
+        (Some(Route::View(v)), _) => {
+            read = "view";
+            view(&app, &runtime, v, req.headers(), started).await
+        }
     };
     let view_path;
     let path_label = match route {
@@ -258,7 +268,7 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
     t.http_requests
         .with_label_values(&[path_label, response.status().as_str(), read])
         .inc();
-    if matches!(route, Some(Route::Metrics | Route::View(_))) {
+    if !read.is_empty() {
         t.metrics_duration
             .with_label_values(&[read])
             .observe(started.elapsed().as_secs_f64());
@@ -318,9 +328,10 @@ fn budget(headers: &HeaderMap) -> Option<Duration> {
 /// At most this many `name` parameters in one read.
 const MAX_NAMES: usize = 256;
 
-/// `?name=a&name=b` → the requested family names (percent-decoded); `None` for the whole page.
-/// `name[]` (prometheus_client's spelling) is accepted too. Anything else is refused with a
-/// message, rather than silently answered with the whole page.
+/// `?name=a&name=b` → the requested family names (percent-decoded); `None` for the whole page,
+/// which a query without any parameter (`?`, `?&`) asks for too. `name[]` (prometheus_client's
+/// spelling) is accepted as well. Anything else is refused with a message, rather than silently
+/// answered with the whole page.
 fn requested_names(query: Option<&str>) -> Result<Option<Vec<String>>, String> {
     let Some(query) = query.filter(|q| !q.is_empty()) else {
         return Ok(None);
@@ -345,41 +356,50 @@ fn requested_names(query: Option<&str>) -> Result<Option<Vec<String>>, String> {
         }
         names.push(value.into_owned());
     }
-    Ok(Some(names))
+    Ok((!names.is_empty()).then_some(names))
+}
+
+/// RFC 9112 §3.2: a server answers 400 to an HTTP/1.1 request without a Host header, and to
+/// any request with more than one or with an invalid one.
+fn check_host(req: &Request) -> Result<(), &'static str> {
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (_, Some(_)) => Err("more than one Host header (RFC 9112 section 3.2)"),
+        (None, _) if req.version() == Version::HTTP_11 => {
+            Err("an HTTP/1.1 request needs a Host header (RFC 9112 section 3.2)")
+        }
+        (Some(host), _) if !valid_host(host.as_bytes()) => {
+            Err("invalid Host header: expected host[:port] (RFC 9112 section 3.2)")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `uri-host [ ":" port ]`, or empty (a target without an authority).
+fn valid_host(host: &[u8]) -> bool {
+    host.is_empty() || (!host.contains(&b'@') && axum::http::uri::Authority::try_from(host).is_ok())
 }
 
 async fn metrics(
     app: &App,
     runtime: &Runtime,
-    names: Option<Vec<String>>,
+    selection: Option<Selection>,
     read: &str,
     headers: &HeaderMap,
     started: Instant,
 ) -> Response {
-    let name_refs: Option<Vec<&str>> = names
-        .as_ref()
-        .map(|n| n.iter().map(String::as_str).collect());
     let scraper = &runtime.scraper;
-    // With `?name=`, only upstreams whose prefixes could hold one of the names are fetched.
+    // With `?name=`, only upstreams whose prefixes could hold a selected family are fetched.
     let which: Vec<usize> = (0..scraper.upstreams().len())
-        .filter(|&i| match &name_refs {
-            None => true,
-            Some(ns) => ns.iter().any(|n| scraper.may_hold(i, n)),
-        })
+        .filter(|&i| selection.as_ref().is_none_or(|s| scraper.may_hold(i, s)))
         .collect();
-    let scraped = runtime
-        .scraper
-        .scrape(&which, name_refs.as_deref(), budget(headers))
+    let scraped = scraper
+        .scrape(&which, selection.as_ref(), budget(headers))
         .await;
     let rendering = Instant::now();
     let openmetrics = wants_openmetrics(headers);
-    let engines = match &name_refs {
-        Some(names) if openmetrics => {
-            let with = with_companions(names);
-            let with: Vec<&str> = with.iter().map(String::as_str).collect();
-            render_engines(app, runtime, &which, &scraped, Some(&with), openmetrics)
-        }
-        Some(names) => render_engines(app, runtime, &which, &scraped, Some(names), openmetrics),
+    let engines = match &selection {
+        Some(s) => render_engines(app, runtime, &which, &scraped, Some(s), openmetrics),
         None => {
             // Scrapers that share a fetch share its rendering too: one merge and one output
             // buffer however many of them wait (Prometheus HA pairs, load tests).
@@ -397,9 +417,9 @@ async fn metrics(
     };
     let now = Instant::now();
     // Rendered after the engine merge, so the series counts it sets are this scrape's.
-    let own = if wants_own(name_refs.as_deref()) {
+    let own = if wants_own(selection.as_ref()) {
         set_fetch_ages(app, runtime, &which, &scraped, now);
-        render_own(app, runtime, name_refs.as_deref(), openmetrics)
+        render_own(app, runtime, selection.as_ref(), openmetrics)
     } else if openmetrics {
         Bytes::from_static(expfmt::OPENMETRICS_EOF)
     } else {
@@ -436,9 +456,13 @@ async fn view(
     started: Instant,
 ) -> Response {
     let scraper = &runtime.scraper;
-    let (which, names) = runtime.views.wanted(v, |u, name| scraper.may_hold(u, name));
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    let scraped = scraper.scrape(&which, Some(&names), budget(headers)).await;
+    let (which, names) = runtime
+        .views
+        .wanted(v, |u, name| scraper.may_hold(u, &Selection::new([name])));
+    let selection = Selection::new(names.iter().map(String::as_str));
+    let scraped = scraper
+        .scrape(&which, Some(&selection), budget(headers))
+        .await;
     let rendering = Instant::now();
     let openmetrics = wants_openmetrics(headers);
     let (body, dropped) = runtime
@@ -484,32 +508,12 @@ fn set_age(h: &mut HeaderMap, scraped: &[Scraped], started: Instant, now: Instan
     }
 }
 
-/// `names` and the text-format families that OpenMetrics folds into them (`x_created` into the
-/// counter `x_total` or the histogram `x`; `_gcount`/`_gsum` into a gauge histogram), so a
-/// selective OpenMetrics read carries the same MetricPoints as the full page.
-fn with_companions(names: &[&str]) -> Vec<String> {
-    let mut out: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-    for n in names {
-        let base = n.strip_suffix("_total").unwrap_or(n);
-        for suffix in ["_created", "_gcount", "_gsum"] {
-            out.push(format!("{base}{suffix}"));
-        }
-    }
-    out
-}
-
 /// Response header: seconds since the oldest upstream data in the response was fetched.
 pub const SYSPORT_AGE: &str = "sysport-age";
 
 /// Whether a read includes sysport's own families at all (they cost a registry walk).
-fn wants_own(names: Option<&[&str]>) -> bool {
-    let prefix = telemetry::NAMESPACE;
-    names.is_none_or(|ns| {
-        ns.iter().any(|n| {
-            n.strip_prefix(prefix)
-                .is_some_and(|rest| rest.starts_with('_'))
-        })
-    })
+fn wants_own(selection: Option<&Selection>) -> bool {
+    selection.is_none_or(|s| s.selects_under(expfmt::RESERVED_PREFIX))
 }
 
 /// Sets `upstream_last_fetch_age_seconds` for every upstream: from this read's fetch where it
@@ -565,7 +569,7 @@ fn render_engines(
     runtime: &Runtime,
     which: &[usize],
     scraped: &[Scraped],
-    names: Option<&[&str]>,
+    names: Option<&Selection>,
     openmetrics: bool,
 ) -> Arc<[Bytes]> {
     // Renamed families under their other names (`aliases: true`) go after every upstream's
@@ -627,26 +631,27 @@ fn render_engines(
     }
 }
 
-/// sysport's own metrics in the response's format; ends the OpenMetrics document.
-fn render_own(app: &App, runtime: &Runtime, names: Option<&[&str]>, openmetrics: bool) -> Bytes {
+/// sysport's own metrics (the selected ones) in the response's format; ends the OpenMetrics
+/// document.
+fn render_own(
+    app: &App,
+    runtime: &Runtime,
+    selection: Option<&Selection>,
+    openmetrics: bool,
+) -> Bytes {
     let mut text = Vec::with_capacity(16 << 10);
-    app.telemetry.render_text(names, &mut text);
-    if !openmetrics && names.is_none() {
+    app.telemetry.render_text(selection, &mut text);
+    if !openmetrics {
         // The registry's text is already canonical text 0.0.4 with nothing to merge into it:
         // reading it back would give the same bytes (`own_text_reads_back_unchanged`).
         return Bytes::from(text);
     }
-    read_back_own(text, names, openmetrics, runtime.scraper.hasher())
+    read_back_own(text, openmetrics, runtime.scraper.hasher())
 }
 
-/// sysport's own metrics, read back like an upstream so `?name=` and both output formats treat
-/// them like any family.
-fn read_back_own(
-    text: Vec<u8>,
-    names: Option<&[&str]>,
-    openmetrics: bool,
-    hasher: expfmt::PairHasher,
-) -> Bytes {
+/// sysport's own metrics, read back like an upstream so that both output formats treat them
+/// like any family.
+fn read_back_own(text: Vec<u8>, openmetrics: bool, hasher: expfmt::PairHasher) -> Bytes {
     let keep = [String::from_utf8_lossy(expfmt::RESERVED_PREFIX).into_owned()];
     let opts = ParseOptions {
         keep: &keep,
@@ -664,7 +669,7 @@ fn read_back_own(
         &sources,
         &MergeOptions {
             added: &[],
-            names,
+            names: None,
             hasher,
         },
     );
@@ -799,7 +804,7 @@ mod tests {
             .observe(2.5);
         let mut text = Vec::new();
         t.render_text(None, &mut text);
-        let back = read_back_own(text.clone(), None, false, expfmt::PairHasher::new(7));
+        let back = read_back_own(text.clone(), false, expfmt::PairHasher::new(7));
         assert!(text.len() > 1000);
         assert_eq!(
             String::from_utf8_lossy(&back),
@@ -809,10 +814,12 @@ mod tests {
 
     #[test]
     fn own_metrics_are_rendered_only_when_a_read_can_include_them() {
+        let wants = |names: &[&str]| wants_own(Some(&Selection::new(names.iter().copied())));
         assert!(wants_own(None));
-        assert!(wants_own(Some(&["vllm:a", "dynamo_sysport_upstream_up"])));
-        assert!(!wants_own(Some(&["vllm:a", "vllm:b"])));
-        assert!(!wants_own(Some(&["dynamo_sysportx"])));
-        assert!(!wants_own(Some(&[])));
+        assert!(wants(&["vllm:a", "dynamo_sysport_upstream_up"]));
+        assert!(wants(&["dynamo_sysport_upstream_scrapes"]));
+        assert!(!wants(&["vllm:a", "vllm:b"]));
+        assert!(!wants(&["dynamo_sysportx"]));
+        assert!(!wants(&[]));
     }
 }

@@ -5,6 +5,8 @@
 
 use std::time::Instant;
 
+use crate::expfmt::Selection;
+
 use prometheus::{
     Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -35,6 +37,9 @@ pub struct Telemetry {
     pub scrape_duration: HistogramVec,
     /// `upstream_scrapes_total{upstream,result}`.
     pub scrapes: IntCounterVec,
+    /// `upstream_format_mismatches_total{upstream}`: responses whose Content-Type named the
+    /// other exposition format than the body's.
+    pub format_mismatches: IntCounterVec,
     /// `upstream_response_bytes{upstream}`: decoded body size of the last successful scrape.
     pub response_bytes: IntGaugeVec,
     /// `upstream_series{upstream,outcome}` in the last scrape.
@@ -105,6 +110,16 @@ impl Telemetry {
                 "Upstream scrapes by result (success or the reason it failed).",
             ),
             &["upstream", "result"],
+        )
+        .expect("valid metric");
+        let format_mismatches = IntCounterVec::new(
+            opts(
+                "upstream_format_mismatches_total",
+                "Upstream responses whose Content-Type named one exposition format while the body \
+                 was in the other; each is read as its body is (a body without the final EOF line \
+                 of OpenMetrics as text 0.0.4, one with it as OpenMetrics).",
+            ),
+            &["upstream"],
         )
         .expect("valid metric");
         let response_bytes = IntGaugeVec::new(
@@ -187,6 +202,7 @@ impl Telemetry {
             Box::new(upstream_up.clone()),
             Box::new(scrape_duration.clone()),
             Box::new(scrapes.clone()),
+            Box::new(format_mismatches.clone()),
             Box::new(response_bytes.clone()),
             Box::new(series.clone()),
             Box::new(health_ready.clone()),
@@ -207,6 +223,7 @@ impl Telemetry {
             upstream_up,
             scrape_duration,
             scrapes,
+            format_mismatches,
             response_bytes,
             series,
             health_ready,
@@ -236,6 +253,7 @@ impl Telemetry {
     /// configured upstream before its first scrape.
     pub fn register_upstream(&self, name: &str) {
         self.upstream_up.with_label_values(&[name]).set(0);
+        self.format_mismatches.with_label_values(&[name]);
         for outcome in SERIES_OUTCOMES {
             self.series.with_label_values(&[name, outcome]);
         }
@@ -259,13 +277,13 @@ impl Telemetry {
         }
     }
 
-    /// Renders every metric as text 0.0.4, or only the named families.
-    pub fn render_text(&self, names: Option<&[&str]>, out: &mut Vec<u8>) {
+    /// Renders every metric as text 0.0.4, or only the selected families.
+    pub fn render_text(&self, names: Option<&Selection>, out: &mut Vec<u8>) {
         self.uptime.set(self.uptime_seconds());
         self.process.update();
         let mut families = self.registry.gather();
         if let Some(names) = names {
-            families.retain(|f| names.iter().any(|n| *n == f.name()));
+            families.retain(|f| names.selects(f.name().as_bytes()));
         }
         if let Err(err) = TextEncoder::new().encode(&families, out) {
             tracing::error!(error = %err, "could not encode sysport's own metrics");
@@ -447,10 +465,10 @@ mod tests {
         std::hint::black_box(x);
         let mut out = Vec::new();
         t.render_text(
-            Some(&[
+            Some(&Selection::new([
                 "dynamo_sysport_process_cpu_seconds_total",
                 "dynamo_sysport_process_resident_memory_bytes",
-            ]),
+            ])),
             &mut out,
         );
         let text = String::from_utf8(out).expect("utf-8");

@@ -79,7 +79,7 @@ fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
 fn check_config_reports_every_problem_with_file_line_and_field() {
     let path = temp_file(
         "bad",
-        "listen: { port: 99999 }\nupstreams:\n  - name: vllm\n    url: not a url\n    keep: []\n  - name: vllm\n    url: http://127.0.0.1:8000/metrics\n    tiemout: 2s\n",
+        "listen: { port: 99999 }\nupstreams:\n  - name: vllm\n    url: not a url\n    keep: []\n  - name: sglang\n    url: http://127.0.0.1:8000/metrics\n    tiemout: 2s\n    keep: [dynamo_sysport_]\n",
     );
     let out = Command::new(BIN)
         .arg("check-config")
@@ -90,10 +90,17 @@ fn check_config_reports_every_problem_with_file_line_and_field() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     let file = path.display().to_string();
-    assert!(
-        err.contains(&format!("{file}:8:5: upstreams[1].tiemout")),
-        "{err}"
-    );
+    // An unknown field hides none of the other problems.
+    for needle in [
+        format!("{file}:1:17: listen.port"),
+        format!("{file}:4:10: upstreams[0].url"),
+        format!("{file}:5:11: upstreams[0].keep"),
+        format!("{file}:8:5: upstreams[1].tiemout: unknown field `tiemout`"),
+        format!("{file}:9:12: upstreams[1].keep[0]: prefix \"dynamo_sysport_\" can never match"),
+    ] {
+        assert!(err.contains(&needle), "missing {needle:?} in:\n{err}");
+    }
+    assert_eq!(err.lines().count(), 5, "{err}");
     // Starting the server with the same file fails the same way, before binding anything.
     let out = Command::new(BIN)
         .arg("--config")
@@ -127,6 +134,44 @@ fn check_config_reports_semantic_errors_with_locations() {
         "SYSPORT_TEST_SURELY_UNSET".to_string(),
     ] {
         assert!(err.contains(&needle), "missing {needle:?} in:\n{err}");
+    }
+}
+
+/// The ConfigMap's `config.yaml`.
+fn configmap_config() -> String {
+    #[derive(serde::Deserialize)]
+    struct ConfigMap {
+        data: std::collections::HashMap<String, String>,
+    }
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/kubernetes/configmap.yaml"
+    );
+    let text = std::fs::read_to_string(path).expect("read the ConfigMap");
+    let map: ConfigMap = serde_saphyr::from_str(&text).expect("the ConfigMap is YAML");
+    map.data["config.yaml"].clone()
+}
+
+#[test]
+fn the_shipped_configurations_are_valid() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/sysport.example.yaml");
+    let configmap = temp_file("configmap", &configmap_config());
+    for path in [PathBuf::from(example), configmap] {
+        let out = Command::new(BIN)
+            .arg("check-config")
+            .arg("--config")
+            .arg(&path)
+            .env("POD_NAME", "vllm-worker-0")
+            .env("POD_NAMESPACE", "inference")
+            .output()
+            .expect("runs");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 

@@ -231,16 +231,24 @@ async fn selective_output_equals_the_full_page_for_those_families() {
         assert_eq!(full_type, sel_type);
         let openmetrics = accept.starts_with("application/openmetrics-text");
         assert_eq!(selective.ends_with("# EOF\n"), openmetrics);
+        // A name selects its family with the `_created` that OpenMetrics writes inside it: a
+        // family of its own in text.
         let wanted = |name: &str| {
-            PICKER
-                .iter()
-                .any(|n| *n == name || n.strip_suffix("_total") == Some(name))
+            PICKER.iter().any(|n| {
+                let base = n.strip_suffix("_total").unwrap_or(n);
+                *n == name || base == name || format!("{base}_created") == name
+            })
         };
         let expected: Vec<(String, Vec<&str>)> = families(&full)
             .into_iter()
             .filter(|(name, _)| wanted(name))
             .collect();
-        assert_eq!(expected.len(), PICKER.len(), "{accept}: all in the page");
+        let created = if openmetrics { 0 } else { 2 };
+        assert_eq!(
+            expected.len(),
+            PICKER.len() + created,
+            "{accept}: all in the page"
+        );
         assert_eq!(families(&selective), expected, "{accept}");
         let (_, histogram) = expected
             .iter()
@@ -401,4 +409,136 @@ async fn an_engine_whose_selection_lacks_families_is_read_in_full() {
     let queries = a.queries();
     assert_eq!(queries.len(), 4, "one check, then full pages: {queries:?}");
     assert!(queries[2..].iter().all(String::is_empty), "{queries:?}");
+}
+
+/// A counter as prometheus_client renders it in text 0.0.4, and a gauge whose name starts alike.
+const COUNTER: &str = "# HELP vllm:prefix_cache_queries_total Prefix cache queries.\n\
+# TYPE vllm:prefix_cache_queries_total counter\n\
+vllm:prefix_cache_queries_total{engine=\"0\"} 42.0\n\
+# HELP vllm:prefix_cache_queries_created Prefix cache queries.\n\
+# TYPE vllm:prefix_cache_queries_created gauge\n\
+vllm:prefix_cache_queries_created{engine=\"0\"} 1.7e+09\n\
+# TYPE vllm:prefix_cache_queries_rate gauge\n\
+vllm:prefix_cache_queries_rate{engine=\"0\"} 3.0\n";
+
+/// A read of `path` with the Accept header of Prometheus (OpenMetrics first) or of a plain client.
+async fn read_as(sp: &Running, path: &str, openmetrics: bool) -> String {
+    let accept = if openmetrics {
+        "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+    } else {
+        "text/plain"
+    };
+    let r = client()
+        .get(sp.url(path))
+        .header("accept", accept)
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(r.status(), 200, "{path}");
+    r.text().await.expect("body")
+}
+
+#[tokio::test]
+async fn a_counter_is_selected_by_its_openmetrics_name_in_both_formats() {
+    let a = Upstream::start(Reply::text(COUNTER)).await;
+    // What prometheus_client answers to the `name[]` sysport sends for the counter.
+    a.set_selected(
+        &COUNTER[..COUNTER
+            .find("# TYPE vllm:prefix_cache_queries_rate")
+            .expect("gauge")],
+    );
+    let sp = start(&a, Duration::ZERO).await;
+    let path = "/metrics?name=vllm:prefix_cache_queries&name=dynamo_sysport_upstream_scrapes";
+    // The first read checks the engine's selection against its full page, the next ones use it.
+    for round in 0..2 {
+        let text = read_as(&sp, path, false).await;
+        assert_eq!(
+            metric(&text, "vllm:prefix_cache_queries_total").value(),
+            42.0,
+            "{round}: {text}"
+        );
+        assert_eq!(
+            metric(&text, "vllm:prefix_cache_queries_created").value(),
+            1.7e9
+        );
+        assert!(!text.contains("queries_rate"), "{text}");
+        assert!(
+            metric(&text, "dynamo_sysport_upstream_scrapes_total")
+                .label("upstream", "vllm")
+                .label("result", "success")
+                .value()
+                >= 1.0,
+            "{text}"
+        );
+        assert!(text.contains("# TYPE dynamo_sysport_upstream_scrapes_total counter\n"));
+        assert!(!text.contains("dynamo_sysport_upstream_up"), "{text}");
+
+        let om = read_as(&sp, path, true).await;
+        assert!(
+            om.contains(
+                "# TYPE vllm:prefix_cache_queries counter\n\
+                 # HELP vllm:prefix_cache_queries Prefix cache queries.\n\
+                 vllm:prefix_cache_queries_total{engine=\"0\"} 42.0\n\
+                 vllm:prefix_cache_queries_created{engine=\"0\"} 1.7e+09\n"
+            ),
+            "{round}: {om}"
+        );
+        assert!(
+            !om.contains("# TYPE vllm:prefix_cache_queries_created"),
+            "{om}"
+        );
+        assert!(
+            om.contains("# TYPE dynamo_sysport_upstream_scrapes counter\n"),
+            "{om}"
+        );
+        assert!(
+            metric(&om, "dynamo_sysport_upstream_scrapes_total")
+                .label("upstream", "vllm")
+                .label("result", "success")
+                .value()
+                >= 1.0,
+            "{om}"
+        );
+        assert!(om.ends_with("# EOF\n"));
+    }
+    let queries = a.queries();
+    let selections: Vec<&String> = queries.iter().filter(|q| !q.is_empty()).collect();
+    assert!(selections.len() >= 3, "{queries:?}");
+    for q in selections {
+        for sample in ["prefix_cache_queries_total", "prefix_cache_queries_created"] {
+            assert!(q.contains(&format!("name%5B%5D=vllm%3A{sample}&")), "{q}");
+        }
+    }
+    assert_eq!(
+        queries.iter().filter(|q| q.is_empty()).count(),
+        1,
+        "the engine's selection agreed with its page: {queries:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_histogram_named_total_is_asked_for_with_its_buckets() {
+    let a = Upstream::start(Reply::text(THREE)).await;
+    a.set_selected(&THREE[THREE.find("# TYPE vllm:iteration").expect("histogram")..]);
+    let sp = start(&a, Duration::ZERO).await;
+    for _ in 0..2 {
+        let body = read_as(&sp, "/metrics?name=vllm:iteration_tokens_total", false).await;
+        assert_eq!(
+            metric(&body, "vllm:iteration_tokens_total_count").value(),
+            9.0,
+            "{body}"
+        );
+        assert!(!body.contains("num_requests_waiting"), "{body}");
+    }
+    let queries = a.queries();
+    assert_eq!(queries.len(), 3, "{queries:?}");
+    let last = queries.last().expect("a selection");
+    for sample in ["_bucket", "_count", "_sum", "_created"] {
+        assert!(
+            last.contains(&format!(
+                "name%5B%5D=vllm%3Aiteration_tokens_total{sample}&"
+            )),
+            "{last}"
+        );
+    }
 }

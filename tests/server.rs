@@ -369,6 +369,127 @@ async fn unknown_paths_are_404_and_other_methods_405() {
             .value()
             >= 1.0
     );
+    // A refused POST is no read of the page.
+    let posts = metric(&metrics, "dynamo_sysport_http_requests_total")
+        .label("path", "/metrics")
+        .label("code", "405");
+    assert_eq!(posts.count(), 1, "{metrics}");
+    assert!(metrics.contains(
+        "dynamo_sysport_http_requests_total{code=\"405\",path=\"/metrics\",read=\"\"} 1\n"
+    ));
+    assert!(
+        !metrics.contains("dynamo_sysport_metrics_request_duration_seconds_count{read=\"\"}"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_query_without_parameters_is_the_full_page() {
+    let a = Upstream::start(Reply::text(VLLM)).await;
+    let sp = start_single(&a.metrics_url(), &["vllm:"]).await;
+    for path in ["/metrics?", "/metrics?&", "/metrics?&&"] {
+        let (code, body) = sp.get(path).await;
+        assert_eq!(code, 200, "{path}");
+        assert_eq!(
+            metric(&body, "vllm:num_requests_running").value(),
+            3.0,
+            "{path}: {body}"
+        );
+        assert!(body.contains("dynamo_sysport_upstream_up{"), "{path}");
+    }
+    let (_, page) = sp.get("/metrics").await;
+    let reads = |read: &str| {
+        metric(&page, "dynamo_sysport_http_requests_total")
+            .label("path", "/metrics")
+            .label("read", read)
+            .count()
+    };
+    assert_eq!(reads("selective"), 0, "{page}");
+    assert_eq!(
+        metric(&page, "dynamo_sysport_http_requests_total")
+            .label("path", "/metrics")
+            .label("read", "full")
+            .value(),
+        3.0
+    );
+}
+
+/// The status line of the answer to a raw request.
+async fn raw_status(addr: &str, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connects");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("request sent");
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !answer.windows(2).any(|w| w == b"\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .expect("answers in time")
+            .expect("reads");
+        assert!(n > 0, "closed without an answer to {request:?}");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    answer.lines().next().unwrap_or_default().to_string()
+}
+
+#[tokio::test]
+async fn http_1_1_needs_exactly_one_valid_host() {
+    let a = Upstream::start(Reply::text(VLLM)).await;
+    let sp = start_single(&a.metrics_url(), &["vllm:"]).await;
+    let addr = sp.base.trim_start_matches("http://").to_string();
+    for (request, status) in [
+        (
+            "GET /live HTTP/1.1\r\nHost: sysport\r\n\r\n",
+            "HTTP/1.1 200 OK",
+        ),
+        (
+            "GET /live HTTP/1.1\r\nHost: 127.0.0.1:8081\r\n\r\n",
+            "HTTP/1.1 200 OK",
+        ),
+        (
+            "GET /live HTTP/1.1\r\nHost: [::1]:8081\r\n\r\n",
+            "HTTP/1.1 200 OK",
+        ),
+        ("GET /live HTTP/1.0\r\n\r\n", "HTTP/1.0 200 OK"),
+        ("GET /live HTTP/1.1\r\n\r\n", "HTTP/1.1 400 Bad Request"),
+        (
+            "GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 400 Bad Request",
+        ),
+        (
+            "GET /live HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            "HTTP/1.1 400 Bad Request",
+        ),
+        (
+            "GET /live HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n",
+            "HTTP/1.0 400 Bad Request",
+        ),
+        (
+            "GET /live HTTP/1.1\r\nHost: user@h\r\n\r\n",
+            "HTTP/1.1 400 Bad Request",
+        ),
+        (
+            "GET /live HTTP/1.1\r\nHost: a b\r\n\r\n",
+            "HTTP/1.1 400 Bad Request",
+        ),
+    ] {
+        assert_eq!(raw_status(&addr, request).await, status, "{request:?}");
+    }
+    let (_, page) = sp.get("/metrics").await;
+    assert_eq!(
+        metric(&page, "dynamo_sysport_http_requests_total")
+            .label("path", "/metrics")
+            .label("code", "400")
+            .value(),
+        1.0,
+        "{page}"
+    );
 }
 
 #[tokio::test]

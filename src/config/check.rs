@@ -109,11 +109,18 @@ pub(super) fn nonzero(n: usize) -> Result<usize, String> {
     }
 }
 
-pub(super) fn nonempty_prefix(text: &str) -> Result<String, String> {
+/// A `keep` prefix that can match some upstream family.
+pub(super) fn keep_prefix(text: &str) -> Result<String, String> {
+    let reserved = crate::expfmt::RESERVED_PREFIX;
     match text {
         "" => {
             Err("empty prefix would keep every family: name the prefix, like \"vllm:\"".to_owned())
         }
+        prefix if prefix.as_bytes().starts_with(reserved) => Err(format!(
+            "prefix {prefix:?} can never match: names under {:?} are sysport's own, and no \
+             upstream's are kept",
+            String::from_utf8_lossy(reserved)
+        )),
         prefix => Ok(prefix.to_owned()),
     }
 }

@@ -8,14 +8,14 @@ use std::path::{Path, PathBuf};
 use serde_saphyr::Spanned;
 
 use super::check::{
-    check_label_name, check_upstream_name, default_keep, nonempty_prefix, nonzero, parse_bool,
+    check_label_name, check_upstream_name, default_keep, keep_prefix, nonzero, parse_bool,
     parse_engine, parse_flag_upstream, parse_ip, parse_route, parse_starting_status, parse_url,
     positive_duration, request_head_size,
 };
 use super::env::{self, Env};
 use super::error::{ConfigError, ConfigIssue};
 use super::loader::{Loader, Origin};
-use super::raw::{RawConfig, RawHealth, RawLimits, RawListen, RawUpstream, Text};
+use super::raw::{RawConfig, RawHealth, RawLimits, RawListen, RawShutdown, RawUpstream, Text};
 use super::units::{parse_bytes, parse_count, parse_duration, parse_port};
 use super::web;
 use super::{Config, Engine, HealthConfig, Limits, Listen, ShutdownConfig, UpstreamConfig, Url};
@@ -98,12 +98,14 @@ pub(crate) fn load_text(
 impl Loader<'_> {
     fn build(mut self, overrides: &Overrides) -> Result<Config, ConfigError> {
         let raw: RawConfig = self.parse();
+        self.unknown_keys(&raw.unknown, "", RawConfig::FIELDS);
         let listen = self.listen(raw.listen.unwrap_or_default(), overrides);
         let health = self.health(raw.health.unwrap_or_default());
         let labels = self.labels(raw.labels.map(|labels| labels.0).unwrap_or_default());
         let upstreams = self.upstreams(raw.upstreams, &overrides.upstreams);
         let limits = self.limits(raw.limits.unwrap_or_default());
         let drain_delay = raw.shutdown.and_then(|shutdown| {
+            self.unknown_keys(&shutdown.unknown, "shutdown", RawShutdown::FIELDS);
             self.file_value(
                 shutdown.drain_delay.as_ref(),
                 "shutdown.drain_delay",
@@ -144,6 +146,7 @@ impl Loader<'_> {
     }
 
     fn listen(&mut self, raw: RawListen, overrides: &Overrides) -> Listen {
+        self.unknown_keys(&raw.unknown, "listen", RawListen::FIELDS);
         let defaults = Listen::default();
         let host = self.file_value(raw.host.as_ref(), "listen.host", parse_ip);
         let (host, _) = self.choose(
@@ -232,6 +235,7 @@ impl Loader<'_> {
     }
 
     fn health(&mut self, raw: RawHealth) -> HealthConfig {
+        self.unknown_keys(&raw.unknown, "health", RawHealth::FIELDS);
         let defaults = HealthConfig::default();
         let path = self.file_value(raw.path.as_ref(), "health.path", parse_route);
         let (path, path_origin) = self.choose(
@@ -301,6 +305,7 @@ impl Loader<'_> {
     }
 
     fn limits(&mut self, raw: RawLimits) -> Limits {
+        self.unknown_keys(&raw.unknown, "limits", RawLimits::FIELDS);
         let defaults = Limits::default();
         Limits {
             max_body_bytes: self.limit(
@@ -385,6 +390,11 @@ impl Loader<'_> {
     ) -> Option<UpstreamConfig> {
         let field = |key: &str| format!("upstreams[{i}].{key}");
         let raw = entry.value;
+        self.unknown_keys(
+            &raw.unknown,
+            &format!("upstreams[{i}]"),
+            RawUpstream::FIELDS,
+        );
         if raw.name.is_none() {
             let message = "missing: every upstream needs a name";
             self.issue(Origin::File(entry.referenced), &field("name"), message);
@@ -456,7 +466,7 @@ impl Loader<'_> {
         let mut ok = true;
         for (j, prefix) in keep.value.iter().enumerate() {
             let field = format!("{field}[{j}]");
-            match self.file_value(Some(prefix), &field, nonempty_prefix) {
+            match self.file_value(Some(prefix), &field, keep_prefix) {
                 Some((prefix, _)) => prefixes.push(prefix),
                 None => ok = false,
             }

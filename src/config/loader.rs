@@ -156,6 +156,22 @@ impl<'a> Loader<'a> {
         None
     }
 
+    /// Records each key of the mapping at `path` that it does not have, at the key.
+    pub(super) fn unknown_keys(&mut self, unknown: &[Text], path: &str, fields: &[&str]) {
+        for key in unknown {
+            let field = match path {
+                "" => key.value.clone(),
+                path => format!("{path}.{}", key.value),
+            };
+            let message = format!(
+                "unknown field `{}`, expected one of {}",
+                key.value,
+                fields.join(", ")
+            );
+            self.issue(Origin::File(key.referenced), &field, message);
+        }
+    }
+
     /// Records a problem with a value that came from `origin`. Environment and flag problems
     /// are named after the variable or flag, not the file field.
     pub(super) fn issue(&mut self, origin: Origin, field: &str, message: impl Into<String>) {

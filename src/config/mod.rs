@@ -62,8 +62,8 @@ mod render;
 #[cfg(test)]
 mod tests;
 mod units;
-mod web;
 mod views;
+mod web;
 
 pub use env::{
     DYN_SYSTEM_HEALTH_PATH, DYN_SYSTEM_HOST, DYN_SYSTEM_LIVE_PATH, DYN_SYSTEM_PORT,

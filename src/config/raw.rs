@@ -7,164 +7,219 @@
 use std::fmt;
 
 use serde::Deserialize;
-use serde::de::{MapAccess, Visitor};
+use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde_saphyr::Spanned;
 
 /// A scalar value as written in the file, with its position.
 pub(crate) type Text = Spanned<String>;
 
-/// The whole file. Every section is optional.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawConfig {
-    /// Where the system port listens.
-    pub(crate) listen: Option<RawListen>,
-    /// Readiness (`/health`) and liveness (`/live`) settings.
-    pub(crate) health: Option<RawHealth>,
-    /// Labels added to every engine series that lacks them, in this order
-    /// (`{ worker_id: "${POD_NAME}" }`).
-    pub(crate) labels: Option<RawLabels>,
-    /// The engine endpoints to scrape, in order. Without this section (and without
-    /// `--upstream`), sysport scrapes vLLM at `http://127.0.0.1:8000/metrics`.
-    pub(crate) upstreams: Option<Spanned<Vec<Spanned<RawUpstream>>>>,
-    /// Resource limits applied to every upstream response.
-    pub(crate) limits: Option<RawLimits>,
-    /// Graceful shutdown.
-    pub(crate) shutdown: Option<RawShutdown>,
-    /// More pages computed from the upstreams' families, each served at `/metrics/<name>`; one
-    /// named `router` replaces the built-in view for endpoint pickers.
-    pub(crate) views: Option<Spanned<Vec<Spanned<RawView>>>>,
+/// Declares one mapping of the file: a struct of optional fields, each the doc comment of a
+/// setting, whose `Deserialize` keeps the keys it does not know in `unknown` (with their
+/// positions) instead of failing at the first one as `deny_unknown_fields` does, so that a
+/// misspelt key is reported with every other problem of the file.
+macro_rules! section {
+    ($(#[$meta:meta])* $name:ident { $($(#[$field_meta:meta])* $field:ident: $ty:ty,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Default)]
+        pub(crate) struct $name {
+            $($(#[$field_meta])* pub(crate) $field: Option<$ty>,)*
+            /// Keys this mapping does not have, as written.
+            pub(crate) unknown: Vec<Text>,
+        }
+
+        impl $name {
+            /// The keys this mapping has.
+            pub(crate) const FIELDS: &'static [&'static str] = &[$(stringify!($field)),*];
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct SectionVisitor;
+
+                impl<'de> Visitor<'de> for SectionVisitor {
+                    type Value = $name;
+
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str("a mapping of keys to values")
+                    }
+
+                    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<$name, A::Error> {
+                        let mut section = $name::default();
+                        while let Some(key) = map.next_key::<Text>()? {
+                            match key.value.as_str() {
+                                $(stringify!($field) => section.$field = map.next_value()?,)*
+                                _ => {
+                                    map.next_value::<IgnoredAny>()?;
+                                    section.unknown.push(key);
+                                }
+                            }
+                        }
+                        Ok(section)
+                    }
+                }
+
+                deserializer.deserialize_map(SectionVisitor)
+            }
+        }
+    };
 }
 
-/// `listen:` section.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawListen {
-    /// IP address to listen on, default `0.0.0.0`; `DYN_SYSTEM_HOST` and `--host` override it.
-    pub(crate) host: Option<Text>,
-    /// TCP port, default 8081 (0 asks the OS for a free port); `DYN_SYSTEM_PORT` and `--port`
-    /// override it.
-    pub(crate) port: Option<Text>,
-    /// Time a client has to send a whole request head (`5s`, default 5s): from the connection's
-    /// start, and on a kept-alive connection from the next request's first byte. A connection
-    /// that sends nothing, or trickles its head, is closed when it runs out.
-    pub(crate) request_head_timeout: Option<Text>,
-    /// Time a kept-alive connection may wait for its next request (`2m`, default 2m), and a
-    /// request may go without moving a byte. Keep it above the scrape interval, so that
-    /// scrapers reuse their connection.
-    pub(crate) idle_timeout: Option<Text>,
-    /// Largest request head, request line and headers together (`16KiB`, default 16KiB; 1KiB
-    /// to 1MiB). A larger head gets 431.
-    pub(crate) max_request_head_bytes: Option<Text>,
-    /// Most client connections held at once (default 1024, or half the open-file limit when
-    /// that is lower; lowered to leave 64 descriptors under the limit). At the cap, the
-    /// connection that has waited longest for a request head is closed to make room.
-    pub(crate) max_connections: Option<Text>,
-    /// A web configuration file in Prometheus exporter-toolkit's format (`tls_server_config`,
-    /// `basic_auth_users`, `http_server_config.headers`): TLS, client certificates and basic
-    /// auth. `SYSPORT_WEB_CONFIG` and `--web.config.file` override it. Default: none (plain
-    /// HTTP, no credentials).
-    pub(crate) web_config_file: Option<Text>,
-    /// A second port serving only the probes (`/live` and `/health`) over plain HTTP, for
-    /// kubelet probes when the main port requires client certificates. Default: none.
-    pub(crate) probe_port: Option<Text>,
+section! {
+    /// The whole file. Every section is optional.
+    RawConfig {
+        /// Where the system port listens.
+        listen: RawListen,
+        /// Readiness (`/health`) and liveness (`/live`) settings.
+        health: RawHealth,
+        /// Labels added to every engine series that lacks them, in this order
+        /// (`{ worker_id: "${POD_NAME}" }`).
+        labels: RawLabels,
+        /// The engine endpoints to scrape, in order. Without this section (and without
+        /// `--upstream`), sysport scrapes vLLM at `http://127.0.0.1:8000/metrics`.
+        upstreams: Spanned<Vec<Spanned<RawUpstream>>>,
+        /// Resource limits applied to every upstream response.
+        limits: RawLimits,
+        /// Graceful shutdown.
+        shutdown: RawShutdown,
+        /// More pages computed from the upstreams' families, each served at `/metrics/<name>`; one
+        /// named `router` replaces the built-in view for endpoint pickers.
+        views: Spanned<Vec<Spanned<RawView>>>,
+    }
 }
 
-/// `health:` section.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawHealth {
-    /// Readiness route, default `/health`; `DYN_SYSTEM_HEALTH_PATH` overrides it.
-    pub(crate) path: Option<Text>,
-    /// Liveness route, default `/live`; `DYN_SYSTEM_LIVE_PATH` overrides it. Must differ from
-    /// `path`: liveness never depends on the engine's health.
-    pub(crate) live_path: Option<Text>,
-    /// Readiness before the first health check: `notready` (default) or `ready`;
-    /// `DYN_SYSTEM_STARTING_HEALTH_STATUS` overrides it.
-    pub(crate) starting_status: Option<Text>,
-    /// How often each upstream's health is checked (`5s`, default 5s); more than zero.
-    pub(crate) interval: Option<Text>,
+section! {
+    /// `listen:` section.
+    RawListen {
+        /// IP address to listen on, default `0.0.0.0`; `DYN_SYSTEM_HOST` and `--host` override it.
+        host: Text,
+        /// TCP port, default 8081 (0 asks the OS for a free port); `DYN_SYSTEM_PORT` and `--port`
+        /// override it.
+        port: Text,
+        /// Time a client has to send a whole request head (`5s`, default 5s): from the connection's
+        /// start, and on a kept-alive connection from the next request's first byte. A connection
+        /// that sends nothing, or trickles its head, is closed when it runs out.
+        request_head_timeout: Text,
+        /// Time a kept-alive connection may wait for its next request (`2m`, default 2m), and a
+        /// request may go without moving a byte. Keep it above the scrape interval, so that
+        /// scrapers reuse their connection.
+        idle_timeout: Text,
+        /// Largest request head, request line and headers together (`16KiB`, default 16KiB; 1KiB
+        /// to 1MiB). A larger head gets 431.
+        max_request_head_bytes: Text,
+        /// Most client connections held at once (default 1024, or half the open-file limit when
+        /// that is lower; lowered to leave 64 descriptors under the limit). At the cap, the
+        /// connection that has waited longest for a request head is closed to make room.
+        max_connections: Text,
+        /// A web configuration file in Prometheus exporter-toolkit's format (`tls_server_config`,
+        /// `basic_auth_users`, `http_server_config.headers`): TLS, client certificates and basic
+        /// auth. `SYSPORT_WEB_CONFIG` and `--web.config.file` override it. Default: none (plain
+        /// HTTP, no credentials).
+        web_config_file: Text,
+        /// A second port serving only the probes (`/live` and `/health`) over plain HTTP, for
+        /// kubelet probes when the main port requires client certificates. Default: none.
+        probe_port: Text,
+    }
 }
 
-/// One entry of `upstreams:`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawUpstream {
-    /// Unique name, made of `A-Z a-z 0-9 _ . -`; the `upstream` label of sysport's own metrics.
-    pub(crate) name: Option<Text>,
-    /// The inference engine: `vllm` (default), `sglang`, `trtllm` (trtllm-serve) or `triton`
-    /// (Triton with the TensorRT-LLM backend). Its preset gives the defaults of `url`, `keep`
-    /// and `health_url`, and the families of the `router` view.
-    pub(crate) engine: Option<Text>,
-    /// The Prometheus endpoint, `http://` or `https://`; default the engine's own on
-    /// 127.0.0.1 (vLLM `:8000/metrics`, SGLang `:30000/metrics`, trtllm-serve
-    /// `:8000/prometheus/metrics`, Triton `:8002/metrics`). Several upstreams may share a URL:
-    /// it is fetched once per scrape.
-    pub(crate) url: Option<Text>,
-    /// Family-name prefixes to keep; default the engine's (`["vllm:", "lmcache:"]`,
-    /// `["sglang:"]`, `["trtllm_"]`, `["nv_"]`); not empty.
-    pub(crate) keep: Option<Spanned<Vec<Text>>>,
-    /// Per-scrape timeout (`2s`, default 2s), further capped by Prometheus' scrape timeout; more
-    /// than zero.
-    pub(crate) timeout: Option<Text>,
-    /// Health URL checked every `health.interval`. Default, when `url` is omitted too, the
-    /// engine's own (vLLM, SGLang, trtllm-serve `/health`; Triton `:8000/v2/health/ready`);
-    /// otherwise none, and readiness follows the last scrape.
-    pub(crate) health_url: Option<Text>,
-    /// Whether readiness needs this upstream (`true`, default, or `false`).
-    pub(crate) required: Option<Text>,
-    /// Reuse a fetch younger than this (`0s`, default: always fetch). Bounds the load that
-    /// frequent readers such as inference gateways put on the engine.
-    pub(crate) min_interval: Option<Text>,
-    /// Also serve each family the engine renamed under its other name in the full `/metrics`
-    /// (`true` or `false`, default), when the page has only one of the two.
-    pub(crate) aliases: Option<Text>,
+section! {
+    /// `health:` section.
+    RawHealth {
+        /// Readiness route, default `/health`; `DYN_SYSTEM_HEALTH_PATH` overrides it.
+        path: Text,
+        /// Liveness route, default `/live`; `DYN_SYSTEM_LIVE_PATH` overrides it. Must differ from
+        /// `path`: liveness never depends on the engine's health.
+        live_path: Text,
+        /// Readiness before the first health check: `notready` (default) or `ready`;
+        /// `DYN_SYSTEM_STARTING_HEALTH_STATUS` overrides it.
+        starting_status: Text,
+        /// How often each upstream is checked, by its `health_url` or else by a scrape (`5s`,
+        /// default 5s); more than zero.
+        interval: Text,
+    }
 }
 
-/// One entry of `views:`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawView {
-    /// Served at `/metrics/<name>`; `A-Z a-z 0-9 _ . -`, unique.
-    pub(crate) name: Option<Text>,
-    /// Family → operation, in output order. A family is its text-format name, optionally with
-    /// label values that pick its series (`nv_trt_llm_request_metrics{request_type="waiting"}`);
-    /// the operation (`sum`, `avg`, `max`, `min`, or `pass` to keep every series as it is)
-    /// combines the series that differ only in the `aggregate` labels.
-    pub(crate) families: Option<Spanned<RawLabels>>,
-    /// Labels aggregated away with each family's operation; default each upstream engine's
-    /// data-parallel rank labels (`engine` for vLLM, `dp_rank` for SGLang). Copies of one
-    /// number (`pid`, `tp_rank`, `pp_rank`) are always combined with `max` first.
-    pub(crate) aggregate: Option<Spanned<Vec<Text>>>,
+section! {
+    /// One entry of `upstreams:`.
+    RawUpstream {
+        /// Unique name, made of `A-Z a-z 0-9 _ . -`; the `upstream` label of sysport's own metrics.
+        name: Text,
+        /// The inference engine: `vllm` (default), `sglang`, `trtllm` (trtllm-serve) or `triton`
+        /// (Triton with the TensorRT-LLM backend). Its preset gives the defaults of `url`, `keep`
+        /// and `health_url`, and the families of the `router` view.
+        engine: Text,
+        /// The Prometheus endpoint, `http://` or `https://`; default the engine's own on
+        /// 127.0.0.1 (vLLM `:8000/metrics`, SGLang `:30000/metrics`, trtllm-serve
+        /// `:8000/prometheus/metrics`, Triton `:8002/metrics`). Several upstreams may share a URL:
+        /// it is fetched once per scrape.
+        url: Text,
+        /// Family-name prefixes to keep; default the engine's (`["vllm:", "lmcache:"]`,
+        /// `["sglang:"]`, `["trtllm_"]`, `["nv_"]`); not empty, and none under `dynamo_sysport_`
+        /// (sysport's own names, which no upstream's can take).
+        keep: Spanned<Vec<Text>>,
+        /// Per-scrape timeout (`2s`, default 2s), further capped by Prometheus' scrape timeout; more
+        /// than zero.
+        timeout: Text,
+        /// Health URL checked every `health.interval` (2xx is healthy; a redirect is not, and is
+        /// not followed). Default, when `url` is omitted too, the engine's own (vLLM, SGLang,
+        /// trtllm-serve `/health`; Triton `:8000/v2/health/ready`); otherwise none, and readiness
+        /// follows the last scrape.
+        health_url: Text,
+        /// Whether readiness needs this upstream (`true`, default, or `false`).
+        required: Text,
+        /// Reuse a fetch younger than this (`0s`, default: always fetch). Bounds the load that
+        /// frequent readers such as inference gateways put on the engine.
+        min_interval: Text,
+        /// Also serve each family the engine renamed under its other name in the full `/metrics`
+        /// (`true` or `false`, default), when the page has only one of the two.
+        aliases: Text,
+    }
 }
 
-/// `limits:` section. Sizes take a plain number of bytes or a unit (`512KiB`, `16MiB`).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawLimits {
-    /// Largest upstream body after decompression, default `16MiB`. Over it, the upstream is
-    /// down for that scrape.
-    pub(crate) max_body_bytes: Option<Text>,
-    /// Longest line of an upstream body, default `1MiB`.
-    pub(crate) max_line_bytes: Option<Text>,
-    /// Most series kept from one upstream, default 250000.
-    pub(crate) max_series: Option<Text>,
-    /// Most metric families (distinct names) from one upstream, default 20000; vLLM exposes a
-    /// few hundred. Each costs far more than a series, so this bounds memory separately.
-    pub(crate) max_families: Option<Text>,
-    /// Most labels on one series, default 64.
-    pub(crate) max_labels: Option<Text>,
-    /// Longest label value, default `512KiB`.
-    pub(crate) max_label_value_bytes: Option<Text>,
+section! {
+    /// One entry of `views:`.
+    RawView {
+        /// Served at `/metrics/<name>`; `A-Z a-z 0-9 _ . -`, unique.
+        name: Text,
+        /// Family → operation, in output order. A family is its text-format name, optionally with
+        /// label values that pick its series (`nv_trt_llm_request_metrics{request_type="waiting"}`);
+        /// the operation (`sum`, `avg`, `max`, `min`, or `pass` to keep every series as it is)
+        /// combines the series that differ only in the `aggregate` labels.
+        families: Spanned<RawLabels>,
+        /// Labels aggregated away with each family's operation; default each upstream engine's
+        /// data-parallel rank labels (`engine` for vLLM, `dp_rank` for SGLang). Copies of one
+        /// number (`pid`, `tp_rank`, `pp_rank`) are always combined with `max` first.
+        aggregate: Spanned<Vec<Text>>,
+    }
 }
 
-/// `shutdown:` section.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawShutdown {
-    /// After SIGTERM, `/health` answers 503 at once and the listener keeps serving this long
-    /// (`5s`, default 5s) so load balancers stop sending traffic first.
-    pub(crate) drain_delay: Option<Text>,
+section! {
+    /// `limits:` section. Sizes take a binary unit, always: `B`, `KiB`, `MiB`, `GiB` (or `Ki`,
+    /// `Mi`, `Gi`), as in `512KiB` or `16MiB`.
+    RawLimits {
+        /// Largest upstream body after decoding its Content-Encoding, default `16MiB`. Over it,
+        /// the upstream is down for that scrape.
+        max_body_bytes: Text,
+        /// Longest line of an upstream body, default `1MiB`.
+        max_line_bytes: Text,
+        /// Most series kept from one upstream, default 250000.
+        max_series: Text,
+        /// Most metric families (distinct names) from one upstream, default 20000; vLLM exposes a
+        /// few hundred. Each costs far more than a series, so this bounds memory separately.
+        max_families: Text,
+        /// Most labels on one series, default 64.
+        max_labels: Text,
+        /// Longest label value, default `512KiB`.
+        max_label_value_bytes: Text,
+    }
+}
+
+section! {
+    /// `shutdown:` section.
+    RawShutdown {
+        /// After SIGTERM, `/health` answers 503 at once and the listener keeps serving this long
+        /// (`5s`, default 5s) so load balancers stop sending traffic first.
+        drain_delay: Text,
+    }
 }
 
 /// `labels:` as an ordered list of (name, value); the parser rejects duplicate names.

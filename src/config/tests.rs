@@ -113,7 +113,7 @@ upstreams:
     health_url: http://127.0.0.1:8000/health
     required: true
     min_interval: 0s
-limits: { max_body_bytes: 16777216, max_line_bytes: 1048576, max_series: 250000, max_labels: 64, max_label_value_bytes: 524288 }
+limits: { max_body_bytes: 16MiB, max_line_bytes: 1048576B, max_series: 250000, max_labels: 64, max_label_value_bytes: 512Ki }
 shutdown: { drain_delay: 5s }
 "#;
 
@@ -197,8 +197,8 @@ labels:
   replica: 3
 upstreams:
   - { name: a.b_c-1, url: "https://engine:8443/metrics", timeout: 1.5s, required: false, min_interval: 1m, keep: [x_] }
-limits: { max_body_bytes: 1MiB, max_line_bytes: 512KiB, max_series: 1_000, max_labels: 8, max_label_value_bytes: 100 }
-shutdown: { drain_delay: 0 }
+limits: { max_body_bytes: 1MiB, max_line_bytes: 512KiB, max_series: 1_000, max_labels: 8, max_label_value_bytes: 100B }
+shutdown: { drain_delay: 0s }
 "#);
     assert_eq!(
         config.listen,
@@ -492,6 +492,57 @@ fn unknown_fields_name_the_field_and_position() {
 }
 
 #[test]
+fn an_unknown_field_hides_no_other_problem() {
+    let yaml = "\
+listen: { port: 70000, hots: x }
+helth: {}
+upstreams:
+  - name: vllm
+    url: ftp://x
+    tiemout: 2s
+limits: { max_body: 1, max_series: 0 }
+shutdown: { drain: 1s }
+";
+    let issues = problems(yaml, &no_env());
+    let fields: Vec<&str> = issues.iter().map(|i| i.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "listen.port",
+            "listen.hots",
+            "helth",
+            "upstreams[0].url",
+            "upstreams[0].tiemout",
+            "limits.max_body",
+            "limits.max_series",
+            "shutdown.drain",
+        ],
+        "{issues:#?}"
+    );
+    assert_issue(
+        &issues[1],
+        1,
+        24,
+        "listen.hots",
+        "unknown field `hots`, expected one of host, port",
+    );
+    assert_issue(
+        &issues[5],
+        7,
+        11,
+        "limits.max_body",
+        "unknown field `max_body`",
+    );
+    assert_issue(
+        &issues[7],
+        8,
+        13,
+        "shutdown.drain",
+        "expected one of drain_delay",
+    );
+}
+
+#[test]
 fn unquoted_reference_in_a_flow_mapping_gets_a_hint() {
     let issue = only_issue("labels: { worker_id: ${POD_NAME} }\n");
     assert!(issue.starts_with("sysport.yaml:1:23: "), "{issue}");
@@ -618,6 +669,29 @@ upstreams:
 }
 
 #[test]
+fn keep_refuses_prefixes_that_can_never_match() {
+    let yaml = "\
+upstreams:
+  - name: a
+    url: http://a/m
+    keep: [\"vllm:\", dynamo_sysport_, dynamo_sysport_upstream]
+  - name: b
+    url: http://a/m
+    keep: [dynamo_sysport, dynamo_]
+";
+    let issues = problems(yaml, &no_env());
+    assert_eq!(issues.len(), 2, "{issues:#?}");
+    assert_issue(
+        &issues[0],
+        4,
+        21,
+        "upstreams[0].keep[1]",
+        "prefix \"dynamo_sysport_\" can never match: names under \"dynamo_sysport_\" are sysport's own",
+    );
+    assert_issue(&issues[1], 4, 38, "upstreams[0].keep[2]", "can never match");
+}
+
+#[test]
 fn empty_upstream_list_is_an_error() {
     let issue = only_issue("upstreams: []\n");
     assert!(
@@ -679,7 +753,7 @@ fn starting_status_must_be_ready_or_notready() {
 #[test]
 fn zero_timeout_and_interval_are_rejected() {
     let yaml =
-        "health:\n  interval: 0s\nupstreams:\n  - name: a\n    url: http://a/m\n    timeout: 0\n";
+        "health:\n  interval: 0s\nupstreams:\n  - name: a\n    url: http://a/m\n    timeout: 0ms\n";
     let issues = problems(yaml, &no_env());
     assert_eq!(issues.len(), 2, "{issues:#?}");
     assert_issue(
@@ -707,6 +781,53 @@ fn zero_timeout_and_interval_are_rejected() {
 }
 
 #[test]
+fn durations_and_sizes_are_written_with_a_unit() {
+    let yaml = "\
+health: { interval: 5 }
+upstreams:
+  - { name: a, url: http://a/m, min_interval: 0 }
+limits: { max_body_bytes: 1000, max_line_bytes: 16M, max_label_value_bytes: 64MB }
+";
+    let issues = problems(yaml, &no_env());
+    assert_eq!(issues.len(), 5, "{issues:#?}");
+    assert_issue(
+        &issues[0],
+        1,
+        21,
+        "health.interval",
+        "needs a unit, like 5s",
+    );
+    assert_issue(
+        &issues[1],
+        3,
+        47,
+        "upstreams[0].min_interval",
+        "needs a unit, like 0s",
+    );
+    assert_issue(
+        &issues[2],
+        4,
+        27,
+        "limits.max_body_bytes",
+        "needs a unit, like 1000B",
+    );
+    assert_issue(
+        &issues[3],
+        4,
+        49,
+        "limits.max_line_bytes",
+        "write 16MiB, or 16000000B",
+    );
+    assert_issue(
+        &issues[4],
+        4,
+        77,
+        "limits.max_label_value_bytes",
+        "write 64MiB, or 64000000B",
+    );
+}
+
+#[test]
 fn label_names_must_be_valid_prometheus_names() {
     let yaml = "labels:\n  ok_1: a\n  1bad: b\n  __reserved: c\n  has-dash: d\n";
     let issues = problems(yaml, &no_env());
@@ -720,8 +841,8 @@ fn label_names_must_be_valid_prometheus_names() {
 fn zero_or_malformed_limits_are_rejected() {
     let yaml = "\
 limits:
-  max_body_bytes: 0
-  max_line_bytes: 1MB
+  max_body_bytes: 0B
+  max_line_bytes: 1MiB
   max_series: 0
   max_labels: lots
   max_label_value_bytes: 0KiB
@@ -953,7 +1074,7 @@ fn listen_limits_are_read_and_bounded() {
         "listen:\n  request_head_timeout: 0s\n  idle_timeout: soon\n  max_request_head_bytes: 400KB\n  max_connections: 0\n",
         &no_env(),
     );
-    assert_eq!(issues.len(), 3, "{issues:#?}");
+    assert_eq!(issues.len(), 4, "{issues:#?}");
     assert_issue(
         &issues[0],
         2,
@@ -964,6 +1085,13 @@ fn listen_limits_are_read_and_bounded() {
     assert_issue(&issues[1], 3, 17, "listen.idle_timeout", "invalid duration");
     assert_issue(
         &issues[2],
+        4,
+        27,
+        "listen.max_request_head_bytes",
+        "write 400KiB",
+    );
+    assert_issue(
+        &issues[3],
         5,
         20,
         "listen.max_connections",
@@ -975,7 +1103,7 @@ fn listen_limits_are_read_and_bounded() {
             .max_request_head_bytes
             == 1 << 20
     );
-    for bad in ["512", "2MiB"] {
+    for bad in ["512B", "2MiB"] {
         let issue = only_issue(&format!("listen: {{ max_request_head_bytes: {bad} }}"));
         assert!(issue.contains("1KiB to 1MiB"), "{issue}");
     }

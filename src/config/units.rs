@@ -1,15 +1,22 @@
 //! Durations (`250ms`, `1.5s`, `1m30s`) and byte sizes (`16MiB`), parsed and rendered so that
 //! rendering then parsing gives back the same value.
+//!
+//! One rule for both: a number and its unit, always. A bare number is refused rather than
+//! guessed (seconds? bytes?), and so are the decimal size units: Kubernetes reads `16M` as
+//! 16,000,000 bytes where Prometheus reads `16MB` as 16 MiB, so sizes take the binary units
+//! both agree on (`KiB`/`Ki`, `MiB`/`Mi`, `GiB`/`Gi`) or `B`.
 
 use std::time::Duration;
 
 const NANOS_PER_SEC: u128 = 1_000_000_000;
 
 /// Parses a duration: one or more `NUMBER UNIT` terms (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`;
-/// decimals allowed, as in `1.5s` or `1m30s`), or a bare number meaning seconds (`0`, `2`).
+/// decimals allowed, as in `1.5s` or `1m30s`).
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let fail = || {
-        format!("invalid duration {text:?}: expected a number and unit, like 250ms, 2s, 1.5s or 1m")
+        format!(
+            "invalid duration {text:?}: expected a number and unit, like 250ms, 2s, 1.5s, 1m or 0s"
+        )
     };
     let s = text.trim();
     if s.is_empty() {
@@ -27,8 +34,12 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
             .unwrap_or(after.len());
         let (unit, after) = after.split_at(unit_len);
         let unit_nanos: u128 = match unit.trim() {
-            // A bare number means seconds, but only on its own: `1m30` is a typo, not 1m30s.
-            "" if rest.len() == s.len() && after.is_empty() => NANOS_PER_SEC,
+            "" if !number.is_empty() => {
+                return Err(format!(
+                    "invalid duration {text:?}: the number needs a unit, like {number}s or \
+                     {number}ms"
+                ));
+            }
             "ns" => 1,
             "us" | "µs" => 1_000,
             "ms" => 1_000_000,
@@ -79,49 +90,74 @@ pub(crate) fn format_duration(d: Duration) -> String {
     }
 }
 
-const BYTE_UNITS: [(&str, usize); 7] = [
+/// Size units as written (any case), largest first; each also without its `B`, as Kubernetes
+/// writes them (`16Mi`).
+const BYTE_UNITS: [(&str, usize); 4] = [
     ("GiB", 1 << 30),
     ("MiB", 1 << 20),
     ("KiB", 1 << 10),
-    ("GB", 1_000_000_000),
-    ("MB", 1_000_000),
-    ("KB", 1_000),
     ("B", 1),
 ];
 
-/// Parses a byte size: a plain integer, or an integer with a unit (`512KiB`, `16MiB`, `1GiB`,
-/// or decimal `KB`, `MB`, `GB`, or `B`), case-insensitive.
+/// Decimal units, refused: (unit, the binary one, powers of ten and of two).
+const DECIMAL_UNITS: [(&str, &str, u32, u32); 3] = [
+    ("G", "GiB", 9, 30),
+    ("M", "MiB", 6, 20),
+    ("K", "KiB", 3, 10),
+];
+
+/// Parses a byte size: an integer and a binary unit, `B`, `KiB`, `MiB` or `GiB` (or
+/// Kubernetes' `Ki`, `Mi`, `Gi`), in any case: `512KiB`, `16Mi`, `1048576B`.
 pub(crate) fn parse_bytes(text: &str) -> Result<usize, String> {
-    let fail = || format!("invalid size {text:?}: expected bytes, like 1048576, 512KiB or 16MiB");
+    let fail = || {
+        format!(
+            "invalid size {text:?}: expected a whole number and unit, like 1048576B, 512KiB or \
+             16MiB"
+        )
+    };
     let s = text.trim();
     let digits_len = s
         .find(|c: char| !c.is_ascii_digit() && c != '_')
         .unwrap_or(s.len());
     let (number, unit) = s.split_at(digits_len);
     let unit = unit.trim();
-    let multiplier = if unit.is_empty() {
-        1
-    } else {
-        BYTE_UNITS
-            .iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case(unit))
-            .map(|&(_, size)| size)
-            .ok_or_else(fail)?
-    };
-    parse_count(number)
-        .ok()
-        .and_then(|n| n.checked_mul(multiplier))
-        .ok_or_else(fail)
+    let count = parse_count(number).map_err(|_| fail())?;
+    if unit.is_empty() {
+        return Err(format!(
+            "invalid size {text:?}: the number needs a unit, like {number}B, {number}KiB or \
+             {number}MiB"
+        ));
+    }
+    let binary = BYTE_UNITS.iter().find(|(name, _)| {
+        name.eq_ignore_ascii_case(unit)
+            || name
+                .strip_suffix('B')
+                .is_some_and(|short| !short.is_empty() && short.eq_ignore_ascii_case(unit))
+    });
+    if let Some(&(_, size)) = binary {
+        return count.checked_mul(size).ok_or_else(fail);
+    }
+    let decimal = DECIMAL_UNITS.iter().find(|(short, ..)| {
+        unit.eq_ignore_ascii_case(short) || unit.eq_ignore_ascii_case(&format!("{short}B"))
+    });
+    match decimal {
+        Some(&(short, binary, ten, two)) => Err(format!(
+            "invalid size {text:?}: decimal or binary? Kubernetes reads {short} as 10^{ten} \
+             bytes, Prometheus reads {short}B as 2^{two}: write {number}{binary}, or {}B",
+            count.saturating_mul(10usize.pow(ten))
+        )),
+        None => Err(fail()),
+    }
 }
 
-/// Renders a byte size with the largest binary unit that holds it exactly (`16MiB`).
+/// Renders a byte size with the largest unit that holds it exactly (`16MiB`, `1536B`).
 pub(crate) fn format_bytes(n: usize) -> String {
-    for (name, size) in BYTE_UNITS.iter().take(3) {
-        if n != 0 && n % size == 0 {
-            return format!("{}{name}", n / size);
-        }
-    }
-    n.to_string()
+    let (name, size) = BYTE_UNITS
+        .iter()
+        .find(|&&(_, size)| n % size == 0 && n >= size)
+        .copied()
+        .unwrap_or(("B", 1));
+    format!("{}{name}", n / size)
 }
 
 /// Parses a plain non-negative integer; `_` may separate digits (`250_000`).
@@ -146,7 +182,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_accept_units_decimals_compounds_and_bare_seconds() {
+    fn durations_accept_units_decimals_and_compounds() {
         let ms = Duration::from_millis;
         for (text, want) in [
             ("250ms", ms(250)),
@@ -156,9 +192,7 @@ mod tests {
             ("1h", ms(3_600_000)),
             ("1m30s", ms(90_000)),
             ("0s", ms(0)),
-            ("0", ms(0)),
-            ("5", ms(5000)),
-            ("0.25", ms(250)),
+            ("0.25s", ms(250)),
             ("100us", Duration::from_micros(100)),
             ("7ns", Duration::from_nanos(7)),
             (" 2s ", ms(2000)),
@@ -168,11 +202,17 @@ mod tests {
     }
 
     #[test]
-    fn durations_reject_garbage() {
-        for text in ["", "s", "2x", "-1s", "1.2.3s", "1m30", "abc", "1 s s", ".s"] {
+    fn durations_reject_garbage_and_bare_numbers() {
+        for text in [
+            "", "s", "2x", "-1s", "1.2.3s", "1m30", "abc", "1 s s", ".s", "0", "5", "0.25",
+        ] {
             let err = parse_duration(text).expect_err(text);
             assert!(err.starts_with("invalid duration"), "{err}");
         }
+        assert_eq!(
+            parse_duration("5"),
+            Err(r#"invalid duration "5": the number needs a unit, like 5s or 5ms"#.to_owned())
+        );
     }
 
     #[test]
@@ -191,27 +231,76 @@ mod tests {
     }
 
     #[test]
-    fn byte_sizes_accept_plain_integers_and_units() {
+    fn byte_sizes_take_a_binary_unit_always() {
         for (text, want) in [
-            ("16777216", 16 << 20),
+            ("16777216B", 16 << 20),
             ("16MiB", 16 << 20),
+            ("16Mi", 16 << 20),
             ("1MiB", 1 << 20),
             ("512KiB", 512 << 10),
             ("512 kib", 512 << 10),
+            ("512Ki", 512 << 10),
             ("1GiB", 1 << 30),
-            ("2KB", 2000),
+            ("1Gi", 1 << 30),
             ("10B", 10),
-            ("1_000", 1000),
+            ("1_000B", 1000),
         ] {
             assert_eq!(parse_bytes(text), Ok(want), "{text}");
         }
-        for text in ["", "MiB", "1.5MiB", "-1", "16 MeB", "99999999999999999999"] {
+        for text in [
+            "",
+            "MiB",
+            "1.5MiB",
+            "-1",
+            "16 MeB",
+            "99999999999999999999B",
+            "16µ",
+            "16µB",
+            "1000",
+            "16M",
+            "16MB",
+            "2kb",
+            "1G",
+        ] {
             assert!(parse_bytes(text).is_err(), "{text}");
         }
-        assert_eq!(format_bytes(16 << 20), "16MiB");
-        assert_eq!(format_bytes(1536), "1536");
-        assert_eq!(format_bytes(0), "0");
-        assert_eq!(format_bytes(2 << 30), "2GiB");
+        assert_eq!(
+            parse_bytes("1000"),
+            Err(
+                r#"invalid size "1000": the number needs a unit, like 1000B, 1000KiB or 1000MiB"#
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            parse_bytes("16M"),
+            Err(
+                "invalid size \"16M\": decimal or binary? Kubernetes reads M as 10^6 bytes, \
+                 Prometheus reads MB as 2^20: write 16MiB, or 16000000B"
+                    .to_owned()
+            )
+        );
+        assert!(
+            parse_bytes("16MB")
+                .expect_err("MB")
+                .contains("write 16MiB, or 16000000B")
+        );
+    }
+
+    #[test]
+    fn byte_sizes_render_as_they_read_back() {
+        for (n, text) in [
+            (16 << 20, "16MiB"),
+            (1536, "1536B"),
+            (1000, "1000B"),
+            (2 << 30, "2GiB"),
+            (512 << 10, "512KiB"),
+            ((1 << 20) + (1 << 10), "1025KiB"),
+            (1, "1B"),
+            (0, "0B"),
+        ] {
+            assert_eq!(format_bytes(n), text);
+            assert_eq!(parse_bytes(text), Ok(n), "{text}");
+        }
     }
 
     #[test]

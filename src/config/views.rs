@@ -39,6 +39,7 @@ impl Loader<'_> {
     ) -> Option<ViewConfig> {
         let field = |key: &str| format!("views[{i}].{key}");
         let raw = entry.value;
+        self.unknown_keys(&raw.unknown, &format!("views[{i}]"), RawView::FIELDS);
         if raw.name.is_none() {
             let message = "missing: every view needs a name (it is served at /metrics/<name>)";
             self.issue(Origin::File(entry.referenced), &field("name"), message);

@@ -11,7 +11,7 @@ use std::collections::hash_map::Entry;
 use super::hash::{PairHasher, PassThrough, pair_hash};
 use super::lex::label_pairs;
 use super::text::missing_added;
-use super::{Exposition, Family, Kind, Sample};
+use super::{Exposition, Family, Kind, Sample, Selection};
 
 /// A label sysport adds to every engine series that lacks it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,8 +55,8 @@ impl AddedLabel {
 pub struct MergeOptions<'a> {
     /// Labels added to samples that lack them (the same names passed to the parser, same order).
     pub added: &'a [AddedLabel],
-    /// Only these families (text 0.0.4 name, or the OpenMetrics name), when given.
-    pub names: Option<&'a [&'a str]>,
+    /// Only the families this selects, when given.
+    pub names: Option<&'a Selection>,
     pub hasher: PairHasher,
 }
 
@@ -203,14 +203,8 @@ pub fn merge<'a>(sources: &'a [&'a Exposition], opts: &MergeOptions<'a>) -> Merg
             let (start, end) = ranges[r];
             r += 1;
             let name = &arena[start..end];
-            if let Some(names) = opts.names {
-                let base = fam.base.of(src.body());
-                if !names
-                    .iter()
-                    .any(|n| n.as_bytes() == name || n.as_bytes() == base)
-                {
-                    continue;
-                }
+            if opts.names.is_some_and(|names| !names.selects(name)) {
+                continue;
             }
             let part = m.parts.len() as u32;
             let out = match by_name.entry(name) {

@@ -7,6 +7,7 @@
 //!   at once, with the result of a parse in one pass ([`Split`]).
 //! - [`merge`] combines several expositions: one HELP/TYPE per family, TYPE conflicts and
 //!   duplicate series dropped and counted.
+//! - [`Selection`] is what a reader's `?name=` selects, for merging and for asking an engine.
 //! - [`write_text`] and [`write_openmetrics`] render a merge into a [`Sink`]: one pre-sized
 //!   buffer, or [`Pieces`], runs of the upstream bodies wherever the output repeats them.
 //!
@@ -21,6 +22,7 @@ mod merge;
 mod openmetrics;
 mod out;
 mod parse;
+mod select;
 mod text;
 mod values;
 
@@ -32,6 +34,7 @@ pub use out::{Pieces, Sink};
 pub use parse::{
     Limit, ParseError, ParseLimits, ParseOptions, Split, parse, parse_after, parse_with,
 };
+pub use select::Selection;
 pub use text::write_text;
 pub use values::write_value;
 
@@ -55,20 +58,27 @@ pub enum Format {
 }
 
 impl Format {
-    /// The format of an upstream response: its Content-Type, corrected by the content when the
-    /// header says text but the body ends in OpenMetrics' `# EOF` (some engines serve
-    /// OpenMetrics whatever they were asked for, under either header).
-    pub fn detect(content_type: Option<&str>, body: &[u8]) -> Format {
-        let says_om = content_type.is_some_and(|ct| {
-            ct.split(';').next().is_some_and(|m| {
-                m.trim()
-                    .eq_ignore_ascii_case("application/openmetrics-text")
-            })
-        });
-        if says_om || ends_with_eof(body) {
+    /// The format of an upstream body, read from the body itself: OpenMetrics when it ends in
+    /// `# EOF`, which every OpenMetrics document must, else text 0.0.4. The Content-Type is no
+    /// guide: some engines serve OpenMetrics under either header, and a text page labelled
+    /// OpenMetrics would lose every counter read as OpenMetrics.
+    pub fn detect(body: &[u8]) -> Format {
+        if ends_with_eof(body) {
             Format::OpenMetrics
         } else {
             Format::Text
+        }
+    }
+
+    /// The format a Content-Type names, if it names one.
+    pub fn declared(content_type: &str) -> Option<Format> {
+        let media = content_type.split(';').next().unwrap_or("").trim();
+        if media.eq_ignore_ascii_case("application/openmetrics-text") {
+            Some(Format::OpenMetrics)
+        } else if media.eq_ignore_ascii_case("text/plain") {
+            Some(Format::Text)
+        } else {
+            None
         }
     }
 }
@@ -185,6 +195,23 @@ impl Suffix {
         let [_, rest @ ..] = Suffix::BY_INDEX;
         rest
     };
+
+    /// The text 0.0.4 families an OpenMetrics family `x` is written as are `x` followed by one
+    /// of these: a counter `x_total` and `x_created`; a histogram or summary `x` and
+    /// `x_created`; a gauge histogram `x`, `x_gcount` and `x_gsum`; an info `x_info`.
+    pub const FAMILY_PARTS: [Suffix; 6] = [
+        Suffix::None,
+        Suffix::Total,
+        Suffix::Created,
+        Suffix::GCount,
+        Suffix::GSum,
+        Suffix::Info,
+    ];
+
+    /// The sample names of a text 0.0.4 family `x` are `x` followed by one of these (a
+    /// histogram's or summary's; any other family's are `x` alone).
+    pub const SAMPLE_PARTS: [Suffix; 4] =
+        [Suffix::None, Suffix::Bucket, Suffix::Count, Suffix::Sum];
 
     /// Reads a suffix exactly.
     pub fn parse(s: &[u8]) -> Option<Suffix> {

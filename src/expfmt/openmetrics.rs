@@ -14,7 +14,7 @@ use super::hash::PassThrough;
 use super::lex::{label_pairs, valid_float};
 use super::merge::{END, Merge, OutFamily, group_key};
 use super::text::{missing_added, write_labels};
-use super::{Exposition, Family, Format, Kind, Role, Sample};
+use super::{Exposition, Family, Format, Kind, Role, Sample, Suffix};
 
 /// What OpenMetrics output had to leave out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -55,8 +55,8 @@ pub fn write_openmetrics(m: &Merge<'_>, out: &mut Vec<u8>) -> OpenMetricsStats {
             continue;
         }
         let name = m.name(f);
-        if let Some(base) = name.strip_suffix(b"_created".as_slice()) {
-            let total = [base, b"_total".as_slice()].concat();
+        if let Some(base) = name.strip_suffix(Suffix::Created.as_bytes()) {
+            let total = [base, Suffix::Total.as_bytes()].concat();
             let found = index
                 .get(total.as_slice())
                 .filter(|&&o| kind_of(m, o) == Kind::Counter)
@@ -69,8 +69,8 @@ pub fn write_openmetrics(m: &Merge<'_>, out: &mut Vec<u8>) -> OpenMetricsStats {
                 owner[i] = o;
             }
         } else if let Some(base) = name
-            .strip_suffix(b"_gcount".as_slice())
-            .or_else(|| name.strip_suffix(b"_gsum".as_slice()))
+            .strip_suffix(Suffix::GCount.as_bytes())
+            .or_else(|| name.strip_suffix(Suffix::GSum.as_bytes()))
             && matches!(first.role, Role::GCount | Role::GSum)
             && let Some(&o) = index.get(base)
         {
@@ -156,7 +156,7 @@ fn kind_of(m: &Merge<'_>, i: usize) -> Kind {
 /// The OpenMetrics type and family name of a text family, and whether its samples need `_total`.
 fn om_shape<'n>(first: &Family, text_name: &'n [u8]) -> (Kind, &'n [u8], bool) {
     match first.kind {
-        Kind::Counter => match text_name.strip_suffix(b"_total".as_slice()) {
+        Kind::Counter => match text_name.strip_suffix(Suffix::Total.as_bytes()) {
             Some(base) => (Kind::Counter, base, false),
             None => (Kind::Counter, text_name, true),
         },
@@ -164,7 +164,7 @@ fn om_shape<'n>(first: &Family, text_name: &'n [u8]) -> (Kind, &'n [u8], bool) {
             Kind::Info => (
                 Kind::Info,
                 text_name
-                    .strip_suffix(b"_info".as_slice())
+                    .strip_suffix(Suffix::Info.as_bytes())
                     .unwrap_or(text_name),
                 false,
             ),

@@ -147,6 +147,9 @@ struct LastSample {
     escaped: bool,
 }
 
+/// The UTF-8 encoding of U+FEFF, which some writers put at the start of a text.
+const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
+
 /// Bodies this large or larger are parsed by two threads (see [`parse`]).
 pub(super) const PARALLEL_MIN_BYTES: usize = 256 << 10;
 /// The same after a usable prior ([`parse_after`]): most lines then cost half as much, and
@@ -221,6 +224,11 @@ pub fn parse_with(
     split: Split,
     prior: Option<&Arc<Exposition>>,
 ) -> Result<Exposition, ParseError> {
+    // A byte order mark is no part of the first line (a HELP, or a sample, would be malformed).
+    let body = match body.strip_prefix(UTF8_BOM) {
+        Some(rest) => body.slice(body.len() - rest.len()..),
+        None => body,
+    };
     if body.len() > u32::MAX as usize - 1 {
         return Err(ParseError::BodyTooLarge);
     }

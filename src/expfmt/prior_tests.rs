@@ -132,7 +132,7 @@ fn reusable(e: &Exposition) -> usize {
 fn every_fixture_after_its_previous_scrape_is_the_fresh_parse() {
     for name in FIXTURES {
         let body = fixture(name);
-        let format = Format::detect(None, &body);
+        let format = Format::detect(&body);
         for keep in [&["vllm:", "lmcache:"][..], &[""][..]] {
             let o = Opts {
                 format,

@@ -385,7 +385,7 @@ fn every_fixture_matches_at_every_cut() {
     ];
     for name in FIXTURES {
         let body = fixture(name);
-        let format = Format::detect(None, &body);
+        let format = Format::detect(&body);
         let mut joined = 0;
         for (keep, added) in [
             (&["vllm:", "lmcache:"][..], &[][..]),

@@ -533,42 +533,120 @@ fn two_eofs_are_counted_and_nothing_after_them_is_lost() {
 }
 
 #[test]
-fn format_detection_trusts_eof_over_the_header() {
+fn a_leading_byte_order_mark_is_skipped() {
+    let page = "# HELP vllm:a A gauge.\n# TYPE vllm:a gauge\nvllm:a 1\n";
+    let bare = "vllm:b{x=\"y\"} 2\n";
+    for body in [page, bare] {
+        let with_bom = format!("\u{feff}{body}");
+        let (out, stats) = run(&[up(&with_bom, &["vllm:"])], &[]);
+        let (want, _) = run(&[up(body, &["vllm:"])], &[]);
+        assert_eq!(out, want);
+        assert_eq!(stats[0].0.malformed, 0, "{body}");
+        assert_eq!(stats[0].0.kept, 1, "{body}");
+    }
+    let om_page = "\u{feff}# TYPE vllm:c counter\nvllm:c_total 3\n# EOF\n";
+    let (out, stats) = run(&[om(om_page, &["vllm:"])], &[]);
     assert_eq!(
-        Format::detect(Some("text/plain; version=0.0.4"), b"a 1\n# EOF\n"),
-        Format::OpenMetrics
+        lines(&out),
+        ["# TYPE vllm:c_total counter", "vllm:c_total 3"]
+    );
+    assert_eq!(stats[0].0.malformed, 0);
+    // Only at the very start: elsewhere it is a malformed line like any other.
+    let (_, stats) = run(&[up("vllm:a 1\n\u{feff}vllm:b 2\n", &["vllm:"])], &[]);
+    assert_eq!((stats[0].0.kept, stats[0].0.malformed), (1, 1));
+}
+
+#[test]
+fn format_detection_reads_the_body_not_the_header() {
+    assert_eq!(Format::detect(b"a 1\n# EOF\n"), Format::OpenMetrics);
+    assert_eq!(Format::detect(b"a 1\n# EOF"), Format::OpenMetrics);
+    assert_eq!(Format::detect(b"# EOF\n"), Format::OpenMetrics);
+    // OpenMetrics requires `# EOF`: without it, a body is text 0.0.4 whatever it is labelled.
+    assert_eq!(Format::detect(b"a 1\n"), Format::Text);
+    assert_eq!(Format::detect(b""), Format::Text);
+    assert_eq!(Format::detect(b"a{x=\"# EOF\"} 1\n"), Format::Text);
+    assert_eq!(Format::detect(b"a 1\nb # EOF\n"), Format::Text);
+    assert_eq!(
+        Format::declared("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        Some(Format::OpenMetrics)
     );
     assert_eq!(
-        Format::detect(
-            Some("application/openmetrics-text; version=1.0.0"),
-            b"a 1\n"
-        ),
-        Format::OpenMetrics
+        Format::declared("Text/Plain;version=0.0.4"),
+        Some(Format::Text)
     );
-    assert_eq!(Format::detect(None, b"a 1\n"), Format::Text);
-    assert_eq!(Format::detect(None, b"a{x=\"# EOF\"} 1\n"), Format::Text);
+    assert_eq!(Format::declared("application/json"), None);
+    assert_eq!(Format::declared(""), None);
 }
 
 #[test]
 fn name_filter_selects_exact_families() {
     let input = "# TYPE vllm:a gauge\nvllm:a 1\n# TYPE vllm:ab gauge\nvllm:ab 2\n# TYPE vllm:c counter\nvllm:c 3\n";
     let exp = parse_one(&up(input, &["vllm:"]), &[], LIMITS).expect("parses");
-    let refs = [&exp];
-    let names = ["vllm:a", "vllm:c"];
+    assert_eq!(
+        selected(&exp, &["vllm:a", "vllm:c"], false),
+        "# TYPE vllm:a gauge\nvllm:a 1\n# TYPE vllm:c counter\nvllm:c 3\n"
+    );
+}
+
+/// The families of `exp` that `names` select, written as text or OpenMetrics.
+fn selected(exp: &Exposition, names: &[&str], openmetrics: bool) -> String {
+    let refs = [exp];
+    let selection = Selection::new(names.iter().copied());
     let m = merge(
         &refs,
         &MergeOptions {
             added: &[],
-            names: Some(&names),
+            names: Some(&selection),
             hasher: PairHasher::new(1),
         },
     );
     let mut out = Vec::new();
-    write_text(&m, &mut out);
-    assert_eq!(
-        String::from_utf8(out).expect("utf-8"),
-        "# TYPE vllm:a gauge\nvllm:a 1\n# TYPE vllm:c counter\nvllm:c 3\n"
-    );
+    if openmetrics {
+        write_openmetrics(&m, &mut out);
+    } else {
+        write_text(&m, &mut out);
+    }
+    String::from_utf8(out).expect("utf-8")
+}
+
+#[test]
+fn name_filter_selects_a_counter_by_its_openmetrics_name_in_both_formats() {
+    let text = "# HELP vllm:q_total Queries.\n# TYPE vllm:q_total counter\n\
+                vllm:q_total{e=\"0\"} 3.0\n\
+                # HELP vllm:q_created Queries.\n# TYPE vllm:q_created gauge\n\
+                vllm:q_created{e=\"0\"} 1.7e+09\n\
+                # TYPE vllm:qq gauge\nvllm:qq 1\n";
+    let om = "# TYPE vllm:q counter\n# HELP vllm:q Queries.\n\
+              vllm:q_total{e=\"0\"} 3.0\nvllm:q_created{e=\"0\"} 1.7e+09\n\
+              # TYPE vllm:qq gauge\nvllm:qq 1\n# EOF\n";
+    let want_text = "# HELP vllm:q_total Queries.\n# TYPE vllm:q_total counter\n\
+                     vllm:q_total{e=\"0\"} 3.0\n\
+                     # HELP vllm:q_created Queries.\n# TYPE vllm:q_created gauge\n\
+                     vllm:q_created{e=\"0\"} 1.7e+09\n";
+    let want_om = "# TYPE vllm:q counter\n# HELP vllm:q Queries.\n\
+                   vllm:q_total{e=\"0\"} 3.0\nvllm:q_created{e=\"0\"} 1.7e+09\n";
+    for (body, format) in [(text, Format::Text), (om, Format::OpenMetrics)] {
+        let u = Up {
+            body: body.as_bytes(),
+            format,
+            keep: &["vllm:"],
+        };
+        let exp = parse_one(&u, &[], LIMITS).expect("parses");
+        for names in [&["vllm:q"][..], &["vllm:q_total"]] {
+            assert_eq!(
+                selected(&exp, names, false),
+                want_text,
+                "{format:?} {names:?}"
+            );
+            assert_eq!(selected(&exp, names, true), want_om, "{format:?} {names:?}");
+        }
+        assert_eq!(
+            selected(&exp, &["vllm:q_created"], false),
+            "# HELP vllm:q_created Queries.\n# TYPE vllm:q_created gauge\n\
+             vllm:q_created{e=\"0\"} 1.7e+09\n",
+            "{format:?}"
+        );
+    }
 }
 
 pub(crate) fn fixture(name: &str) -> Vec<u8> {
@@ -619,7 +697,7 @@ fn assert_families_once_and_contiguous(out: &str) {
 fn fixtures_keep_every_engine_sample_and_reparse_cleanly() {
     for name in FIXTURES {
         let body = fixture(name);
-        let format = Format::detect(None, &body);
+        let format = Format::detect(&body);
         let keep: &[&str] = &["vllm:", "lmcache:"];
         let (out, stats) = run(
             &[Up {
@@ -823,7 +901,7 @@ fn openmetrics_round_trip_keeps_types_units_info_and_exemplars() {
 fn fixtures_as_openmetrics_reparse_with_every_sample() {
     for name in FIXTURES {
         let body = fixture(name);
-        let format = Format::detect(None, &body);
+        let format = Format::detect(&body);
         let keep: &[&str] = &["vllm:", "lmcache:"];
         let (text, stats) = run(
             &[Up {

@@ -12,6 +12,8 @@ pub(crate) struct UpstreamSpec<'a> {
     pub(crate) name: &'a str,
     pub(crate) url: &'a str,
     pub(crate) timeout: &'a str,
+    /// Whether readiness needs it.
+    pub(crate) required: bool,
 }
 
 /// A `/metrics` (or other) answer and how long it took, body included.
@@ -131,9 +133,9 @@ impl Sidecar {
         }
     }
 
-    /// What sysport logged so far.
+    /// What sysport has logged so far.
     pub(crate) fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("sysport.log")).unwrap_or_default()
+        std::fs::read_to_string(self.dir.join("sysport.log")).expect("read sysport.log")
     }
 
     /// Peak resident set size (`VmHWM`) in KiB.
@@ -195,8 +197,8 @@ fn config_yaml(port: u16, upstreams: &[UpstreamSpec<'_>], extra: &str) -> String
     );
     for u in upstreams {
         y.push_str(&format!(
-            "  - name: {}\n    url: {}\n    keep: [\"vllm:\"]\n    timeout: {}\n    required: false\n",
-            u.name, u.url, u.timeout
+            "  - name: {}\n    url: {}\n    keep: [\"vllm:\"]\n    timeout: {}\n    required: {}\n",
+            u.name, u.url, u.timeout, u.required
         ));
     }
     y.push_str(extra);

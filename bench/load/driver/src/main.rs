@@ -125,7 +125,7 @@ fn pipeline(body: &Bytes, format: Format, keep: &[String]) -> Run {
 
 fn read(path: &str) -> (Bytes, Format) {
     let body = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let format = Format::detect(None, &body);
+    let format = Format::detect(&body);
     (Bytes::from(body), format)
 }
 
