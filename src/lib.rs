@@ -2,7 +2,8 @@
 //!
 //! Layout:
 //! - [`config`]: YAML file + `DYN_SYSTEM_*` environment + CLI flags → one validated `Config`.
-//! - [`expfmt`]: the exposition format, pure and I/O-free: lexer, filter, merge, writers.
+//! - [`expfmt`]: the exposition format, pure and I/O-free: lexer, filter, merge, writers (the
+//!   `sysport-expfmt` crate in `crates/expfmt`, re-exported).
 //! - [`scrape`]: fetches upstreams concurrently, single-flight, with limits and timeouts.
 //! - [`health`]: background checks and the readiness state.
 //! - [`telemetry`]: sysport's own `dynamo_sysport_*` metrics.
@@ -12,7 +13,7 @@
 
 pub mod config;
 pub mod demo;
-pub mod expfmt;
+pub use sysport_expfmt as expfmt;
 pub mod health;
 pub mod parts;
 pub mod scrape;

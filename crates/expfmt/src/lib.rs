@@ -1,4 +1,5 @@
-//! The exposition format, pure and I/O-free: bytes in, bytes out.
+//! The exposition format, pure and I/O-free: bytes in, bytes out. Nothing here does I/O or
+//! speaks HTTP; the crate's dependency list (bytes, memchr, thiserror) keeps it so.
 //!
 //! - [`parse`] lexes one upstream body (text 0.0.4 or OpenMetrics 1.0) without copying it, keeps
 //!   only the families whose names start with the upstream's `keep` prefixes, and groups samples
@@ -14,6 +15,8 @@
 //! its `x_created` is a gauge family of its own, as `prometheus_client` renders them), because
 //! that is what Prometheus stores and what most scrapers ask for. OpenMetrics input is mapped
 //! into that model when parsed, and OpenMetrics output maps back.
+
+#![forbid(unsafe_code)]
 
 mod hash;
 mod lex;

@@ -3,7 +3,7 @@
 use bytes::Bytes;
 
 use super::*;
-use crate::expfmt::openmetrics::OpenMetricsStats;
+use crate::openmetrics::OpenMetricsStats;
 
 pub(crate) const LIMITS: ParseLimits = ParseLimits {
     max_line_bytes: 1 << 20,
@@ -573,7 +573,7 @@ fn name_filter_selects_exact_families() {
 
 pub(crate) fn fixture(name: &str) -> Vec<u8> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
+        .join("../../tests/fixtures")
         .join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
