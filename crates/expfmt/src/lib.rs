@@ -1,12 +1,12 @@
 //! The exposition format, pure and I/O-free: bytes in, bytes out. Nothing here does I/O or
 //! speaks HTTP; the crate's dependency list (bytes, memchr, thiserror) keeps it so.
 //!
-//! - [`parse`] lexes one upstream body (text 0.0.4 or OpenMetrics 1.0) without copying it, keeps
+//! - [`parse()`] lexes one upstream body (text 0.0.4 or OpenMetrics 1.0) without copying it, keeps
 //!   only the families whose names start with the upstream's `keep` prefixes, and groups samples
 //!   by family. The result, an [`Exposition`], owns the body and refers into it by offsets, so it
 //!   can be cached and shared between concurrent scrapes. A large body is parsed by two threads
 //!   at once, with the result of a parse in one pass ([`Split`]).
-//! - [`merge`] combines several expositions: one HELP/TYPE per family, TYPE conflicts and
+//! - [`merge()`] combines several expositions: one HELP/TYPE per family, TYPE conflicts and
 //!   duplicate series dropped and counted.
 //! - [`write_text`] and [`write_openmetrics`] render a merge into a [`Sink`]: one pre-sized
 //!   buffer, or [`Pieces`], runs of the upstream bodies wherever the output repeats them.

@@ -5,18 +5,30 @@
 //! declared under its exact name, else to the family its name minus a type suffix names
 //! (`h_bucket` → histogram `h`), else to an untyped family of its own. OpenMetrics families are
 //! split into their text 0.0.4 families here (counter `x` → `x_total` and gauge `x_created`).
+//!
+//! This file holds the entry points and the line loop; [`family`] resolves names to families,
+//! [`split`] shares a large body between two threads, [`prior`] reuses the previous page.
+
+mod family;
+pub(super) mod prior;
+pub(super) mod split;
+
+use self::prior::{UNSEEN, usable};
+use self::split::{
+    CLAIM_BYTES, MIN_SHARE_BYTES, PARALLEL_MIN_BYTES, PARALLEL_MIN_BYTES_AFTER_PRIOR, parse_shared,
+    split_point,
+};
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
 use super::hash::PassThrough;
 use super::lex::{self, Comment, LexOptions, LineError};
 use super::{
-    CANONICAL, Exposition, Family, Format, Kind, LexKey, PairHasher, ParseStats, RESERVED_PREFIX,
-    Role, SIDE, Sample, SideLex, Span, Suffix,
+    Exposition, Family, Format, Kind, LexKey, PairHasher, ParseStats, RESERVED_PREFIX, Role,
+    Sample, SideLex, Span, Suffix,
 };
 
 /// Limits applied while parsing one body.
@@ -119,7 +131,7 @@ struct Parser<'b, 'o> {
     /// The last line read was `# EOF` (OpenMetrics), no sample line since.
     eof_seen: bool,
     /// Note in `probes` the sample names looked up past the family in force and the exact
-    /// name (for the join with an earlier part, [`join`]).
+    /// name (for the join with an earlier part: `split::join`).
     record_probes: bool,
     probes: Vec<Span>,
     /// The previous parse of the same upstream, if its lines lexed as this body's do.
@@ -129,15 +141,6 @@ struct Parser<'b, 'o> {
     cursors: Vec<(u32, u32)>,
 }
 
-#[cfg(test)]
-thread_local! {
-    /// Lines this thread lexed from a prior's, for tests to see the prior used.
-    pub(super) static REUSED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// A family whose place in `prior` has not been looked up yet.
-const UNSEEN: (u32, u32) = (NONE, NONE);
-
 /// How the previous sample's name resolved.
 #[derive(Debug, Clone, Copy)]
 struct LastSample {
@@ -146,21 +149,6 @@ struct LastSample {
     suffix: Suffix,
     escaped: bool,
 }
-
-/// Bodies this large or larger are parsed by two threads (see [`parse`]).
-pub(super) const PARALLEL_MIN_BYTES: usize = 256 << 10;
-/// The same after a usable prior ([`parse_after`]): most lines then cost half as much, and
-/// below this a second thread costs more CPU than it saves time (a 740 KB page: 0.85 → 0.74 ms
-/// of CPU per scrape in one pass, in the same time).
-const PARALLEL_MIN_BYTES_AFTER_PRIOR: usize = 1 << 20;
-/// The first thread claims the body this many bytes at a time (see [`parse_shared`]).
-const CLAIM_BYTES: usize = 32 << 10;
-/// The second thread takes no share of the body smaller than this.
-const MIN_SHARE_BYTES: usize = 64 << 10;
-/// How long the first thread waits for the second without sleeping (see [`parse_shared`]).
-const SPIN: std::time::Duration = std::time::Duration::from_micros(100);
-/// Set in [`parse_shared`]'s frontier once the second thread has taken the rest of the body.
-const TAKEN: u64 = 1 << 63;
 
 /// How [`parse_with`] may share a body's parse between two threads. Whichever, the result is
 /// the one a parse in one pass gives.
@@ -177,9 +165,9 @@ pub enum Split {
 
 /// Parses one upstream body. The body is kept, not copied: the result refers into it.
 ///
-/// A body of [`PARALLEL_MIN_BYTES`] or more is parsed with [`Split::Shared`]: a second thread
-/// takes a later part of it, and the two results are joined when that is provably the result
-/// of a parse in one pass (see [`join`]); otherwise the body is parsed in one pass.
+/// A body of 256 KiB or more is parsed with [`Split::Shared`]: a second thread takes a later
+/// part of it, and the two results are joined when that is provably the result of a parse in
+/// one pass; otherwise the body is parsed in one pass.
 pub fn parse(
     body: Bytes,
     format: Format,
@@ -188,13 +176,13 @@ pub fn parse(
     parse_after(body, format, opts, None)
 }
 
-/// [`parse`], given `prior`, the previous parse of the same upstream: a sample line whose
+/// [`parse()`], given `prior`, the previous parse of the same upstream: a sample line whose
 /// name and labels are byte for byte those of the line at the same place in `prior`'s
 /// family takes their lexing from there, and only its value is read. An engine's series stay
 /// the same from one scrape to the next, only their values change, so that is most lines.
-/// The result is the one [`parse`] gives, whatever `prior` holds; `prior` is not used when it
+/// The result is the one [`parse()`] gives, whatever `prior` holds; `prior` is not used when it
 /// was parsed from another format or with other labels, limits or hasher. With a usable prior,
-/// a second thread takes part from [`PARALLEL_MIN_BYTES_AFTER_PRIOR`] on.
+/// a second thread takes part from 1 MiB on.
 pub fn parse_after(
     body: Bytes,
     format: Format,
@@ -279,383 +267,6 @@ struct Part {
     side: Vec<SideLex>,
     kept_bytes: usize,
     stats: ParseStats,
-}
-
-/// The second part of a body, finished, with what [`join`] checks against the first.
-struct Tail {
-    part: Part,
-    /// Its declarations; only their names are read.
-    decls: Vec<Decl>,
-    /// Sample names it looked up beyond the family in force and its own exact name.
-    probes: Vec<Span>,
-    /// Samples made before unkept families were dropped (what the series limit counts).
-    pushed: usize,
-}
-
-/// Parses `body[cut..]` as a body of its own, noting what [`join`] checks.
-fn parse_tail(
-    body: &[u8],
-    format: Format,
-    opts: &ParseOptions<'_>,
-    prior: Option<&Exposition>,
-    cut: usize,
-) -> Result<Tail, ParseError> {
-    let mut p = Parser::new(body, format, opts, prior, body.len() - cut);
-    p.record_probes = true;
-    p.run(cut, body.len())?;
-    let pushed = p.samples.len();
-    let part = p.finish(0);
-    Ok(Tail {
-        part,
-        decls: p.decls,
-        probes: p.probes,
-        pushed,
-    })
-}
-
-/// What the second thread of a parse shares with the first; it owns what it reads, so the
-/// first thread need not wait for the second to end when it did not take a part.
-struct Shared {
-    body: Bytes,
-    format: Format,
-    keep: Vec<String>,
-    added_labels: Vec<Vec<u8>>,
-    limits: ParseLimits,
-    hasher: PairHasher,
-    allow_reserved: bool,
-    prior: Option<Arc<Exposition>>,
-    claim: usize,
-    min_share: usize,
-    /// The end of what the first thread has claimed, `TAKEN` added once the second thread
-    /// took the rest from there.
-    frontier: AtomicU64,
-}
-
-impl Shared {
-    /// The second thread: takes the later half of what the first has not claimed yet, cut at
-    /// a family declaration, unless that is less than `min_share`; or the part from a cut set
-    /// beforehand. `None` when it took no part.
-    fn second(&self) -> Option<Result<Tail, ParseError>> {
-        let len = self.body.len();
-        let mut f = self.frontier.load(Ordering::Acquire);
-        let cut = loop {
-            if f & TAKEN != 0 {
-                break (f & !TAKEN) as usize;
-            }
-            let at = f as usize;
-            if len - at < self.min_share.max(1) {
-                return None;
-            }
-            // The first thread is somewhere in its last claim.
-            let target = (at.saturating_sub(self.claim / 2) + len) / 2;
-            let cut = split_point(&self.body, target, at)?;
-            match self.frontier.compare_exchange(
-                f,
-                cut as u64 | TAKEN,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => break cut,
-                Err(now) => f = now,
-            }
-        };
-        let added: Vec<&[u8]> = self.added_labels.iter().map(Vec::as_slice).collect();
-        let opts = ParseOptions {
-            keep: &self.keep,
-            limits: self.limits,
-            added_labels: &added,
-            hasher: self.hasher,
-            allow_reserved: self.allow_reserved,
-        };
-        Some(parse_tail(
-            &self.body,
-            self.format,
-            &opts,
-            self.prior.as_deref(),
-            cut,
-        ))
-    }
-}
-
-/// Parses `body` on this thread and one more. This one claims the body `claim` bytes at a
-/// time, a line at a time; the other, once it runs, takes the later half of what is not
-/// claimed yet, cut at a family declaration ([`split_point`]), unless that is less than
-/// `min_share`. Whenever the other thread starts (a thread can wait long for a core of its
-/// own), the two then have about as much left to parse each; if it starts too late, this one
-/// parses the whole body, in one pass, and does not wait for the other to end. With `cut`,
-/// the other thread takes the body from there instead.
-///
-/// Returns [`Outcome::Apart`] when the two parts cannot be joined ([`join`]) or no thread
-/// could be started: the body is then to be parsed in one pass.
-fn parse_shared(
-    body: &Bytes,
-    format: Format,
-    opts: &ParseOptions<'_>,
-    prior: Option<&Arc<Exposition>>,
-    claim: usize,
-    min_share: usize,
-    cut: Option<usize>,
-) -> Result<Outcome, ParseError> {
-    let len = body.len();
-    let shared = Arc::new(Shared {
-        body: body.clone(),
-        format,
-        keep: opts.keep.to_vec(),
-        added_labels: opts.added_labels.iter().map(|a| a.to_vec()).collect(),
-        limits: opts.limits,
-        hasher: opts.hasher,
-        allow_reserved: opts.allow_reserved,
-        prior: prior.cloned(),
-        claim,
-        min_share,
-        frontier: AtomicU64::new(cut.map_or(0, |c| c as u64 | TAKEN)),
-    });
-    let other = Arc::clone(&shared);
-    let Ok(second) = std::thread::Builder::new().spawn(move || other.second()) else {
-        return Ok(Outcome::Apart);
-    };
-    let frontier = &shared.frontier;
-    // Room for the other part's samples too.
-    let mut head = Parser::new(body, format, opts, prior.map(Arc::as_ref), len);
-    let mut at = 0;
-    let cut = loop {
-        let f = frontier.load(Ordering::Acquire);
-        let (end, last) = if f & TAKEN != 0 {
-            ((f & !TAKEN) as usize, true)
-        } else if at == len {
-            break None;
-        } else {
-            let probe = (at + claim).min(len);
-            let end = memchr::memchr(b'\n', &body[probe..]).map_or(len, |i| probe + i + 1);
-            if frontier
-                .compare_exchange(at as u64, end as u64, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-            {
-                continue;
-            }
-            (end, false)
-        };
-        if let Err(err) = head.run(at, end) {
-            // Keep the other thread from starting on a body that fails anyway; once it has,
-            // let it end first.
-            let (end, len) = (end as u64, len as u64);
-            if frontier
-                .compare_exchange(end, len, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-            {
-                let _ = second.join();
-            }
-            return Err(err);
-        }
-        at = end;
-        if last {
-            break Some(end);
-        }
-    };
-    if cut.is_none() {
-        // All parsed here, in one pass; the other thread ends without parsing.
-        return Ok(Outcome::OnePass(head.finish(0)));
-    }
-    let pushed = head.samples.len();
-    let first = head.finish(len / 96);
-    // The other thread should be about done: waiting for it here a little is quicker than
-    // being woken up by its end.
-    let wait = std::time::Instant::now();
-    while !second.is_finished() && wait.elapsed() < SPIN {
-        std::hint::spin_loop();
-    }
-    match second.join() {
-        Ok(Some(Ok(tail))) => {
-            Ok(join(&mut head, first, pushed, tail).map_or(Outcome::Apart, Outcome::Joined))
-        }
-        Ok(_) => Ok(Outcome::Apart),
-        Err(panic) => std::panic::resume_unwind(panic),
-    }
-}
-
-/// How [`parse_shared`] went.
-enum Outcome {
-    /// The second thread took no part: this one parsed the body in one pass.
-    OnePass(Part),
-    /// The two parts, joined.
-    Joined(Part),
-    /// The two parts cannot be joined, or the second thread could not be started.
-    Apart,
-}
-
-impl Outcome {
-    fn part(self) -> Option<Part> {
-        match self {
-            Outcome::OnePass(part) | Outcome::Joined(part) => Some(part),
-            Outcome::Apart => None,
-        }
-    }
-}
-
-/// Joins the first part of a body (parsed by `head`, finished as `first` after `pushed`
-/// samples) and the rest of it, or `None` if the result might not be the one-pass result.
-///
-/// The rest starts at a line that declares a family ([`split_point`]), so that line resets
-/// everything one line passes to the next in a one-pass parse (the family in force and the
-/// sample-name cache): the rest was parsed from the state the one-pass parse has there, but
-/// for the first part's tables of names. Its result is then the one-pass result with its
-/// indices shifted, provided that:
-/// - neither part is over a limit (an error in the first part is the one-pass error; one in
-///   the rest is left to a one-pass parse, for its line number), and the two together are
-///   not over the series or families limit;
-/// - the first part does not end after an OpenMetrics `# EOF` with no sample since (the
-///   one-pass parse would count the first sample of the rest as a line after it);
-/// - no name the rest looked up is in the first part's tables: not the name of any of its
-///   declarations (every declaring line and every new sample name looks its name up), and
-///   none of the names [`Parser::resolve`] tries for a sample name it noted as a probe (every
-///   name it had to look up further than the family in force and the exact name, once per
-///   declaration and suffix). A lookup that finds nothing in the rest's tables then finds
-///   nothing in the first part's either, so it goes the same way as in one pass.
-///
-/// With those, every line of the rest resolves as in one pass. Its families and samples come
-/// after the first part's in one pass too, so sorting each part's samples by family and
-/// concatenating gives the one-pass order; and the first sample of the rest is of a family of
-/// its own, so the same-name mark of a sample never spans the two parts.
-fn join(head: &mut Parser<'_, '_>, mut a: Part, pushed: usize, b: Tail) -> Option<Part> {
-    let limits = head.opts.limits;
-    if head.eof_seen
-        || head.decls.len() + b.decls.len() > limits.max_families
-        || pushed + b.pushed > limits.max_series
-        || head.has_any(&b.decls, &b.probes)
-    {
-        return None;
-    }
-    let b = b.part;
-    let family_shift = a.families.len() as u32;
-    let sample_shift = a.samples.len() as u32;
-    let side_shift = a.side.len() as u32;
-    a.families.extend(b.families.into_iter().map(|mut f| {
-        f.samples = (f.samples.0 + sample_shift, f.samples.1 + sample_shift);
-        f
-    }));
-    a.samples.extend(
-        b.samples
-            .iter()
-            .map(|s| s.shifted(family_shift, side_shift)),
-    );
-    a.side.extend_from_slice(&b.side);
-    a.kept_bytes += b.kept_bytes;
-    a.stats = ParseStats {
-        kept: a.stats.kept + b.stats.kept,
-        dropped: a.stats.dropped + b.stats.dropped,
-        malformed: a.stats.malformed + b.stats.malformed,
-        renamed: a.stats.renamed + b.stats.renamed,
-    };
-    Some(a)
-}
-
-/// The two-thread parse alone, cut at `cut` (a line start): `Ok(None)` when the parts cannot
-/// be joined.
-#[cfg(test)]
-pub(super) fn parse_joined(
-    body: Bytes,
-    format: Format,
-    opts: &ParseOptions<'_>,
-    cut: usize,
-) -> Result<Option<Exposition>, ParseError> {
-    Ok(
-        parse_shared(&body, format, opts, None, CLAIM_BYTES, 0, Some(cut))?
-            .part()
-            .map(|part| Exposition::from_part(body.clone(), format, opts, part)),
-    )
-}
-
-/// [`Split::Shared`] with the given claim and least share, and whether the second thread
-/// took a part: `None` when it did and the parts could not be joined.
-#[cfg(test)]
-pub(super) fn parse_shared_with(
-    body: Bytes,
-    format: Format,
-    opts: &ParseOptions<'_>,
-    claim: usize,
-    min_share: usize,
-) -> Result<Option<(Exposition, bool)>, ParseError> {
-    let (part, took) = match parse_shared(&body, format, opts, None, claim, min_share, None)? {
-        Outcome::OnePass(part) => (part, false),
-        Outcome::Joined(part) => (part, true),
-        Outcome::Apart => return Ok(None),
-    };
-    Ok(Some((
-        Exposition::from_part(body.clone(), format, opts, part),
-        took,
-    )))
-}
-
-/// The one-pass parse, its lines read in runs ending at each of `ends` (line starts).
-#[cfg(test)]
-pub(super) fn parse_in_runs(
-    body: Bytes,
-    format: Format,
-    opts: &ParseOptions<'_>,
-    ends: &[usize],
-) -> Result<Exposition, ParseError> {
-    let mut p = Parser::new(&body, format, opts, None, body.len());
-    let mut at = 0;
-    for &end in ends.iter().chain([&body.len()]) {
-        p.run(at, end)?;
-        at = end;
-    }
-    let part = p.finish(0);
-    Ok(Exposition::from_part(body.clone(), format, opts, part))
-}
-
-/// Where a second thread can start parsing `body`: the line nearest `target` (within an
-/// eighth of the body, or 64 KiB), at `lo` or after, that starts with `#` and is the first of
-/// the lines declaring a family (HELP, TYPE or UNIT), so that those stay together. `None` when
-/// there is no such line, or only the first line of the body.
-pub(super) fn split_point(body: &[u8], target: usize, lo: usize) -> Option<usize> {
-    use memchr::memmem;
-    let lo = lo.max(1);
-    if body.len() <= lo {
-        return None;
-    }
-    let target = target.clamp(lo, body.len());
-    let window = (body.len() / 8).max(64 << 10);
-    let hi = (target + window).min(body.len());
-    // Line starts at `target` or after: a newline at `target - 1` or after.
-    let forward = memmem::find_iter(&body[target - 1..hi], b"\n#")
-        .map(|p| target + p)
-        .find(|&s| starts_family(body, s));
-    let reach = forward.map_or(window, |s| s - target);
-    // Line starts before `target`, nearer than `forward`, not before `lo`.
-    let from = target.saturating_sub(reach).max(lo) - 1;
-    let backward = memmem::rfind_iter(&body[from..target], b"\n#")
-        .map(|p| from + p + 1)
-        .find(|&s| s < target && starts_family(body, s));
-    backward.or(forward)
-}
-
-/// Whether the line at `start` declares a family and the line before it does not declare the
-/// same one.
-fn starts_family(body: &[u8], start: usize) -> bool {
-    let Some(name) = declared_name(body, start) else {
-        return false;
-    };
-    let prev = memchr::memrchr(b'\n', &body[..start - 1]).map_or(0, |i| i + 1);
-    declared_name(body, prev) != Some(name)
-}
-
-/// The name a line starting with `#` at `start` declares (HELP, TYPE or UNIT).
-fn declared_name(body: &[u8], start: usize) -> Option<&[u8]> {
-    let rest = &body[start..];
-    if rest.first() != Some(&b'#') {
-        return None;
-    }
-    let mut line = memchr::memchr(b'\n', rest).map_or(rest, |i| &rest[..i]);
-    if let [head @ .., b'\r'] = line {
-        line = head;
-    }
-    match lex::lex_comment(line, 0) {
-        Ok(
-            Comment::Help { name, .. } | Comment::Type { name, .. } | Comment::Unit { name, .. },
-        ) => Some(&line[name.0 as usize..name.1 as usize]),
-        _ => None,
-    }
 }
 
 impl<'b, 'o> Parser<'b, 'o> {
@@ -767,27 +378,6 @@ impl<'b, 'o> Parser<'b, 'o> {
         Ok(())
     }
 
-    /// Whether one of `decls` or `probes` (of a later part of the body) names an entry of
-    /// this part's tables, so a lookup of the later part could have found it.
-    fn has_any(&mut self, decls: &[Decl], probes: &[Span]) -> bool {
-        let body = self.body;
-        if decls.iter().any(|d| self.lookup(d.name.of(body)).is_some()) {
-            return true;
-        }
-        if probes.is_empty() {
-            return false;
-        }
-        self.index_escaped();
-        let known = |key: &[u8]| self.lookup(key).is_some() || self.by_escaped.contains_key(key);
-        probes.iter().any(|p| {
-            let name = p.of(body);
-            known(name)
-                || Suffix::ALL
-                    .into_iter()
-                    .any(|s| name.strip_suffix(s.as_bytes()).is_some_and(known))
-        })
-    }
-
     fn comment(&mut self, line: &[u8], start: usize, c: Comment) {
         // A declaration can change how the next sample name resolves.
         self.last_sample = None;
@@ -836,276 +426,6 @@ impl<'b, 'o> Parser<'b, 'o> {
             }
             Comment::Eof | Comment::Other => {}
         }
-    }
-
-    /// Adds the declarations with `:` made since the last call to the escaped-name index.
-    fn index_escaped(&mut self) {
-        for &d in &self.colon_decls[self.escaped_indexed..] {
-            let escaped: Vec<u8> = self.decls[d as usize]
-                .name
-                .of(self.body)
-                .iter()
-                .map(|&b| if b == b':' { b'_' } else { b })
-                .collect();
-            self.by_escaped.entry(escaped).or_insert(d);
-        }
-        self.escaped_indexed = self.colon_decls.len();
-    }
-
-    /// Finds or creates the declaration for a name.
-    fn declare(&mut self, name: Span) -> u32 {
-        self.declare_hashed(name, self.opts.hasher.bytes(name.of(self.body)))
-    }
-
-    /// [`Parser::declare`], `hash` being the hash of the name.
-    fn declare_hashed(&mut self, name: Span, hash: u64) -> u32 {
-        let bytes = name.of(self.body);
-        if let Some(d) = self.lookup_hashed(hash, bytes) {
-            return d;
-        }
-        let d = self.decls.len() as u32;
-        let kept = self.keeps(bytes);
-        let has_colon = memchr::memchr(b':', bytes).is_some();
-        if has_colon {
-            self.colon_decls.push(d);
-        }
-        let primary = self.new_family(name, Suffix::None, Kind::Untyped, Role::Primary, kept);
-        self.decls.push(Decl {
-            name,
-            kind: None,
-            has_colon,
-            kept,
-            has_samples: false,
-            families: [primary, NONE, NONE, NONE],
-            probed: 0,
-            next: NONE,
-        });
-        if let Some(head) = self.by_name.insert(hash, d) {
-            self.decls[d as usize].next = head;
-        }
-        d
-    }
-
-    /// The declaration of `name`, if any.
-    fn lookup(&self, name: &[u8]) -> Option<u32> {
-        self.lookup_hashed(self.opts.hasher.bytes(name), name)
-    }
-
-    fn lookup_hashed(&self, hash: u64, name: &[u8]) -> Option<u32> {
-        let mut d = *self.by_name.get(&hash)?;
-        loop {
-            let decl = &self.decls[d as usize];
-            if decl.name.of(self.body) == name {
-                return Some(d);
-            }
-            if decl.next == NONE {
-                return None;
-            }
-            d = decl.next;
-        }
-    }
-
-    fn keeps(&self, name: &[u8]) -> bool {
-        (self.opts.allow_reserved || !name.starts_with(RESERVED_PREFIX))
-            && self
-                .opts
-                .keep
-                .iter()
-                .any(|p| name.starts_with(p.as_bytes()))
-    }
-
-    fn new_family(
-        &mut self,
-        base: Span,
-        suffix: Suffix,
-        kind: Kind,
-        role: Role,
-        kept: bool,
-    ) -> u32 {
-        let f = self.families.len() as u32;
-        self.families.push(Family {
-            base,
-            suffix,
-            kind,
-            typed: false,
-            declared: kind,
-            role,
-            help: None,
-            unit: None,
-            samples: (0, 0),
-        });
-        if kept {
-            self.kept_index.push(self.kept_counts.len() as u32);
-            self.kept_counts.push(0);
-        } else {
-            self.kept_index.push(NONE);
-        }
-        f
-    }
-
-    fn set_kind(&mut self, d: u32, kind: Kind) {
-        let decl = &mut self.decls[d as usize];
-        decl.kind = Some(kind);
-        let fam = &mut self.families[decl.families[0] as usize];
-        fam.typed = true;
-        fam.declared = kind;
-        match self.format {
-            Format::Text => {
-                fam.kind = match kind {
-                    Kind::Info | Kind::StateSet => Kind::Gauge,
-                    Kind::GaugeHistogram => Kind::Histogram,
-                    k => k,
-                };
-            }
-            Format::OpenMetrics => {
-                // prometheus_client's own mapping from OpenMetrics types to text 0.0.4.
-                let (suffix, text_kind) = match kind {
-                    Kind::Counter => (Suffix::Total, Kind::Counter),
-                    Kind::Info => (Suffix::Info, Kind::Gauge),
-                    Kind::StateSet => (Suffix::None, Kind::Gauge),
-                    Kind::GaugeHistogram => (Suffix::None, Kind::Histogram),
-                    k => (Suffix::None, k),
-                };
-                fam.suffix = suffix;
-                fam.kind = text_kind;
-            }
-        }
-    }
-
-    /// Which suffixes a declaration's samples may carry, in the upstream's format.
-    fn suffix_allowed(&self, kind: Option<Kind>, suffix: Suffix) -> bool {
-        use Suffix as S;
-        match (self.format, kind) {
-            (Format::Text, Some(Kind::Histogram | Kind::GaugeHistogram)) => {
-                matches!(suffix, S::Bucket | S::Count | S::Sum)
-            }
-            (Format::Text, Some(Kind::Summary)) => matches!(suffix, S::None | S::Count | S::Sum),
-            (Format::Text, _) => suffix == S::None,
-            (Format::OpenMetrics, Some(Kind::Counter)) => matches!(suffix, S::Total | S::Created),
-            (Format::OpenMetrics, Some(Kind::Histogram)) => {
-                matches!(suffix, S::Bucket | S::Count | S::Sum | S::Created)
-            }
-            (Format::OpenMetrics, Some(Kind::Summary)) => {
-                matches!(suffix, S::None | S::Count | S::Sum | S::Created)
-            }
-            (Format::OpenMetrics, Some(Kind::GaugeHistogram)) => {
-                matches!(suffix, S::Bucket | S::GCount | S::GSum)
-            }
-            (Format::OpenMetrics, Some(Kind::Info)) => suffix == S::Info,
-            (Format::OpenMetrics, _) => suffix == S::None,
-        }
-    }
-
-    /// Does `name` belong to declaration `d`? Returns the suffix and whether the name was the
-    /// escaped form of the declared one.
-    fn matches(&self, d: u32, name: &[u8]) -> Option<(Suffix, bool)> {
-        let decl = &self.decls[d as usize];
-        let base = decl.name.of(self.body);
-        if name.len() < base.len() {
-            return None;
-        }
-        let (head, tail) = name.split_at(base.len());
-        let escaped = if head == base {
-            false
-        } else if decl.has_colon && escaped_eq(head, base) {
-            true
-        } else {
-            return None;
-        };
-        let suffix = Suffix::parse(tail)?;
-        self.suffix_allowed(decl.kind, suffix)
-            .then_some((suffix, escaped))
-    }
-
-    /// Resolves a sample name to its declaration; `None` when the name was declared with a type
-    /// whose samples cannot carry it (`# TYPE x counter` in OpenMetrics, then a sample `x`).
-    fn resolve(&mut self, name_span: Span) -> Option<(u32, Suffix, bool)> {
-        let name = name_span.of(self.body);
-        if self.current != NONE
-            && let Some((s, e)) = self.matches(self.current, name)
-        {
-            return Some((self.current, s, e));
-        }
-        if let Some(d) = self.lookup(name)
-            && let Some((s, e)) = self.matches(d, name)
-        {
-            return Some((d, s, e));
-        }
-        let found = self.resolve_further(name_span);
-        if self.record_probes {
-            self.probe(name_span, found);
-        }
-        found
-    }
-
-    /// Notes a sample name [`Parser::resolve_further`] resolved to `found`, once per
-    /// declaration and suffix it stands for (escaped names every time).
-    fn probe(&mut self, name: Span, found: Option<(u32, Suffix, bool)>) {
-        let exact = match found {
-            Some((d, s, false)) => Some((d, s)),
-            Some((_, _, true)) => None,
-            None => self.lookup(name.of(self.body)).map(|d| (d, Suffix::None)),
-        };
-        if let Some((d, s)) = exact {
-            let bit = 1u16 << s as u32;
-            let decl = &mut self.decls[d as usize];
-            if decl.probed & bit != 0 {
-                return;
-            }
-            decl.probed |= bit;
-        }
-        self.probes.push(name);
-    }
-
-    /// [`Parser::resolve`] past the family in force and the exact name.
-    fn resolve_further(&mut self, name_span: Span) -> Option<(u32, Suffix, bool)> {
-        let name = name_span.of(self.body);
-        for suffix in Suffix::ALL {
-            if let Some(base) = name.strip_suffix(suffix.as_bytes())
-                && let Some(d) = self.lookup(base)
-                && let Some((s, e)) = self.matches(d, name)
-            {
-                return Some((d, s, e));
-            }
-        }
-        // Escaped names (`vllm_x_total` for `vllm:x`) only come from OpenMetrics renderers with
-        // client_python#1177: the escaped index is built on the first name that needs it.
-        self.index_escaped();
-        for suffix in Suffix::ALL {
-            if let Some(base) = name.strip_suffix(suffix.as_bytes())
-                && let Some(&d) = self.by_escaped.get(base)
-                && let Some((s, e)) = self.matches(d, name)
-            {
-                return Some((d, s, e));
-            }
-        }
-        if let Some(&d) = self.by_escaped.get(name)
-            && let Some((s, e)) = self.matches(d, name)
-        {
-            return Some((d, s, e));
-        }
-        if self.lookup(name).is_some() {
-            return None;
-        }
-        // A name of its own: an untyped family with no HELP.
-        Some((self.declare(name_span), Suffix::None, false))
-    }
-
-    /// The text family a sample of `d` with `suffix` goes to, made on first use.
-    fn family_for(&mut self, d: u32, suffix: Suffix) -> u32 {
-        let decl = &self.decls[d as usize];
-        let (slot, role) = family_slot(self.format, suffix);
-        if decl.families[slot] != NONE {
-            return decl.families[slot];
-        }
-        let (name, kept, primary) = (decl.name, decl.kept, decl.families[0] as usize);
-        let help = self.families[primary].help;
-        let f = self.new_family(name, suffix, Kind::Gauge, role, kept);
-        let fam = &mut self.families[f as usize];
-        fam.typed = true;
-        fam.help = help;
-        self.decls[d as usize].families[slot] = f;
-        f
     }
 
     fn sample(
@@ -1161,10 +481,6 @@ impl<'b, 'o> Parser<'b, 'o> {
         }
         let cursor = self.prior_cursor(d, suffix);
         let (known, next) = self.prior_match(line, cursor);
-        #[cfg(test)]
-        if known.is_some() {
-            REUSED.with(|n| n.set(n.get() + 1));
-        }
         let lexed = match known {
             Some(known) => lex::lex_sample_known_labels(
                 line,
@@ -1249,58 +565,6 @@ impl<'b, 'o> Parser<'b, 'o> {
         self.samples.push(sample);
         self.kept_bytes += line.len() + 1;
         Ok(())
-    }
-
-    /// Where the samples of declaration `d` with `suffix` stand in `prior`: the next one to
-    /// compare a line with and the end of their family's, `(0, 0)` when it has none.
-    fn prior_cursor(&self, d: u32, suffix: Suffix) -> (u32, u32) {
-        let Some(prior) = self.prior else {
-            return (0, 0);
-        };
-        let (slot, role) = family_slot(self.format, suffix);
-        let decl = &self.decls[d as usize];
-        let family = decl.families[slot];
-        if family != NONE
-            && let Some(&c) = self.cursors.get(family as usize)
-            && c != UNSEEN
-        {
-            return c;
-        }
-        prior
-            .find_family(decl.name.of(self.body), role)
-            .unwrap_or((0, 0))
-    }
-
-    /// The lexing of the sample of `prior` at `cursor`, or of the one after it (a series gone
-    /// since), when that line had labels, was canonical without timestamp or exemplar, and
-    /// starts with the same bytes as `line` up to and including its `}`; and where the cursor
-    /// goes next.
-    fn prior_match(&self, line: &[u8], cursor: (u32, u32)) -> (Option<lex::SampleLex>, u32) {
-        let Some(prior) = self.prior else {
-            return (None, 0);
-        };
-        let (at, end) = cursor;
-        let candidate = |k: u32| {
-            let sample = &prior.samples[k as usize];
-            let close = sample.offsets[3] as usize;
-            (sample.flags & (CANONICAL | SIDE) == CANONICAL && close != 0)
-                .then_some((sample, close))
-        };
-        for k in at..end.min(at.saturating_add(2)) {
-            if let Some((sample, close)) = candidate(k) {
-                let start = sample.line_start as usize;
-                if line.len() > close && line[..=close] == prior.body[start..=start + close] {
-                    return (Some(prior.lex(sample)), k + 1);
-                }
-            }
-        }
-        // A line no later one can match is passed; a series new since stays before the rest.
-        let next = if at < end && candidate(at).is_none() {
-            at + 1
-        } else {
-            at
-        };
-        (None, next)
     }
 
     /// Drops families that are not kept, orders samples by family. `capacity`: room for this
@@ -1399,70 +663,11 @@ impl<'b, 'o> Parser<'b, 'o> {
     }
 }
 
-/// `prior`, if its lines were lexed as a parse with `format` and `opts` lexes them.
-fn usable<'p>(
-    prior: Option<&'p Exposition>,
-    format: Format,
-    opts: &ParseOptions<'_>,
-) -> Option<&'p Exposition> {
-    prior.filter(|p| p.format == format && p.lexed_with == LexKey::of(opts))
-}
-
-/// The slot of a declaration's families (`Decl::families`) that its samples with `suffix` go
-/// to, and that family's role.
-fn family_slot(format: Format, suffix: Suffix) -> (usize, Role) {
-    match (format, suffix) {
-        (Format::OpenMetrics, Suffix::Created) => (1, Role::Created),
-        (Format::OpenMetrics, Suffix::GCount) => (2, Role::GCount),
-        (Format::OpenMetrics, Suffix::GSum) => (3, Role::GSum),
-        _ => (0, Role::Primary),
-    }
-}
-
 /// Whether `a` followed by `b` starts with `prefix`.
 fn concat_starts_with(a: &[u8], b: &[u8], prefix: &[u8]) -> bool {
     if a.len() >= prefix.len() {
         a.starts_with(prefix)
     } else {
         prefix.starts_with(a) && b.starts_with(&prefix[a.len()..])
-    }
-}
-
-/// `a` equals `b` where `b` may have `:` and `a` has `_` in its place.
-fn escaped_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|(&x, &y)| x == y || (y == b':' && x == b'_'))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_with_equal_hashes_are_told_apart() {
-        // A keyed 64-bit hash makes a collision between real names all but impossible, so the
-        // chain of declarations sharing a hash is exercised with a hash given by hand.
-        let body = b"vllm:a vllm:b vllm:c";
-        let keep = ["vllm:".to_string()];
-        let opts = ParseOptions {
-            keep: &keep,
-            limits: super::super::tests::LIMITS,
-            added_labels: &[],
-            hasher: PairHasher::new(1),
-            allow_reserved: false,
-        };
-        let mut p = Parser::new(body, Format::Text, &opts, None, body.len());
-        let (a, b) = (Span::new(0, 6), Span::new(7, 13));
-        let da = p.declare_hashed(a, 42);
-        let db = p.declare_hashed(b, 42);
-        assert_ne!(da, db);
-        assert_eq!(p.declare_hashed(a, 42), da, "declared once");
-        assert_eq!(p.declare_hashed(b, 42), db, "declared once");
-        assert_eq!(p.lookup_hashed(42, b"vllm:a"), Some(da));
-        assert_eq!(p.lookup_hashed(42, b"vllm:b"), Some(db));
-        assert_eq!(p.lookup_hashed(42, b"vllm:c"), None);
-        assert_eq!(p.lookup_hashed(43, b"vllm:a"), None);
     }
 }

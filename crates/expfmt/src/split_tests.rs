@@ -6,7 +6,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
-use super::parse::{
+use super::parse::split::{
     PARALLEL_MIN_BYTES, parse_in_runs, parse_joined, parse_shared_with, split_point,
 };
 use super::tests::{FIXTURES, LIMITS, fixture};
