@@ -143,6 +143,43 @@ pub(crate) struct LexOptions<'a> {
     pub hasher: PairHasher,
 }
 
+/// What, besides a line's bytes, decides how the line lexes: two parses with equal keys lex
+/// equal lines alike, so a later parse may take a line's lexing from an earlier one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LexKey {
+    format: Format,
+    pub hasher: PairHasher,
+    max_labels: usize,
+    max_label_value_bytes: usize,
+    /// Hash of the added label names, in order.
+    added: u64,
+}
+
+impl LexKey {
+    /// The key of lexing with `opts`.
+    pub(crate) fn of(opts: &LexOptions<'_>) -> LexKey {
+        // Every option is named: one added to `LexOptions` does not compile here until it is
+        // part of the key.
+        let LexOptions {
+            format,
+            max_labels,
+            max_label_value_bytes,
+            added,
+            hasher,
+        } = *opts;
+        let added = added.iter().fold(added.len() as u64, |h, a| {
+            h.rotate_left(17) ^ hasher.bytes(a)
+        });
+        LexKey {
+            format,
+            hasher,
+            max_labels,
+            max_label_value_bytes,
+            added,
+        }
+    }
+}
+
 /// Working memory for label lexing, reused for every line of a body. It remembers the label
 /// pairs of the previous line: the next line of the same family repeats its label names in
 /// order, and most of its pairs byte for byte (`engine` and `model_name`, around a different

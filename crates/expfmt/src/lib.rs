@@ -38,6 +38,8 @@ pub use text::write_text;
 
 use bytes::Bytes;
 
+use lex::{LexKey, LexOptions};
+
 /// Content type of text format 0.0.4 as sysport serves it.
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Content type of OpenMetrics 1.0 as sysport serves it.
@@ -407,6 +409,16 @@ impl Sample {
         }
     }
 
+    /// Where the line's labels end (its `}`, relative to the line) when a later line that
+    /// repeats the line up to there may take its name and labels as lexed: the line was
+    /// canonical, had labels, and its lexing is held here (no timestamp or exemplar, under
+    /// 64 KiB).
+    #[inline]
+    pub(crate) fn reusable_labels_end(&self) -> Option<usize> {
+        let close = self.offsets[3] as usize;
+        (self.flags & (CANONICAL | SIDE) == CANONICAL && close != 0).then_some(close)
+    }
+
     /// Whether the sample's name (as [`Exposition::sample_name`] gives it) is the one of the
     /// sample before it in [`Exposition::all_samples`]; `false` when not known.
     #[inline]
@@ -460,7 +472,7 @@ pub struct ParseStats {
 }
 
 /// One upstream body, lexed, filtered and grouped by family.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Exposition {
     body: Bytes,
     format: Format,
@@ -478,52 +490,38 @@ pub struct Exposition {
     by_name: FamilyIndex,
 }
 
-/// What, besides a line's bytes, decides how the line lexes: two parses with equal keys lex
-/// equal lines alike.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct LexKey {
-    hasher: PairHasher,
-    max_labels: usize,
-    max_label_value_bytes: usize,
-    /// Hash of the added label names.
-    added: u64,
-}
-
-impl LexKey {
-    pub(crate) fn of(opts: &ParseOptions<'_>) -> LexKey {
-        let added = opts
-            .added_labels
-            .iter()
-            .fold(opts.added_labels.len() as u64, |h, a| {
-                h.rotate_left(17) ^ opts.hasher.bytes(a)
-            });
-        LexKey {
-            hasher: opts.hasher,
-            max_labels: opts.limits.max_labels,
-            max_label_value_bytes: opts.limits.max_label_value_bytes,
-            added,
-        }
+/// Two expositions are equal when they hold the same parse of the same body. The family index
+/// is left out: it is made from the families, on first use.
+impl PartialEq for Exposition {
+    fn eq(&self, other: &Self) -> bool {
+        // Every field is named, so a new one does not compile until it is compared or left out.
+        let Exposition {
+            body,
+            format,
+            families,
+            samples,
+            side,
+            stats,
+            kept_bytes,
+            lexed_with,
+            by_name: _,
+        } = self;
+        *body == other.body
+            && *format == other.format
+            && *families == other.families
+            && *samples == other.samples
+            && *side == other.side
+            && *stats == other.stats
+            && *kept_bytes == other.kept_bytes
+            && *lexed_with == other.lexed_with
     }
 }
+
+impl Eq for Exposition {}
 
 /// An index of an exposition's families by [`family_key`], made on first use.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct FamilyIndex(std::sync::OnceLock<std::collections::HashMap<u64, u32, hash::PassThrough>>);
-
-impl Clone for FamilyIndex {
-    fn clone(&self) -> Self {
-        FamilyIndex::default()
-    }
-}
-
-/// Derived from the families, so it never makes two expositions differ.
-impl PartialEq for FamilyIndex {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for FamilyIndex {}
 
 /// The key of a family of declared name `base` in role `role`.
 fn family_key(hasher: PairHasher, base: &[u8], role: Role) -> u64 {
@@ -541,12 +539,13 @@ impl Exposition {
             side: Vec::new(),
             stats: ParseStats::default(),
             kept_bytes: 0,
-            lexed_with: LexKey {
-                hasher: PairHasher::new(0),
+            lexed_with: LexKey::of(&LexOptions {
+                format: Format::Text,
                 max_labels: 0,
                 max_label_value_bytes: 0,
-                added: 0,
-            },
+                added: &[],
+                hasher: PairHasher::new(0),
+            }),
             by_name: FamilyIndex::default(),
         }
     }

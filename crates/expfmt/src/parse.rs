@@ -56,6 +56,19 @@ pub struct ParseOptions<'a> {
     pub allow_reserved: bool,
 }
 
+impl<'a> ParseOptions<'a> {
+    /// What the lexer needs of these options, for a body in `format`.
+    pub(crate) fn lex_options(&self, format: Format) -> LexOptions<'a> {
+        LexOptions {
+            format,
+            max_labels: self.limits.max_labels,
+            max_label_value_bytes: self.limits.max_label_value_bytes,
+            added: self.added_labels,
+            hasher: self.hasher,
+        }
+    }
+}
+
 /// Which limit a body went over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limit {
@@ -252,7 +265,7 @@ impl Exposition {
             side: part.side,
             stats: part.stats,
             kept_bytes: part.kept_bytes,
-            lexed_with: LexKey::of(opts),
+            lexed_with: LexKey::of(&opts.lex_options(format)),
             by_name: Default::default(),
         }
     }
@@ -317,13 +330,7 @@ impl<'b, 'o> Parser<'b, 'o> {
     fn run(&mut self, start: usize, end: usize) -> Result<(), ParseError> {
         let body = self.body;
         let body = &body[..end];
-        let lex_opts = LexOptions {
-            format: self.format,
-            max_labels: self.opts.limits.max_labels,
-            max_label_value_bytes: self.opts.limits.max_label_value_bytes,
-            added: self.opts.added_labels,
-            hasher: self.opts.hasher,
-        };
+        let lex_opts = self.opts.lex_options(self.format);
         let mut start = start;
         let mut line_no = self.line_no;
         let mut eof_seen = self.eof_seen;

@@ -5,7 +5,8 @@
 use super::family::family_slot;
 use super::{NONE, Parser};
 use crate::lex;
-use crate::{CANONICAL, Exposition, Format, LexKey, ParseOptions, SIDE, Suffix};
+use crate::lex::LexKey;
+use crate::{Exposition, Format, ParseOptions, Suffix};
 
 #[cfg(test)]
 thread_local! {
@@ -52,13 +53,11 @@ impl Parser<'_, '_> {
         let (at, end) = cursor;
         let candidate = |k: u32| {
             let sample = &prior.samples[k as usize];
-            let close = sample.offsets[3] as usize;
-            (sample.flags & (CANONICAL | SIDE) == CANONICAL && close != 0)
-                .then_some((sample, close))
+            sample.reusable_labels_end().map(|close| (sample, close))
         };
         for k in at..end.min(at.saturating_add(2)) {
             if let Some((sample, close)) = candidate(k) {
-                let start = sample.line_start as usize;
+                let start = sample.line_start() as usize;
                 if line.len() > close && line[..=close] == prior.body[start..=start + close] {
                     #[cfg(test)]
                     REUSED.with(|n| n.set(n.get() + 1));
@@ -82,5 +81,6 @@ pub(super) fn usable<'p>(
     format: Format,
     opts: &ParseOptions<'_>,
 ) -> Option<&'p Exposition> {
-    prior.filter(|p| p.format == format && p.lexed_with == LexKey::of(opts))
+    let key = LexKey::of(&opts.lex_options(format));
+    prior.filter(|p| p.lexed_with == key)
 }
