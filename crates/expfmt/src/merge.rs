@@ -10,7 +10,6 @@ use std::collections::hash_map::Entry;
 
 use super::hash::{PairHasher, PassThrough, pair_hash};
 use super::lex::label_pairs;
-use super::text::missing_added;
 use super::{Exposition, Family, Kind, Sample};
 
 /// A label sysport adds to every engine series that lacks it.
@@ -98,13 +97,13 @@ pub(crate) const END: u32 = u32::MAX;
 /// The merged view of several expositions, ready to be written in either format.
 #[derive(Debug)]
 pub struct Merge<'a> {
-    pub(crate) sources: &'a [&'a Exposition],
+    sources: &'a [&'a Exposition],
     pub(crate) families: Vec<OutFamily>,
-    pub(crate) parts: Vec<Part>,
+    parts: Vec<Part>,
     /// Samples to skip, as `(part, sample index within the family)`, in writing order.
-    pub(crate) skip: Vec<(u32, u32)>,
-    pub(crate) added: &'a [AddedLabel],
-    pub(crate) hasher: PairHasher,
+    skip: Vec<(u32, u32)>,
+    added: &'a [AddedLabel],
+    hasher: PairHasher,
     /// Every family name, concatenated.
     names: Vec<u8>,
     stats: Vec<MergeStats>,
@@ -132,12 +131,93 @@ impl<'a> Merge<'a> {
         (src, &src.families()[part.family as usize])
     }
 
+    /// The parts of an output family, in upstream order.
+    pub(crate) fn parts(&self, fam: &OutFamily) -> impl Iterator<Item = u32> + '_ {
+        let parts = &self.parts;
+        std::iter::successors((fam.first != END).then_some(fam.first), move |&p| {
+            let next = parts[p as usize].next;
+            (next != END).then_some(next)
+        })
+    }
+
     /// The samples of part `p` to leave out (sorted by sample index).
-    pub(crate) fn skips_for(&self, p: u32) -> &[(u32, u32)] {
+    fn skips_for(&self, p: u32) -> &[(u32, u32)] {
         // Parts are numbered in the order they were visited, so `skip` is sorted by part.
         let start = self.skip.partition_point(|&(sp, _)| sp < p);
         let end = self.skip.partition_point(|&(sp, _)| sp <= p);
         &self.skip[start..end]
+    }
+
+    /// The samples of part `p` that are written: all but the duplicates.
+    pub(crate) fn written(&self, p: u32) -> impl Iterator<Item = &'a Sample> + '_ {
+        let (src, fam) = self.part_family(p);
+        let mut skip = self
+            .skips_for(p)
+            .iter()
+            .map(|&(_, i)| i as usize)
+            .peekable();
+        src.samples(fam)
+            .iter()
+            .enumerate()
+            .filter_map(move |(idx, s)| skip.next_if_eq(&idx).is_none().then_some(s))
+    }
+
+    /// A family gets a TYPE line when any upstream declared one for it.
+    pub(crate) fn families_typed(&self, fam: &OutFamily) -> bool {
+        self.parts(fam).any(|p| self.part_family(p).1.typed)
+    }
+
+    /// Bit mask of the added labels sample `s` lacks.
+    #[inline]
+    pub(crate) fn missing_added(&self, s: &Sample) -> u16 {
+        let n = self.added.len();
+        let all: u16 = if n >= 8 { 0xff } else { (1u16 << n) - 1 };
+        all & !(s.present() as u16)
+    }
+
+    /// `{labels,added}` of sample `s` of `src` in canonical form, `missing` being
+    /// [`Merge::missing_added`]; nothing when there are no labels at all.
+    pub(crate) fn write_labels(
+        &self,
+        src: &Exposition,
+        s: &Sample,
+        missing: u16,
+        out: &mut Vec<u8>,
+    ) {
+        let block = src.sample_part(s, src.lex(s).labels);
+        if block.is_empty() && missing == 0 {
+            return;
+        }
+        out.push(b'{');
+        let mut any = false;
+        if s.canonical() {
+            out.extend_from_slice(block);
+            any = !block.is_empty();
+        } else {
+            for (name, value) in label_pairs(block) {
+                if any {
+                    out.push(b',');
+                }
+                any = true;
+                out.extend_from_slice(name);
+                out.extend_from_slice(b"=\"");
+                out.extend_from_slice(value);
+                out.push(b'"');
+            }
+        }
+        for (bit, label) in self.added.iter().enumerate().take(8) {
+            if missing & (1 << bit) != 0 {
+                if any {
+                    out.push(b',');
+                }
+                any = true;
+                out.extend_from_slice(label.name());
+                out.extend_from_slice(b"=\"");
+                out.extend_from_slice(label.escaped_value());
+                out.push(b'"');
+            }
+        }
+        out.push(b'}');
     }
 
     /// Bytes the written output will roughly need.
@@ -265,22 +345,23 @@ pub fn merge<'a>(sources: &'a [&'a Exposition], opts: &MergeOptions<'a>) -> Merg
 /// from another), the merge is deduplicated again with one table for everything.
 fn dedup(m: &mut Merge<'_>, added_hashes: &[u64]) {
     let total: usize = m.sources.iter().map(|s| s.all_samples().len()).sum();
-    if total > PER_FAMILY_ABOVE && dedup_per_family(m, added_hashes) {
-        return;
-    }
-    m.skip.clear();
-    for s in &mut m.stats {
-        s.kept = 0;
-        s.duplicate = 0;
-    }
-    let mut d = Dedup {
-        seen: HashMap::with_capacity_and_hasher(total, PassThrough),
-        groups: HashMap::with_hasher(PassThrough),
-        owners: None,
+    let per_family = if total > PER_FAMILY_ABOVE {
+        dedup_per_family(m, added_hashes)
+    } else {
+        None
     };
+    let d = per_family.unwrap_or_else(|| dedup_one_table(m, total, added_hashes));
+    m.skip = d.skip;
+    m.stats = d.stats;
+}
+
+/// [`dedup`] with one table for every sample of the merge.
+fn dedup_one_table(m: &Merge<'_>, total: usize, added_hashes: &[u64]) -> Dedup {
+    let mut d = Dedup::new(m, total, false);
     for p in 0..m.parts.len() as u32 {
         d.part(m, p, added_hashes);
     }
+    d
 }
 
 /// Below this many samples one table for the whole merge stays in cache anyway. Unit tests
@@ -290,42 +371,34 @@ const PER_FAMILY_ABOVE: usize = 4096;
 #[cfg(test)]
 const PER_FAMILY_ABOVE: usize = 0;
 
-/// [`dedup`] with one table per output family; `false` (and partial results) when two output
-/// families share a sample name.
-fn dedup_per_family(m: &mut Merge<'_>, added_hashes: &[u64]) -> bool {
-    let mut largest = 0;
+/// [`dedup`] with one table per output family; `None` when two output families share a
+/// sample name.
+fn dedup_per_family(m: &Merge<'_>, added_hashes: &[u64]) -> Option<Dedup> {
+    let largest = m
+        .families
+        .iter()
+        .map(|fam| {
+            m.parts(fam)
+                .map(|p| {
+                    let (src, f) = m.part_family(p);
+                    src.samples(f).len()
+                })
+                .sum::<usize>()
+        })
+        .max()
+        .unwrap_or(0);
+    let mut d = Dedup::new(m, largest, true);
     for fam in &m.families {
-        let mut n = 0;
-        let mut p = fam.first;
-        while p != END {
-            let (src, f) = m.part_family(p);
-            n += src.samples(f).len();
-            p = m.parts[p as usize].next;
-        }
-        largest = largest.max(n);
-    }
-    let mut d = Dedup {
-        seen: HashMap::with_capacity_and_hasher(largest, PassThrough),
-        groups: HashMap::with_hasher(PassThrough),
-        // Histograms and summaries have three sample names a family.
-        owners: Some(HashMap::with_capacity_and_hasher(
-            3 * m.families.len(),
-            PassThrough,
-        )),
-    };
-    for out in 0..m.families.len() {
         d.seen.clear();
-        let mut p = m.families[out].first;
-        while p != END {
+        for p in m.parts(fam) {
             if !d.part(m, p, added_hashes) {
-                return false;
+                return None;
             }
-            p = m.parts[p as usize].next;
         }
     }
     // Written part by part: skips are looked up in part order.
-    m.skip.sort_unstable();
-    true
+    d.skip.sort_unstable();
+    Some(d)
 }
 
 /// Duplicate tables.
@@ -337,12 +410,31 @@ struct Dedup {
     groups: HashMap<u64, (u32, u32), PassThrough>,
     /// When `seen` is per family: sample name hash → the output family that has it.
     owners: Option<HashMap<u64, u32, PassThrough>>,
+    /// What [`Merge::skip`] becomes.
+    skip: Vec<(u32, u32)>,
+    /// What [`Merge::stats`] becomes: the merge's conflicts, and the kept and duplicate
+    /// samples counted here.
+    stats: Vec<MergeStats>,
 }
 
 impl Dedup {
+    /// Tables for `m`, `seen` with room for `capacity` series, one per output family when
+    /// `per_family`.
+    fn new(m: &Merge<'_>, capacity: usize, per_family: bool) -> Dedup {
+        Dedup {
+            seen: HashMap::with_capacity_and_hasher(capacity, PassThrough),
+            groups: HashMap::with_hasher(PassThrough),
+            // Histograms and summaries have three sample names a family.
+            owners: per_family
+                .then(|| HashMap::with_capacity_and_hasher(3 * m.families.len(), PassThrough)),
+            skip: Vec::new(),
+            stats: m.stats.clone(),
+        }
+    }
+
     /// Dedups the samples of part `p`; `false` when a per-family table cannot be used because
     /// another output family has a sample of the same name.
-    fn part(&mut self, m: &mut Merge<'_>, p: u32, added_hashes: &[u64]) -> bool {
+    fn part(&mut self, m: &Merge<'_>, p: u32, added_hashes: &[u64]) -> bool {
         let part = m.parts[p as usize];
         let (src, fam) = m.part_family(p);
         let out = &m.families[part.out as usize];
@@ -383,8 +475,8 @@ impl Dedup {
                                 group_label(fam.kind),
                             )
                         {
-                            m.skip.push((p, idx as u32));
-                            m.stats[si].duplicate += 1;
+                            self.skip.push((p, idx as u32));
+                            self.stats[si].duplicate += 1;
                             continue;
                         }
                     }
@@ -394,18 +486,18 @@ impl Dedup {
             match self.seen.entry(h) {
                 Entry::Vacant(v) => {
                     v.insert((p, idx as u32));
-                    m.stats[si].kept += 1;
+                    self.stats[si].kept += 1;
                 }
                 Entry::Occupied(o) => {
                     let (op, oidx) = *o.get();
                     let (osrc, ofam) = m.part_family(op);
                     let other = &osrc.samples(ofam)[oidx as usize];
                     if same_series((osrc, ofam, other), (src, fam, s), m.added) {
-                        m.skip.push((p, idx as u32));
-                        m.stats[si].duplicate += 1;
+                        self.skip.push((p, idx as u32));
+                        self.stats[si].duplicate += 1;
                     } else {
                         // A 64-bit collision between different series: keep both.
-                        m.stats[si].kept += 1;
+                        self.stats[si].kept += 1;
                     }
                 }
             }
@@ -427,7 +519,7 @@ fn group_label(kind: Kind) -> Option<&'static [u8]> {
 /// the label that [`group_label`] names for its kind.
 pub(crate) fn group_key(m: &Merge<'_>, src: &Exposition, kind: Kind, s: &Sample) -> u64 {
     let mut key = s.labels_hash();
-    let missing = missing_added(s, m.added.len());
+    let missing = m.missing_added(s);
     for (bit, l) in m.added.iter().enumerate().take(8) {
         if missing & (1 << bit) != 0 {
             key = key.wrapping_add(pair_hash(m.hasher, l.name(), l.escaped_value()));
