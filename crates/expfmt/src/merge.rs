@@ -248,6 +248,33 @@ impl<'a> Merge<'a> {
 
 /// Merges expositions given in upstream order.
 pub fn merge<'a>(sources: &'a [&'a Exposition], opts: &MergeOptions<'a>) -> Merge<'a> {
+    let total: usize = sources.iter().map(|s| s.all_samples().len()).sum();
+    let tables = if total > PER_FAMILY_ABOVE {
+        Tables::PerFamily
+    } else {
+        Tables::One
+    };
+    merge_with(sources, opts, tables)
+}
+
+/// Below this many samples one table for the whole merge stays in cache anyway.
+const PER_FAMILY_ABOVE: usize = 4096;
+
+/// How a merge finds duplicate series ([`dedup`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tables {
+    /// One table for every sample of the merge.
+    One,
+    /// One table per output family, or [`Tables::One`] when two families share a sample name.
+    PerFamily,
+}
+
+/// [`merge`], finding duplicates with `tables`.
+pub(crate) fn merge_with<'a>(
+    sources: &'a [&'a Exposition],
+    opts: &MergeOptions<'a>,
+    tables: Tables,
+) -> Merge<'a> {
     let family_total: usize = sources.iter().map(|s| s.families().len()).sum();
     let mut m = Merge {
         sources,
@@ -330,7 +357,7 @@ pub fn merge<'a>(sources: &'a [&'a Exposition], opts: &MergeOptions<'a>) -> Merg
     }
     drop(by_name);
     m.names = arena;
-    dedup(&mut m, &added_hashes);
+    dedup(&mut m, &added_hashes, tables);
     m
 }
 
@@ -343,14 +370,15 @@ pub fn merge<'a>(sources: &'a [&'a Exposition], opts: &MergeOptions<'a>) -> Merg
 /// stays the size of the largest family instead of the whole scrape (4.5 MB at 16 MB). When two
 /// output families do share a sample name (a histogram `x` from one upstream, a gauge `x_count`
 /// from another), the merge is deduplicated again with one table for everything.
-fn dedup(m: &mut Merge<'_>, added_hashes: &[u64]) {
-    let total: usize = m.sources.iter().map(|s| s.all_samples().len()).sum();
-    let per_family = if total > PER_FAMILY_ABOVE {
-        dedup_per_family(m, added_hashes)
-    } else {
-        None
+fn dedup(m: &mut Merge<'_>, added_hashes: &[u64], tables: Tables) {
+    let per_family = match tables {
+        Tables::PerFamily => dedup_per_family(m, added_hashes),
+        Tables::One => None,
     };
-    let d = per_family.unwrap_or_else(|| dedup_one_table(m, total, added_hashes));
+    let d = per_family.unwrap_or_else(|| {
+        let total = m.sources.iter().map(|s| s.all_samples().len()).sum();
+        dedup_one_table(m, total, added_hashes)
+    });
     m.skip = d.skip;
     m.stats = d.stats;
 }
@@ -363,13 +391,6 @@ fn dedup_one_table(m: &Merge<'_>, total: usize, added_hashes: &[u64]) -> Dedup {
     }
     d
 }
-
-/// Below this many samples one table for the whole merge stays in cache anyway. Unit tests
-/// take the per-family way for every input, so that it meets all their cases.
-#[cfg(not(test))]
-const PER_FAMILY_ABOVE: usize = 4096;
-#[cfg(test)]
-const PER_FAMILY_ABOVE: usize = 0;
 
 /// [`dedup`] with one table per output family; `None` when two output families share a
 /// sample name.

@@ -647,18 +647,19 @@ impl<'b, 'o> Parser<'b, 'o> {
             }
             out
         };
-        #[cfg(test)]
-        {
-            // In order of family, then of the body; every family's range holds its samples.
-            assert!(samples.windows(2).all(|w| {
+        // In order of family, then of the body; every family's range holds its samples. Checked
+        // in tests and by the fuzzer, which build with debug assertions.
+        debug_assert!(
+            samples.windows(2).all(|w| {
                 (w[0].family(), w[0].line_start()) < (w[1].family(), w[1].line_start())
-            }));
-            for (f, fam) in families.iter().enumerate() {
-                let range = &samples[fam.samples.0 as usize..fam.samples.1 as usize];
-                assert!(range.iter().all(|s| s.family() as usize == f));
-            }
-            assert_eq!(next as usize, samples.len());
-        }
+            })
+        );
+        debug_assert!(families.iter().enumerate().all(|(f, fam)| {
+            samples[fam.samples.0 as usize..fam.samples.1 as usize]
+                .iter()
+                .all(|s| s.family() as usize == f)
+        }));
+        debug_assert_eq!(next as usize, samples.len());
         self.stats.kept = samples.len() as u64;
         Part {
             families,

@@ -51,7 +51,7 @@ pub(crate) fn run(ups: &[Up<'_>], added: &[AddedLabel]) -> (String, Vec<(ParseSt
         .map(|u| parse_one(u, added, LIMITS).expect("within limits"))
         .collect();
     let refs: Vec<&Exposition> = exps.iter().collect();
-    let m = merge(
+    let m = merge_checked(
         &refs,
         &MergeOptions {
             added,
@@ -75,6 +75,34 @@ pub(crate) fn run(ups: &[Up<'_>], added: &[AddedLabel]) -> (String, Vec<(ParseSt
         .zip(m.stats().iter().copied())
         .collect();
     (String::from_utf8(out).expect("output is UTF-8"), stats)
+}
+
+/// [`merge`], with both ways of finding duplicates checked on the same sources: one table for
+/// the whole merge (what `merge` does up to 4,096 samples, so for most inputs here and most
+/// pages in production) and a table per family give the same counts and the same output in
+/// both formats.
+pub(crate) fn merge_checked<'a>(
+    sources: &'a [&'a Exposition],
+    opts: &MergeOptions<'a>,
+) -> Merge<'a> {
+    let write = |m: &Merge<'_>| {
+        let mut text = Vec::new();
+        write_text(m, &mut text);
+        let mut om = Vec::new();
+        let om_stats = write_openmetrics(m, &mut om);
+        (m.stats().to_vec(), text, om, om_stats)
+    };
+    let one = write(&merge::merge_with(sources, opts, merge::Tables::One));
+    let per_family = write(&merge::merge_with(sources, opts, merge::Tables::PerFamily));
+    assert!(
+        one == per_family,
+        "one duplicate table and one per family disagree:\n{}\n---\n{}",
+        String::from_utf8_lossy(&one.1),
+        String::from_utf8_lossy(&per_family.1)
+    );
+    let m = merge(sources, opts);
+    assert!(write(&m) == one, "merge() gives what both ways give");
+    m
 }
 
 fn lines(s: &str) -> Vec<&str> {
@@ -555,7 +583,7 @@ fn name_filter_selects_exact_families() {
     let exp = parse_one(&up(input, &["vllm:"]), &[], LIMITS).expect("parses");
     let refs = [&exp];
     let names = ["vllm:a", "vllm:c"];
-    let m = merge(
+    let m = merge_checked(
         &refs,
         &MergeOptions {
             added: &[],
@@ -716,7 +744,7 @@ fn run_om(ups: &[Up<'_>]) -> (String, OpenMetricsStats) {
         .map(|u| parse_one(u, &[], LIMITS).expect("within limits"))
         .collect();
     let refs: Vec<&Exposition> = exps.iter().collect();
-    let m = merge(
+    let m = merge_checked(
         &refs,
         &MergeOptions {
             added: &[],
