@@ -16,31 +16,43 @@ use self::labels::{Pair, Prev, lex_labels};
 use self::value::lex_value;
 pub use self::value::valid_float;
 
-/// Why a line was rejected. Cheap to construct: malformed lines are counted, not reported.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a line was rejected. Cheap to construct: malformed lines are counted, and only the
+/// first of a body is kept ([`crate::ParseStats::first_malformed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum LineError {
     /// The metric name is missing or has a character outside `[a-zA-Z0-9_:]`.
+    #[error("metric name missing or invalid")]
     BadName,
     /// A label name is empty, invalid, reserved (`__` prefix) or repeated.
+    #[error("label name empty, invalid, reserved (__) or repeated")]
     BadLabelName,
     /// `=`, `"`, `,` or `}` is missing where the grammar needs it.
+    #[error("label syntax: `=`, `\"`, `,` or `}}` missing")]
     BadLabelSyntax,
     /// A label value or HELP text has an escape other than `\\`, `\"` (label values and
     /// OpenMetrics HELP only) or `\n`.
+    #[error("escape other than \\\\, \\\" or \\n")]
     BadEscape,
     /// The value is not a float both Prometheus and Python can read.
+    #[error("value is not a number")]
     BadValue,
     /// The timestamp is not an integer (text) or a float (OpenMetrics).
+    #[error("timestamp is not a number of the format's kind")]
     BadTimestamp,
     /// Something follows the sample that the format does not allow.
+    #[error("text after the sample that the format does not allow")]
     TrailingGarbage,
     /// The line is not valid UTF-8.
+    #[error("not valid UTF-8")]
     NotUtf8,
     /// A `# TYPE` line names an unknown type.
+    #[error("TYPE line with an unknown type")]
     BadType,
     /// A label value is longer than the configured limit.
+    #[error("label value longer than the max_label_value_bytes limit")]
     LabelValueTooLong,
     /// More labels than the configured limit.
+    #[error("more labels than the max_labels limit")]
     TooManyLabels,
 }
 

@@ -32,7 +32,8 @@ pub use merge::{AddedLabel, Merge, MergeOptions, MergeStats, merge};
 pub use openmetrics::{OPENMETRICS_EOF, OpenMetricsStats, write_openmetrics};
 pub use out::{Pieces, Sink};
 pub use parse::{
-    Limit, ParseError, ParseLimits, ParseOptions, Split, parse, parse_after, parse_with,
+    Limit, Malformed, ParseError, ParseLimits, ParseOptions, Rule, Split, parse, parse_after,
+    parse_with,
 };
 pub use text::write_text;
 
@@ -469,6 +470,8 @@ pub struct ParseStats {
     pub malformed: u64,
     /// Sample names recovered from an escaped form (prometheus/client_python#1177).
     pub renamed: u64,
+    /// The first line counted in `malformed`, so that it can be found and fixed.
+    pub first_malformed: Option<Malformed>,
 }
 
 /// One upstream body, lexed, filtered and grouped by family.

@@ -69,13 +69,23 @@ impl<'a> ParseOptions<'a> {
     }
 }
 
-/// Which limit a body went over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which limit a body went over; each is the [`ParseLimits`] field of the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Limit {
+    /// [`ParseLimits::max_line_bytes`].
+    #[error("line longer than the max_line_bytes limit")]
     LineBytes,
+    /// [`ParseLimits::max_series`].
+    #[error("more series than the max_series limit")]
     Series,
+    /// [`ParseLimits::max_families`].
+    #[error("more metric names than the max_families limit")]
     Families,
+    /// [`ParseLimits::max_labels`].
+    #[error("more labels on a series than the max_labels limit")]
     Labels,
+    /// [`ParseLimits::max_label_value_bytes`].
+    #[error("label value longer than the max_label_value_bytes limit")]
     LabelValueBytes,
 }
 
@@ -83,10 +93,63 @@ pub enum Limit {
 /// counted in [`ParseStats::malformed`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
-    #[error("line {line}: over the {limit:?} limit")]
-    TooLarge { limit: Limit, line: usize },
+    /// The body went over a limit at line `line` (1-based).
+    #[error("line {line}: {limit}")]
+    TooLarge {
+        /// The limit it went over.
+        limit: Limit,
+        /// The line where it did.
+        line: usize,
+    },
+    /// Offsets into the body are 32-bit.
     #[error("body larger than 4 GiB")]
     BodyTooLarge,
+}
+
+/// A line dropped as malformed: where it is in the body, and which rule it broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {rule}")]
+pub struct Malformed {
+    /// The line number, from 1.
+    pub line: usize,
+    /// The rule it broke.
+    pub rule: Rule,
+}
+
+/// The rule a malformed line broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Rule {
+    /// The line does not lex as a sample or a HELP, TYPE or UNIT line.
+    #[error("{0}")]
+    Line(LineError),
+    /// A sample whose name its declared family's TYPE does not allow (an OpenMetrics counter
+    /// `x`, then a sample `x`).
+    #[error("sample name not allowed by its family's TYPE")]
+    NameNotOfType,
+    /// A second HELP line for the same family.
+    #[error("second HELP line for the family")]
+    RepeatedHelp,
+    /// HELP text that is not UTF-8 or has an escape its format does not allow.
+    #[error("HELP text not UTF-8 or with an escape its format does not allow")]
+    BadHelp,
+    /// A TYPE line that names no known type.
+    #[error("TYPE line with an unknown type")]
+    UnknownType,
+    /// A second TYPE line for the same family.
+    #[error("second TYPE line for the family")]
+    RepeatedType,
+    /// A TYPE line after the family's first sample.
+    #[error("TYPE line after the family's samples")]
+    TypeAfterSamples,
+    /// A UNIT line in text 0.0.4, or a second one for the same family.
+    #[error("UNIT line in text format, or a second one for the family")]
+    Unit,
+    /// A sample after an OpenMetrics `# EOF`.
+    #[error("sample after # EOF")]
+    AfterEof,
+    /// A second `# EOF`.
+    #[error("second # EOF")]
+    RepeatedEof,
 }
 
 /// A declared (or implied) name and what the upstream said of it.
@@ -355,18 +418,18 @@ impl<'b, 'o> Parser<'b, 'o> {
                 Some(i) if line[i] == b'#' => match lex::lex_comment(line, i) {
                     Ok(Comment::Eof) => {
                         if eof_seen {
-                            self.stats.malformed += 1;
+                            self.malformed(line_no, Rule::RepeatedEof);
                         }
                         eof_seen = true;
                     }
-                    Ok(c) => self.comment(line, start, c),
-                    Err(_) => self.stats.malformed += 1,
+                    Ok(c) => self.comment(line, start, line_no, c),
+                    Err(err) => self.malformed(line_no, Rule::Line(err)),
                 },
                 Some(i) => {
                     if eof_seen {
                         // OpenMetrics ends at `# EOF`. Lines after it (two bodies glued
                         // together) are still read, and the stray `# EOF` counted once.
-                        self.stats.malformed += 1;
+                        self.malformed(line_no, Rule::AfterEof);
                         eof_seen = false;
                     }
                     self.sample(line, start, i, line_no, &lex_opts)?;
@@ -385,7 +448,16 @@ impl<'b, 'o> Parser<'b, 'o> {
         Ok(())
     }
 
-    fn comment(&mut self, line: &[u8], start: usize, c: Comment) {
+    /// Counts a malformed line; the first of the body is kept with its line number.
+    #[cold]
+    fn malformed(&mut self, line: usize, rule: Rule) {
+        self.stats.malformed += 1;
+        if self.stats.first_malformed.is_none() {
+            self.stats.first_malformed = Some(Malformed { line, rule });
+        }
+    }
+
+    fn comment(&mut self, line: &[u8], start: usize, line_no: usize, c: Comment) {
         // A declaration can change how the next sample name resolves.
         self.last_sample = None;
         let abs = |r: (u32, u32)| Span::new(start + r.0 as usize, start + r.1 as usize);
@@ -406,19 +478,27 @@ impl<'b, 'o> Parser<'b, 'o> {
                     return;
                 }
                 let text_bytes = &line[text.0 as usize..text.1 as usize];
-                if self.families[primary].help.is_some()
-                    || !lex::valid_help(text_bytes, self.format)
-                {
-                    self.stats.malformed += kept as u64;
+                if self.families[primary].help.is_some() {
+                    self.malformed(line_no, Rule::RepeatedHelp);
+                } else if !lex::valid_help(text_bytes, self.format) {
+                    self.malformed(line_no, Rule::BadHelp);
                 } else {
                     self.families[primary].help = Some(abs(text));
                 }
             }
             Comment::Type { kind, .. } => {
                 let parsed = Kind::parse(&line[kind.0 as usize..kind.1 as usize]);
-                match (parsed, decl.kind, decl.has_samples) {
-                    (Some(k), None, false) => self.set_kind(d, k),
-                    _ => self.stats.malformed += kept as u64,
+                let broken = match (parsed, decl.kind, decl.has_samples) {
+                    (Some(k), None, false) => {
+                        self.set_kind(d, k);
+                        return;
+                    }
+                    (None, _, _) => Rule::UnknownType,
+                    (Some(_), Some(_), _) => Rule::RepeatedType,
+                    (Some(_), None, true) => Rule::TypeAfterSamples,
+                };
+                if kept {
+                    self.malformed(line_no, broken);
                 }
             }
             Comment::Unit { unit, .. } => {
@@ -427,8 +507,8 @@ impl<'b, 'o> Parser<'b, 'o> {
                     && self.families[primary].unit.is_none()
                 {
                     self.families[primary].unit = Some(abs(unit));
-                } else {
-                    self.stats.malformed += kept as u64;
+                } else if kept {
+                    self.malformed(line_no, Rule::Unit);
                 }
             }
             Comment::Eof | Comment::Other => {}
@@ -463,12 +543,12 @@ impl<'b, 'o> Parser<'b, 'o> {
             None => {
                 let name_len = lex::metric_name_len(rest);
                 if name_len == 0 {
-                    self.stats.malformed += 1;
+                    self.malformed(line_no, Rule::Line(LineError::BadName));
                     return Ok(());
                 }
                 let name = Span::new(start + first, start + first + name_len);
                 let Some((d, suffix, escaped)) = self.resolve(name) else {
-                    self.stats.malformed += 1;
+                    self.malformed(line_no, Rule::NameNotOfType);
                     return Ok(());
                 };
                 self.last_sample = Some(LastSample {
@@ -516,8 +596,8 @@ impl<'b, 'o> Parser<'b, 'o> {
                     line: line_no,
                 });
             }
-            Err(_) => {
-                self.stats.malformed += 1;
+            Err(err) => {
+                self.malformed(line_no, Rule::Line(err));
                 return Ok(());
             }
         };

@@ -388,6 +388,83 @@ fn invalid_utf8_in_a_label_value_drops_only_that_line() {
 }
 
 #[test]
+fn rule5_the_first_malformed_line_is_kept_with_its_number_and_rule() {
+    use Format::{OpenMetrics as Om, Text};
+    let bad = |e| Rule::Line(e);
+    for (body, format, line, rule) in [
+        (
+            "vllm:a 1\nvllm:b x\nvllm:c y\n",
+            Text,
+            2,
+            bad(LineError::BadValue),
+        ),
+        (
+            "vllm:a 1\n# TYPE 1x gauge\n",
+            Text,
+            2,
+            bad(LineError::BadName),
+        ),
+        ("vllm:a{x=\"1} 1\n", Text, 1, bad(LineError::BadLabelSyntax)),
+        ("-x 1\nvllm:a 1\n", Text, 1, bad(LineError::BadName)),
+        (
+            "# TYPE vllm:x counter\nvllm:x 1\n# EOF\n",
+            Om,
+            2,
+            Rule::NameNotOfType,
+        ),
+        (
+            "# HELP vllm:a A\n# HELP vllm:a B\n",
+            Text,
+            2,
+            Rule::RepeatedHelp,
+        ),
+        ("# HELP vllm:a tab \\t\n", Text, 1, Rule::BadHelp),
+        ("# TYPE vllm:a gauges\n", Text, 1, Rule::UnknownType),
+        (
+            "# TYPE vllm:a gauge\n# TYPE vllm:a counter\n",
+            Text,
+            2,
+            Rule::RepeatedType,
+        ),
+        (
+            "vllm:a 1\n# TYPE vllm:a gauge\n",
+            Text,
+            2,
+            Rule::TypeAfterSamples,
+        ),
+        ("# UNIT vllm:a_seconds seconds\n", Text, 1, Rule::Unit),
+        ("vllm:a 1\n# EOF\nvllm:b 2\n", Om, 3, Rule::AfterEof),
+        ("vllm:a 1\n# EOF\n# EOF\n", Om, 3, Rule::RepeatedEof),
+        // HELP and TYPE lines of families not kept are not counted, so not kept either.
+        (
+            "# HELP other A\n# HELP other B\nvllm:a x\n",
+            Text,
+            3,
+            bad(LineError::BadValue),
+        ),
+    ] {
+        let u = Up {
+            body: body.as_bytes(),
+            format,
+            keep: &["vllm:"],
+        };
+        let stats = parse_one(&u, &[], LIMITS).expect("parses").stats();
+        assert_eq!(
+            stats.first_malformed,
+            Some(Malformed { line, rule }),
+            "{body:?}"
+        );
+    }
+    let clean = parse_one(&up("vllm:a 1\n", &["vllm:"]), &[], LIMITS).expect("parses");
+    assert_eq!(clean.stats().first_malformed, None);
+    let first = Malformed {
+        line: 12,
+        rule: Rule::Line(LineError::BadValue),
+    };
+    assert_eq!(first.to_string(), "line 12: value is not a number");
+}
+
+#[test]
 fn added_labels_are_appended_escaped_and_never_doubled() {
     let input =
         "vllm:a 1\nvllm:b{x=\"1\"} 2\nvllm:c{pod=\"mine\",x=\"1\"} 3\nvllm:d{ x=\"1\" } 4 1000\n";
@@ -424,6 +501,10 @@ fn limits_turn_the_upstream_away_before_memory_is_spent() {
             limit: Limit::LineBytes,
             line: 1
         }
+    );
+    assert_eq!(
+        err.to_string(),
+        "line 1: line longer than the max_line_bytes limit"
     );
     let many = "vllm:a 1\nvllm:b 1\nvllm:c 1\n";
     let err = parse_one(&up(many, &["vllm:"]), &[], small).expect_err("too many series");

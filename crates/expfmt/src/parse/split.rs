@@ -10,7 +10,8 @@ use bytes::Bytes;
 use super::{Decl, Parser, Part};
 use crate::lex::{self, Comment};
 use crate::{
-    Exposition, Format, PairHasher, ParseError, ParseLimits, ParseOptions, ParseStats, Span, Suffix,
+    Exposition, Format, Malformed, PairHasher, ParseError, ParseLimits, ParseOptions, ParseStats,
+    Span, Suffix,
 };
 
 /// Bodies this large or larger are parsed by two threads (see [`crate::parse()`]).
@@ -292,6 +293,14 @@ fn join(head: &mut Parser<'_, '_>, mut a: Part, pushed: usize, b: Tail) -> Optio
         dropped: a.stats.dropped + b.stats.dropped,
         malformed: a.stats.malformed + b.stats.malformed,
         renamed: a.stats.renamed + b.stats.renamed,
+        // The rest's lines are numbered from its first.
+        first_malformed: a
+            .stats
+            .first_malformed
+            .or(b.stats.first_malformed.map(|m| Malformed {
+                line: m.line + head.line_no,
+                ..m
+            })),
     };
     Some(a)
 }
