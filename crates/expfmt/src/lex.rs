@@ -125,11 +125,13 @@ pub fn is_label_name(s: &[u8]) -> bool {
 /// A lexed sample line. Offsets are relative to the line.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SampleLex {
-    /// End of the metric name (it starts at `name_start`).
+    /// Start of the metric name.
     pub name_start: u32,
+    /// End of the metric name.
     pub name_end: u32,
     /// The bytes between `{` and `}` (empty when there are no labels).
     pub labels: (u32, u32),
+    /// The value as written.
     pub value: (u32, u32),
     /// Empty when there is no timestamp.
     pub timestamp: (u32, u32),

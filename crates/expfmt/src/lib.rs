@@ -17,6 +17,7 @@
 //! into that model when parsed, and OpenMetrics output maps back.
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 mod hash;
 mod lex;
@@ -89,13 +90,21 @@ fn ends_with_eof(body: &[u8]) -> bool {
 /// A metric type. Text 0.0.4 has the first five; OpenMetrics adds the rest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// `counter`.
     Counter,
+    /// `gauge`.
     Gauge,
+    /// `histogram`.
     Histogram,
+    /// `summary`.
     Summary,
+    /// `untyped` in text 0.0.4, `unknown` in OpenMetrics.
     Untyped,
+    /// OpenMetrics `info`.
     Info,
+    /// OpenMetrics `stateset`.
     StateSet,
+    /// OpenMetrics `gaugehistogram`.
     GaugeHistogram,
 }
 
@@ -144,14 +153,23 @@ impl Kind {
 /// A sample-name suffix relative to a family's declared name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Suffix {
+    /// No suffix: the sample is named as its family.
     None,
+    /// `_total`.
     Total,
+    /// `_created`.
     Created,
+    /// `_bucket`.
     Bucket,
+    /// `_count`.
     Count,
+    /// `_sum`.
     Sum,
+    /// `_gcount`.
     GCount,
+    /// `_gsum`.
     GSum,
+    /// `_info`.
     Info,
 }
 
@@ -202,7 +220,9 @@ impl Suffix {
 /// A range of bytes in an upstream body.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Span {
+    /// The first byte.
     pub start: u32,
+    /// Just after the last byte.
     pub end: u32,
 }
 

@@ -56,6 +56,7 @@ pub struct MergeOptions<'a> {
     pub added: &'a [AddedLabel],
     /// Only these families (text 0.0.4 name, or the OpenMetrics name), when given.
     pub names: Option<&'a [&'a str]>,
+    /// The key of the series hashes (the one the sources were parsed with).
     pub hasher: PairHasher,
 }
 

@@ -34,11 +34,15 @@ use super::{
 /// Limits applied while parsing one body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParseLimits {
+    /// The longest line, in bytes, without its line ending.
     pub max_line_bytes: usize,
+    /// Samples kept.
     pub max_series: usize,
     /// Distinct names (declared or implied), kept or not: each costs a table entry.
     pub max_families: usize,
+    /// Labels on one sample.
     pub max_labels: usize,
+    /// One label value, in bytes as written (escaped).
     pub max_label_value_bytes: usize,
 }
 
@@ -47,10 +51,12 @@ pub struct ParseLimits {
 pub struct ParseOptions<'a> {
     /// Family-name prefixes to keep.
     pub keep: &'a [String],
+    /// How far a body may go before it is refused.
     pub limits: ParseLimits,
     /// Names of the labels sysport adds to this body's series (so the lexer can note which a
     /// line already has). Empty: add none to these series (sysport's own metrics).
     pub added_labels: &'a [&'a [u8]],
+    /// The key of the label hashes that identify series.
     pub hasher: PairHasher,
     /// Keep families under [`RESERVED_PREFIX`] (only for sysport's own metrics).
     pub allow_reserved: bool,
