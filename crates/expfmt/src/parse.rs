@@ -7,9 +7,11 @@
 //! split into their text 0.0.4 families here (counter `x` → `x_total` and gauge `x_created`).
 //!
 //! This file holds the entry points and the line loop; [`family`] resolves names to families,
-//! [`split`] shares a large body between two threads, [`prior`] reuses the previous page.
+//! [`split`] shares a large body between two threads (the second one a
+//! long-lived [`helper`]), [`prior`] reuses the previous page.
 
 mod family;
+mod helper;
 pub(super) mod prior;
 pub(super) mod split;
 

@@ -4,10 +4,11 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{Decl, Parser, Part};
+use super::{Decl, Parser, Part, helper};
 use crate::lex::{self, Comment};
 use crate::{
     Exposition, Format, Malformed, PairHasher, ParseError, ParseLimits, ParseOptions, ParseStats,
@@ -25,7 +26,7 @@ pub(super) const CLAIM_BYTES: usize = 32 << 10;
 /// The second thread takes no share of the body smaller than this.
 pub(super) const MIN_SHARE_BYTES: usize = 64 << 10;
 /// How long the first thread waits for the second without sleeping (see [`parse_shared`]).
-const SPIN: std::time::Duration = std::time::Duration::from_micros(100);
+const SPIN: Duration = Duration::from_micros(100);
 /// Set in [`parse_shared`]'s frontier once the second thread has taken the rest of the body.
 const TAKEN: u64 = 1 << 63;
 
@@ -125,11 +126,12 @@ impl Shared {
     }
 }
 
-/// Parses `body` on this thread and one more. This one claims the body `claim` bytes at a
-/// time, a line at a time; the other, once it runs, takes the later half of what is not
-/// claimed yet, cut at a family declaration ([`split_point`]), unless that is less than
-/// `min_share`. Whenever the other thread starts (a thread can wait long for a core of its
-/// own), the two then have about as much left to parse each; if it starts too late, this one
+/// Parses `body` on this thread and the [`helper`] thread. This one claims the body `claim`
+/// bytes at a time, a line at a time; the other, once it runs, takes the later half of what is
+/// not claimed yet, cut at a family declaration ([`split_point`]), unless that is less than
+/// `min_share`. Whenever the other thread gets to it (a thread can wait long for a core of its
+/// own, or for an earlier parse's part), the two then have about as much left to parse each;
+/// if it gets to it too late, this one
 /// parses the whole body, in one pass, and does not wait for the other to end. With `cut`,
 /// the other thread takes the body from there instead.
 ///
@@ -159,7 +161,7 @@ pub(super) fn parse_shared(
         frontier: AtomicU64::new(cut.map_or(0, |c| c as u64 | TAKEN)),
     });
     let other = Arc::clone(&shared);
-    let Ok(second) = std::thread::Builder::new().spawn(move || other.second()) else {
+    let Some(second) = helper::run(move || other.second()) else {
         return Ok(Outcome::Apart);
     };
     let frontier = &shared.frontier;
@@ -191,7 +193,7 @@ pub(super) fn parse_shared(
                 .compare_exchange(end, len, Ordering::AcqRel, Ordering::Acquire)
                 .is_err()
             {
-                let _ = second.join();
+                let _ = second.wait(Duration::ZERO);
             }
             return Err(err);
         }
@@ -206,18 +208,13 @@ pub(super) fn parse_shared(
     }
     let pushed = head.samples.len();
     let first = head.finish(len / 96);
-    // The other thread should be about done: waiting for it here a little is quicker than
-    // being woken up by its end.
-    let wait = std::time::Instant::now();
-    while !second.is_finished() && wait.elapsed() < SPIN {
-        std::hint::spin_loop();
-    }
-    match second.join() {
-        Ok(Some(Ok(tail))) => {
+    // The other thread should be about done.
+    match second.wait(SPIN) {
+        Some(Ok(Some(Ok(tail)))) => {
             Ok(join(&mut head, first, pushed, tail).map_or(Outcome::Apart, Outcome::Joined))
         }
-        Ok(_) => Ok(Outcome::Apart),
-        Err(panic) => std::panic::resume_unwind(panic),
+        Some(Err(panic)) => std::panic::resume_unwind(panic),
+        _ => Ok(Outcome::Apart),
     }
 }
 
