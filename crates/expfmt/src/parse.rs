@@ -456,8 +456,11 @@ impl<'b, 'o> Parser<'b, 'o> {
         Ok(())
     }
 
-    /// Counts a malformed line; the first of the body is kept with its line number.
+    /// Counts a malformed line; the first of the body is kept with its line number. Out of
+    /// line, so that the line loop's code stays as it was without it (callgrind: 1% fewer
+    /// instructions per parse than inlined).
     #[cold]
+    #[inline(never)]
     fn malformed(&mut self, line: usize, rule: Rule) {
         self.stats.malformed += 1;
         if self.stats.first_malformed.is_none() {
