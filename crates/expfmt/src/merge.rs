@@ -372,30 +372,40 @@ pub(crate) fn merge_with<'a>(
 /// output families do share a sample name (a histogram `x` from one upstream, a gauge `x_count`
 /// from another), the merge is deduplicated again with one table for everything.
 fn dedup(m: &mut Merge<'_>, added_hashes: &[u64], tables: Tables) {
+    let stats = std::mem::take(&mut m.stats);
     let per_family = match tables {
-        Tables::PerFamily => dedup_per_family(m, added_hashes),
-        Tables::One => None,
+        Tables::PerFamily => dedup_per_family(m, added_hashes, stats),
+        Tables::One => Err(stats),
     };
-    let d = per_family.unwrap_or_else(|| {
+    let d = per_family.unwrap_or_else(|stats| {
         let total = m.sources.iter().map(|s| s.all_samples().len()).sum();
-        dedup_one_table(m, total, added_hashes)
+        dedup_one_table(m, total, added_hashes, stats)
     });
     m.skip = d.skip;
     m.stats = d.stats;
 }
 
 /// [`dedup`] with one table for every sample of the merge.
-fn dedup_one_table(m: &Merge<'_>, total: usize, added_hashes: &[u64]) -> Dedup {
-    let mut d = Dedup::new(m, total, false);
+fn dedup_one_table(
+    m: &Merge<'_>,
+    total: usize,
+    added_hashes: &[u64],
+    stats: Vec<MergeStats>,
+) -> Dedup {
+    let mut d = Dedup::new(m, total, false, stats);
     for p in 0..m.parts.len() as u32 {
         d.part(m, p, added_hashes);
     }
     d
 }
 
-/// [`dedup`] with one table per output family; `None` when two output families share a
-/// sample name.
-fn dedup_per_family(m: &Merge<'_>, added_hashes: &[u64]) -> Option<Dedup> {
+/// [`dedup`] with one table per output family; `stats` given back when two output families
+/// share a sample name.
+fn dedup_per_family(
+    m: &Merge<'_>,
+    added_hashes: &[u64],
+    stats: Vec<MergeStats>,
+) -> Result<Dedup, Vec<MergeStats>> {
     let largest = m
         .families
         .iter()
@@ -409,18 +419,18 @@ fn dedup_per_family(m: &Merge<'_>, added_hashes: &[u64]) -> Option<Dedup> {
         })
         .max()
         .unwrap_or(0);
-    let mut d = Dedup::new(m, largest, true);
+    let mut d = Dedup::new(m, largest, true, stats);
     for fam in &m.families {
         d.seen.clear();
         for p in m.parts(fam) {
             if !d.part(m, p, added_hashes) {
-                return None;
+                return Err(d.into_stats());
             }
         }
     }
     // Written part by part: skips are looked up in part order.
     d.skip.sort_unstable();
-    Some(d)
+    Ok(d)
 }
 
 /// Duplicate tables.
@@ -441,8 +451,8 @@ struct Dedup {
 
 impl Dedup {
     /// Tables for `m`, `seen` with room for `capacity` series, one per output family when
-    /// `per_family`.
-    fn new(m: &Merge<'_>, capacity: usize, per_family: bool) -> Dedup {
+    /// `per_family`; `stats` holds the merge's conflicts, and nothing counted here yet.
+    fn new(m: &Merge<'_>, capacity: usize, per_family: bool, stats: Vec<MergeStats>) -> Dedup {
         Dedup {
             seen: HashMap::with_capacity_and_hasher(capacity, PassThrough),
             groups: HashMap::with_hasher(PassThrough),
@@ -450,8 +460,18 @@ impl Dedup {
             owners: per_family
                 .then(|| HashMap::with_capacity_and_hasher(3 * m.families.len(), PassThrough)),
             skip: Vec::new(),
-            stats: m.stats.clone(),
+            stats,
         }
+    }
+
+    /// The counts it was given, without what it counted.
+    fn into_stats(self) -> Vec<MergeStats> {
+        let mut stats = self.stats;
+        for s in &mut stats {
+            s.kept = 0;
+            s.duplicate = 0;
+        }
+        stats
     }
 
     /// Dedups the samples of part `p`; `false` when a per-family table cannot be used because
