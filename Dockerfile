@@ -13,17 +13,20 @@ FROM rust:1-bookworm AS builder
 WORKDIR /build
 
 # Dependencies first: build them against stub targets so that a source change reuses this
-# layer instead of recompiling every crate. Cargo.toml declares a bench target, so it needs a
-# stub too.
+# layer instead of recompiling every crate. The workspace's exposition crate declares a bench
+# target, so it needs a stub too.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src benches \
+COPY crates/expfmt/Cargo.toml crates/expfmt/
+RUN mkdir -p src crates/expfmt/src crates/expfmt/benches \
     && echo 'fn main() {}' > src/main.rs \
     && echo '' > src/lib.rs \
-    && echo 'fn main() {}' > benches/expfmt.rs \
+    && echo '' > crates/expfmt/src/lib.rs \
+    && echo 'fn main() {}' > crates/expfmt/benches/expfmt.rs \
     && cargo build --release --locked \
-    && rm -rf src benches \
+    && rm -rf src crates \
         target/release/sysport target/release/sysport.d \
         target/release/deps/sysport-* target/release/deps/libsysport-* \
+        target/release/deps/sysport_expfmt-* target/release/deps/libsysport_expfmt-* \
         target/release/.fingerprint/sysport-*
 
 # The real sources (see .dockerignore for what stays out).

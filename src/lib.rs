@@ -3,7 +3,8 @@
 //! Layout:
 //! - [`config`]: YAML file + `DYN_SYSTEM_*` environment + CLI flags → one validated `Config`.
 //! - [`engine`]: what sysport knows about each inference engine (presets).
-//! - [`expfmt`]: the exposition format, pure and I/O-free: lexer, filter, merge, writers.
+//! - [`expfmt`]: the exposition format, pure and I/O-free: lexer, filter, merge, writers (the
+//!   `sysport-expfmt` crate in `crates/expfmt`, re-exported).
 //! - [`scrape`]: fetches upstreams concurrently, single-flight, with limits and timeouts.
 //! - [`fetch`]: one GET of an upstream, and why its answer may be unusable.
 //! - [`decode`]: undoes an upstream body's `Content-Encoding` within the body limit.
@@ -21,7 +22,7 @@ pub mod config;
 pub mod decode;
 pub mod demo;
 pub mod engine;
-pub mod expfmt;
+pub use sysport_expfmt as expfmt;
 pub mod fetch;
 pub mod health;
 pub mod listener;

@@ -1,18 +1,14 @@
 //! Fuzz target for the exposition lexer, merge and both writers.
 //!
-//! The exposition module is pure (no I/O, three small dependencies), so it is compiled straight
-//! from the sysport sources here and the fuzz build stays small. Checks: no panic; memory stays
+//! The exposition crate is pure (no I/O, three small dependencies), so the fuzz build stays small
+//! and its debug assertions (the parser's invariants) are checked on every input. Checks: no panic; memory stays
 //! within the parse limits; every output (text 0.0.4 and OpenMetrics) reads back with no
 //! malformed line; text output keeps every sample the merge kept; a two-part parse (cut near a
 //! point the input picks) gives exactly the one-pass result; so does a parse after a prior (the
 //! input with one byte gone, as the page of the scrape before), in one pass and in two parts.
 #![no_main]
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../src/expfmt/mod.rs"]
-mod expfmt;
-
-use expfmt::{
+use sysport_expfmt::{
     AddedLabel, Format, MergeOptions, OPENMETRICS_EOF, PairHasher, ParseLimits, ParseOptions, Pieces, Split,
     merge, parse, parse_after, parse_with, write_openmetrics, write_text,
 };

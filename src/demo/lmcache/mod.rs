@@ -7,9 +7,9 @@ mod page;
 
 use std::collections::VecDeque;
 
+use super::MODEL;
 use super::expo::Hist;
 use super::rng::Rng;
-use super::sim::MODEL;
 
 pub(super) use self::page::render;
 

@@ -23,11 +23,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-#[path = "../../../../src/expfmt/mod.rs"]
-#[allow(dead_code, unreachable_pub, unused_imports)]
-mod expfmt;
-
-use expfmt::{Format, MergeOptions, PairHasher, ParseLimits, ParseOptions, Split};
+use sysport_expfmt::{self as expfmt, Format, MergeOptions, PairHasher, ParseLimits, ParseOptions, Split};
 
 /// Counts every allocation and reallocation; frees are not interesting here.
 struct Counting;

@@ -5,34 +5,54 @@
 //! what Prometheus' own parser and Python `prometheus_client`'s parsers accept, so anything that
 //! passes can be written out again and read by both.
 
-use super::Format;
-use super::hash::{PairHasher, pair_from_raw};
+mod labels;
+mod value;
 
-/// Why a line was rejected. Cheap to construct: malformed lines are counted, not reported.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+use super::Format;
+use super::hash::PairHasher;
+
+pub(crate) use self::labels::label_pairs;
+use self::labels::{Pair, Prev, lex_labels};
+use self::value::lex_value;
+pub use self::value::valid_float;
+
+/// Why a line was rejected. Cheap to construct: malformed lines are counted, and only the
+/// first of a body is kept ([`crate::ParseStats::first_malformed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum LineError {
     /// The metric name is missing or has a character outside `[a-zA-Z0-9_:]`.
+    #[error("metric name missing or invalid")]
     BadName,
     /// A label name is empty, invalid, reserved (`__` prefix) or repeated.
+    #[error("label name empty, invalid, reserved (__) or repeated")]
     BadLabelName,
     /// `=`, `"`, `,` or `}` is missing where the grammar needs it.
+    #[error("label syntax: `=`, `\"`, `,` or `}}` missing")]
     BadLabelSyntax,
     /// A label value or HELP text has an escape other than `\\`, `\"` (label values and
     /// OpenMetrics HELP only) or `\n`.
+    #[error("escape other than \\\\, \\\" or \\n")]
     BadEscape,
     /// The value is not a float both Prometheus and Python can read.
+    #[error("value is not a number")]
     BadValue,
     /// The timestamp is not an integer (text) or a float (OpenMetrics).
+    #[error("timestamp is not a number of the format's kind")]
     BadTimestamp,
     /// Something follows the sample that the format does not allow.
+    #[error("text after the sample that the format does not allow")]
     TrailingGarbage,
     /// The line is not valid UTF-8.
+    #[error("not valid UTF-8")]
     NotUtf8,
     /// A `# TYPE` line names an unknown type.
+    #[error("TYPE line with an unknown type")]
     BadType,
     /// A label value is longer than the configured limit.
+    #[error("label value longer than the max_label_value_bytes limit")]
     LabelValueTooLong,
     /// More labels than the configured limit.
+    #[error("more labels than the max_labels limit")]
     TooManyLabels,
 }
 
@@ -105,11 +125,13 @@ pub fn is_label_name(s: &[u8]) -> bool {
 /// A lexed sample line. Offsets are relative to the line.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SampleLex {
-    /// End of the metric name (it starts at `name_start`).
+    /// Start of the metric name.
     pub name_start: u32,
+    /// End of the metric name.
     pub name_end: u32,
     /// The bytes between `{` and `}` (empty when there are no labels).
     pub labels: (u32, u32),
+    /// The value as written.
     pub value: (u32, u32),
     /// Empty when there is no timestamp.
     pub timestamp: (u32, u32),
@@ -135,19 +157,41 @@ pub(crate) struct LexOptions<'a> {
     pub hasher: PairHasher,
 }
 
-/// A label pair as lexed: where it is on its line, its hashes, and whether it is in the
-/// canonical shape (`name="value"`, no blanks).
-#[derive(Debug, Clone, Copy)]
-struct Pair {
-    start: u32,
-    /// Just after the closing quote.
-    end: u32,
-    name_end: u32,
-    name_hash: u64,
-    hash: u64,
-    /// The bit of [`SampleLex::present`] this pair's name sets, if any.
-    present: u8,
-    clean: bool,
+/// What, besides a line's bytes, decides how the line lexes: two parses with equal keys lex
+/// equal lines alike, so a later parse may take a line's lexing from an earlier one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LexKey {
+    format: Format,
+    pub hasher: PairHasher,
+    max_labels: usize,
+    max_label_value_bytes: usize,
+    /// Hash of the added label names, in order.
+    added: u64,
+}
+
+impl LexKey {
+    /// The key of lexing with `opts`.
+    pub(crate) fn of(opts: &LexOptions<'_>) -> LexKey {
+        // Every option is named: one added to `LexOptions` does not compile here until it is
+        // part of the key.
+        let LexOptions {
+            format,
+            max_labels,
+            max_label_value_bytes,
+            added,
+            hasher,
+        } = *opts;
+        let added = added.iter().fold(added.len() as u64, |h, a| {
+            h.rotate_left(17) ^ hasher.bytes(a)
+        });
+        LexKey {
+            format,
+            hasher,
+            max_labels,
+            max_label_value_bytes,
+            added,
+        }
+    }
 }
 
 /// Working memory for label lexing, reused for every line of a body. It remembers the label
@@ -162,13 +206,6 @@ pub(crate) struct LabelScratch<'b> {
     prev_pairs: Vec<Pair>,
     prev_line: &'b [u8],
     exemplar_pairs: Vec<Pair>,
-}
-
-/// The previous line's label pairs, as [`lex_labels`] reuses them.
-#[derive(Clone, Copy)]
-struct Prev<'a> {
-    line: &'a [u8],
-    pairs: &'a [Pair],
 }
 
 /// Lexes a full sample line. `name_start..name_end` must already be known to hold a valid name.
@@ -241,332 +278,6 @@ pub(crate) fn lex_sample_known_labels(
     lex_value(line, close + 1, opts, scratch, out)
 }
 
-/// The rest of a sample line from `i`, just after its name or labels: the value, then a
-/// timestamp or exemplar if any.
-fn lex_value(
-    line: &[u8],
-    mut i: usize,
-    opts: &LexOptions<'_>,
-    scratch: &mut LabelScratch<'_>,
-    mut out: SampleLex,
-) -> Result<SampleLex, LineError> {
-    // Most lines end in one space and the value: a valid float holds no blank, so when the rest
-    // of the line after that space is one, it is the value and nothing follows.
-    if line.get(i) == Some(&b' ') && valid_float(&line[i + 1..]) {
-        out.value = (i as u32 + 1, line.len() as u32);
-        return Ok(out);
-    }
-    // Value: one or more blanks, then a token.
-    let j = skip_blanks(line, i);
-    if j == i {
-        return Err(if i == line.len() {
-            LineError::BadValue
-        } else {
-            LineError::BadName
-        });
-    }
-    if j - i != 1 || line[i] != b' ' {
-        out.canonical = false;
-    }
-    let (vs, ve) = token(line, j);
-    if !valid_float(&line[vs..ve]) {
-        return Err(LineError::BadValue);
-    }
-    out.value = (vs as u32, ve as u32);
-    i = ve;
-    let j = skip_blanks(line, i);
-    if j == line.len() {
-        if j != i {
-            out.canonical = false;
-        }
-        return Ok(out);
-    }
-    if j - i != 1 || line[i] != b' ' {
-        out.canonical = false;
-    }
-    if line[j] != b'#' {
-        let (ts, te) = token(line, j);
-        let ok = match opts.format {
-            Format::Text => valid_int(&line[ts..te]),
-            Format::OpenMetrics => valid_float(&line[ts..te]) && !is_special_float(&line[ts..te]),
-        };
-        if !ok {
-            return Err(LineError::BadTimestamp);
-        }
-        out.timestamp = (ts as u32, te as u32);
-        i = te;
-        let j = skip_blanks(line, i);
-        if j == line.len() {
-            if j != i {
-                out.canonical = false;
-            }
-            return Ok(out);
-        }
-        if opts.format == Format::Text || line[j] != b'#' {
-            return Err(LineError::TrailingGarbage);
-        }
-        return lex_exemplar(line, j, opts, scratch, out);
-    }
-    if opts.format == Format::Text {
-        return Err(LineError::TrailingGarbage);
-    }
-    lex_exemplar(line, j, opts, scratch, out)
-}
-
-/// ` # {labels} value [timestamp]` after an OpenMetrics sample. Kept as one span.
-fn lex_exemplar(
-    line: &[u8],
-    hash: usize,
-    opts: &LexOptions<'_>,
-    scratch: &mut LabelScratch<'_>,
-    mut out: SampleLex,
-) -> Result<SampleLex, LineError> {
-    let i = skip_blanks(line, hash + 1);
-    if i == hash + 1 || i >= line.len() || line[i] != b'{' {
-        return Err(LineError::TrailingGarbage);
-    }
-    let ex_opts = LexOptions {
-        added: &[],
-        ..*opts
-    };
-    let mut lexed = SampleLex::default();
-    let pairs = &mut scratch.exemplar_pairs;
-    let close = lex_labels(line, i + 1, &ex_opts, pairs, None, &mut lexed)?;
-    let j = skip_blanks(line, close + 1);
-    let (vs, ve) = token(line, j);
-    if j == close + 1 || !valid_float(&line[vs..ve]) {
-        return Err(LineError::TrailingGarbage);
-    }
-    let mut end = ve;
-    let k = skip_blanks(line, ve);
-    if k < line.len() {
-        let (ts, te) = token(line, k);
-        if k == ve || !valid_float(&line[ts..te]) || skip_blanks(line, te) != line.len() {
-            return Err(LineError::TrailingGarbage);
-        }
-        end = te;
-    }
-    out.exemplar = (hash as u32, end as u32);
-    out.canonical = false;
-    Ok(out)
-}
-
-/// Lexes `name="value",...}` starting just after `{`; returns the index of the closing `}`.
-fn lex_labels(
-    line: &[u8],
-    start: usize,
-    opts: &LexOptions<'_>,
-    pairs: &mut Vec<Pair>,
-    prev: Option<Prev<'_>>,
-    out: &mut SampleLex,
-) -> Result<usize, LineError> {
-    pairs.clear();
-    let mut i = start;
-    let mut hash = 0u64;
-    let mut trailing_comma = false;
-    // While every name so far equals the previous line's at the same position, the names are
-    // known valid and distinct.
-    let mut same_as_prev = true;
-    loop {
-        let j = skip_blanks(line, i);
-        if j != i {
-            out.canonical = false;
-        }
-        i = j;
-        match line.get(i) {
-            None => return Err(LineError::BadLabelSyntax),
-            Some(b'}') => {
-                if trailing_comma {
-                    out.canonical = false;
-                }
-                out.labels = (start as u32, i as u32);
-                out.labels_hash = hash;
-                return Ok(i);
-            }
-            Some(_) => {}
-        }
-        let ns = i;
-        let theirs = same_as_prev
-            .then(|| prev.and_then(|p| p.pairs.get(pairs.len()).map(|q| (p, *q))))
-            .flatten();
-        let pair = match theirs {
-            // The same bytes as the previous line's pair here, up to its closing quote: the
-            // same name and value, lexed the same way.
-            Some((p, q)) if line[ns..].starts_with(&p.line[q.start as usize..q.end as usize]) => {
-                let shift = |x: u32| x - q.start + ns as u32;
-                Pair {
-                    start: ns as u32,
-                    end: shift(q.end),
-                    name_end: shift(q.name_end),
-                    ..q
-                }
-            }
-            _ => lex_pair(line, ns, opts, pairs, theirs, &mut same_as_prev)?,
-        };
-        if !pair.clean {
-            out.canonical = false;
-        }
-        pairs.push(pair);
-        out.present |= pair.present;
-        hash = hash.wrapping_add(pair.hash);
-        i = pair.end as usize;
-        let j = skip_blanks(line, i);
-        if j != i {
-            out.canonical = false;
-        }
-        i = j;
-        match line.get(i) {
-            Some(b',') => {
-                i += 1;
-                trailing_comma = true;
-            }
-            Some(b'}') => trailing_comma = false,
-            _ => return Err(LineError::BadLabelSyntax),
-        }
-    }
-}
-
-/// Lexes one `name="value"` pair at `ns`. `theirs` is the previous line's pair at the same
-/// position while every name before it was the same: a name equal to its name is known valid
-/// and distinct from the others.
-fn lex_pair(
-    line: &[u8],
-    ns: usize,
-    opts: &LexOptions<'_>,
-    seen: &[Pair],
-    theirs: Option<(Prev<'_>, Pair)>,
-    same_as_prev: &mut bool,
-) -> Result<Pair, LineError> {
-    let mut clean = true;
-    let mut i;
-    let repeated = theirs
-        .map(|(p, q)| (q.name_hash, &p.line[q.start as usize..q.name_end as usize]))
-        .filter(|(_, pname)| {
-            line[ns..].starts_with(pname) && line.get(ns + pname.len()) == Some(&b'=')
-        });
-    let name_hash = match repeated {
-        Some((h, pname)) => {
-            i = ns + pname.len();
-            h
-        }
-        None => {
-            *same_as_prev = false;
-            if !LABEL_START[line[ns] as usize] {
-                return Err(LineError::BadLabelName);
-            }
-            i = ns + 1;
-            while i < line.len() && LABEL_CONT[line[i] as usize] {
-                i += 1;
-            }
-            let name = &line[ns..i];
-            if name.starts_with(b"__") {
-                return Err(LineError::BadLabelName);
-            }
-            let h = opts.hasher.raw(name);
-            // Hashes first: a repeated name is rare, a byte comparison per pair is not.
-            if seen
-                .iter()
-                .any(|q| q.name_hash == h && line[q.start as usize..q.name_end as usize] == *name)
-            {
-                return Err(LineError::BadLabelName);
-            }
-            h
-        }
-    };
-    if seen.len() >= opts.max_labels {
-        return Err(LineError::TooManyLabels);
-    }
-    let name_end = i;
-    let name = &line[ns..name_end];
-    let mut present = 0u8;
-    for (bit, added) in opts.added.iter().enumerate().take(8) {
-        if *added == name {
-            present |= 1 << bit;
-        }
-    }
-    let vs = if line.get(i) == Some(&b'=') && line.get(i + 1) == Some(&b'"') {
-        i + 2
-    } else {
-        let j = skip_blanks(line, i);
-        if line.get(j) != Some(&b'=') {
-            return Err(LineError::BadLabelSyntax);
-        }
-        let k = skip_blanks(line, j + 1);
-        if line.get(k) != Some(&b'"') {
-            return Err(LineError::BadLabelSyntax);
-        }
-        clean = false;
-        k + 1
-    };
-    let ve = scan_quoted(line, vs)?;
-    if ve - vs > opts.max_label_value_bytes {
-        return Err(LineError::LabelValueTooLong);
-    }
-    // Names and values outside quotes are ASCII by their grammar: only label values (and
-    // HELP text) can hold other bytes, and they must be UTF-8.
-    let value = &line[vs..ve];
-    if !value.is_ascii() && std::str::from_utf8(value).is_err() {
-        return Err(LineError::NotUtf8);
-    }
-    Ok(Pair {
-        start: ns as u32,
-        end: (ve + 1) as u32,
-        name_end: name_end as u32,
-        name_hash,
-        hash: pair_from_raw(name_hash, opts.hasher.raw(value)),
-        present,
-        clean,
-    })
-}
-
-/// Finds the closing quote of a label value starting at `start`; validates escapes.
-#[inline]
-fn scan_quoted(line: &[u8], start: usize) -> Result<usize, LineError> {
-    let mut i = start;
-    loop {
-        match find_quote_or_backslash(&line[i..]) {
-            None => return Err(LineError::BadLabelSyntax),
-            Some(off) => {
-                let at = i + off;
-                if line[at] == b'"' {
-                    return Ok(at);
-                }
-                match line.get(at + 1) {
-                    Some(b'\\' | b'"' | b'n') => i = at + 2,
-                    _ => return Err(LineError::BadEscape),
-                }
-            }
-        }
-    }
-}
-
-/// The first `"` or `\\` in `s`. Label values are mostly a few bytes to a few dozen: eight bytes
-/// at a time in a register for the first 64, where a vector search would spend its time
-/// setting up, then `memchr2`.
-#[inline]
-fn find_quote_or_backslash(s: &[u8]) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let zero_byte = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
-    let mut i = 0;
-    while i + 8 <= s.len() && i < 64 {
-        let w = u64::from_le_bytes(s[i..i + 8].try_into().expect("8 bytes"));
-        let hits = zero_byte(w ^ (ONES * b'"' as u64)) | zero_byte(w ^ (ONES * b'\\' as u64));
-        if hits != 0 {
-            // The lowest flagged byte is exact: borrows only run towards higher bytes.
-            return Some(i + (hits.trailing_zeros() / 8) as usize);
-        }
-        i += 8;
-    }
-    if i < 64 {
-        return s[i..]
-            .iter()
-            .position(|&b| b == b'"' || b == b'\\')
-            .map(|p| i + p);
-    }
-    memchr::memchr2(b'"', b'\\', &s[i..]).map(|p| i + p)
-}
-
 /// The token starting at `i`, up to the next blank or the end of the line.
 #[inline]
 fn token(line: &[u8], i: usize) -> (usize, usize) {
@@ -575,67 +286,6 @@ fn token(line: &[u8], i: usize) -> (usize, usize) {
         e += 1;
     }
     (i, e)
-}
-
-/// A float both Go's `strconv.ParseFloat` and Python's `float()` read the same way: decimal
-/// notation, or `NaN` / `Inf` / `Infinity` in any case with an optional sign on infinities.
-/// Hex floats (Python rejects them) and `_` digit separators (Go rejects them) are refused.
-pub fn valid_float(s: &[u8]) -> bool {
-    if s.is_empty() {
-        return false;
-    }
-    if s.eq_ignore_ascii_case(b"nan") {
-        return true;
-    }
-    let unsigned = match s[0] {
-        b'+' | b'-' => &s[1..],
-        _ => s,
-    };
-    if unsigned.eq_ignore_ascii_case(b"inf") || unsigned.eq_ignore_ascii_case(b"infinity") {
-        return true;
-    }
-    let mut i = 0;
-    let int_digits = count_digits(&unsigned[i..]);
-    i += int_digits;
-    let mut frac_digits = 0;
-    if unsigned.get(i) == Some(&b'.') {
-        i += 1;
-        frac_digits = count_digits(&unsigned[i..]);
-        i += frac_digits;
-    }
-    if int_digits + frac_digits == 0 {
-        return false;
-    }
-    if matches!(unsigned.get(i), Some(b'e' | b'E')) {
-        i += 1;
-        if matches!(unsigned.get(i), Some(b'+' | b'-')) {
-            i += 1;
-        }
-        let exp_digits = count_digits(&unsigned[i..]);
-        if exp_digits == 0 {
-            return false;
-        }
-        i += exp_digits;
-    }
-    i == unsigned.len()
-}
-
-/// `NaN` or an infinity, in any spelling `valid_float` accepts.
-pub(crate) fn is_special_float(s: &[u8]) -> bool {
-    s.last().is_some_and(|b| b.is_ascii_alphabetic())
-}
-
-fn count_digits(s: &[u8]) -> usize {
-    s.iter().take_while(|b| b.is_ascii_digit()).count()
-}
-
-/// An int64 millisecond timestamp as text 0.0.4 has it.
-pub(crate) fn valid_int(s: &[u8]) -> bool {
-    let digits = match s.first() {
-        Some(b'-' | b'+') => &s[1..],
-        _ => s,
-    };
-    !digits.is_empty() && digits.len() <= 19 && digits.iter().all(u8::is_ascii_digit)
 }
 
 /// Whether HELP text has only the escapes its format allows.
@@ -652,45 +302,6 @@ pub(crate) fn valid_help(text: &[u8], format: Format) -> bool {
         }
     }
     true
-}
-
-/// The `(name, raw escaped value)` pairs of a label block that [`lex_sample`] accepted.
-pub(crate) fn label_pairs(block: &[u8]) -> LabelPairs<'_> {
-    LabelPairs { block, i: 0 }
-}
-
-/// Iterator returned by [`label_pairs`].
-#[derive(Debug, Clone)]
-pub(crate) struct LabelPairs<'a> {
-    block: &'a [u8],
-    i: usize,
-}
-
-impl<'a> Iterator for LabelPairs<'a> {
-    type Item = (&'a [u8], &'a [u8]);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let b = self.block;
-        let mut i = skip_blanks(b, self.i);
-        if i >= b.len() {
-            return None;
-        }
-        let ns = i;
-        while i < b.len() && LABEL_CONT[b[i] as usize] {
-            i += 1;
-        }
-        let name = &b[ns..i];
-        i = skip_blanks(b, i) + 1; // `=`
-        i = skip_blanks(b, i) + 1; // `"`
-        let ve = scan_quoted(b, i).ok()?;
-        let value = &b[i..ve];
-        i = skip_blanks(b, ve + 1);
-        if b.get(i) == Some(&b',') {
-            i += 1;
-        }
-        self.i = i;
-        Some((name, value))
-    }
 }
 
 /// A parsed `#` line.
@@ -897,40 +508,6 @@ mod tests {
             r#"a="x,y=z}",b="q\"uo\\te\nnl # not a comment""#
         );
         assert_eq!(part(l, s.value), "1");
-    }
-
-    #[test]
-    fn quote_search_matches_a_naive_scan() {
-        let alphabet = [
-            b'a',
-            b'"',
-            b'\\',
-            0x80,
-            0xff,
-            b'\n',
-            0x22 ^ 0x01,
-            0x5c ^ 0x80,
-        ];
-        let mut state = 12345u64;
-        for len in 0..200 {
-            for _ in 0..20 {
-                let v: Vec<u8> = (0..len)
-                    .map(|_| {
-                        state = state
-                            .wrapping_mul(6364136223846793005)
-                            .wrapping_add(1442695040888963407);
-                        let r = (state >> 33) as usize;
-                        if r % 16 == 0 {
-                            alphabet[(r / 16) % alphabet.len()]
-                        } else {
-                            b'x'
-                        }
-                    })
-                    .collect();
-                let naive = v.iter().position(|&b| b == b'"' || b == b'\\');
-                assert_eq!(find_quote_or_backslash(&v), naive, "{v:?}");
-            }
-        }
     }
 
     #[test]

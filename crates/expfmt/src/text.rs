@@ -4,7 +4,6 @@
 //! canonical shape and needs no added label: one `memcpy` per line. Anything else is written
 //! token by token from the lexed offsets, so values, timestamps and label order never change.
 
-use super::lex::label_pairs;
 use super::merge::{END, Merge};
 use super::out::Sink;
 use super::{Exposition, Family, Format, Sample};
@@ -36,32 +35,12 @@ pub fn write_text<S: Sink>(m: &Merge<'_>, out: &mut S) {
             let kind = first.kind.text_name().as_bytes();
             out.put_parts(&[b"# TYPE ", base, suffix, b" ", kind, b"\n"]);
         }
-        let mut p = fam.first;
-        while p != END {
+        for p in m.parts(fam) {
             let (src, family) = m.part_family(p);
-            let mut skip = m.skips_for(p).iter().map(|&(_, i)| i as usize).peekable();
-            for (idx, s) in src.samples(family).iter().enumerate() {
-                if skip.next_if_eq(&idx).is_some() {
-                    continue;
-                }
+            for s in m.written(p) {
                 write_sample(src, family, s, m, out);
             }
-            p = m.parts[p as usize].next;
         }
-    }
-}
-
-impl Merge<'_> {
-    /// A family gets a TYPE line when any upstream declared one for it.
-    pub(crate) fn families_typed(&self, fam: &super::merge::OutFamily) -> bool {
-        let mut p = fam.first;
-        while p != END {
-            if self.part_family(p).1.typed {
-                return true;
-            }
-            p = self.parts[p as usize].next;
-        }
-        false
     }
 }
 
@@ -87,7 +66,7 @@ pub(super) fn write_help_as_text(help: &[u8], from: Format, out: &mut Vec<u8>) {
 }
 
 fn write_sample<S: Sink>(src: &Exposition, fam: &Family, s: &Sample, m: &Merge<'_>, out: &mut S) {
-    let missing = missing_added(s, m.added.len());
+    let missing = m.missing_added(s);
     if missing == 0
         && let Some(line) = src.plain_line(s)
     {
@@ -105,7 +84,7 @@ fn write_sample<S: Sink>(src: &Exposition, fam: &Family, s: &Sample, m: &Merge<'
     let (a, b) = src.sample_name(fam, s);
     line.extend_from_slice(a);
     line.extend_from_slice(b);
-    write_labels(src, s, m, missing, line);
+    m.write_labels(src, s, missing, line);
     line.push(b' ');
     line.extend_from_slice(src.sample_part(s, lex.value));
     if lex.timestamp.0 != lex.timestamp.1 {
@@ -117,57 +96,6 @@ fn write_sample<S: Sink>(src: &Exposition, fam: &Family, s: &Sample, m: &Merge<'
         }
     }
     line.push(b'\n');
-}
-
-/// Bit mask of the added labels this sample lacks.
-#[inline]
-pub(crate) fn missing_added(s: &Sample, n: usize) -> u16 {
-    let all: u16 = if n >= 8 { 0xff } else { (1u16 << n) - 1 };
-    all & !(s.present() as u16)
-}
-
-/// `{labels,added}` in canonical form, or nothing when there are no labels at all.
-pub(crate) fn write_labels(
-    src: &Exposition,
-    s: &Sample,
-    m: &Merge<'_>,
-    missing: u16,
-    out: &mut Vec<u8>,
-) {
-    let block = src.sample_part(s, src.lex(s).labels);
-    if block.is_empty() && missing == 0 {
-        return;
-    }
-    out.push(b'{');
-    let mut any = false;
-    if s.canonical() {
-        out.extend_from_slice(block);
-        any = !block.is_empty();
-    } else {
-        for (name, value) in label_pairs(block) {
-            if any {
-                out.push(b',');
-            }
-            any = true;
-            out.extend_from_slice(name);
-            out.extend_from_slice(b"=\"");
-            out.extend_from_slice(value);
-            out.push(b'"');
-        }
-    }
-    for (bit, label) in m.added.iter().enumerate().take(8) {
-        if missing & (1 << bit) != 0 {
-            if any {
-                out.push(b',');
-            }
-            any = true;
-            out.extend_from_slice(label.name());
-            out.extend_from_slice(b"=\"");
-            out.extend_from_slice(label.escaped_value());
-            out.push(b'"');
-        }
-    }
-    out.push(b'}');
 }
 
 /// prometheus_client renders an OpenMetrics timestamp `t` (seconds) in text 0.0.4 as

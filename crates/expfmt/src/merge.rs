@@ -10,7 +10,6 @@ use std::collections::hash_map::Entry;
 
 use super::hash::{PairHasher, PassThrough, pair_hash};
 use super::lex::label_pairs;
-use super::text::missing_added;
 use super::{Exposition, Family, Kind, Sample, Selection};
 
 /// A label sysport adds to every engine series that lacks it.
@@ -57,6 +56,7 @@ pub struct MergeOptions<'a> {
     pub added: &'a [AddedLabel],
     /// Only the families this selects, when given.
     pub names: Option<&'a Selection>,
+    /// The key of the series hashes (the one the sources were parsed with).
     pub hasher: PairHasher,
 }
 
@@ -98,13 +98,13 @@ pub(crate) const END: u32 = u32::MAX;
 /// The merged view of several expositions, ready to be written in either format.
 #[derive(Debug)]
 pub struct Merge<'a> {
-    pub(crate) sources: &'a [&'a Exposition],
+    sources: &'a [&'a Exposition],
     pub(crate) families: Vec<OutFamily>,
-    pub(crate) parts: Vec<Part>,
+    parts: Vec<Part>,
     /// Samples to skip, as `(part, sample index within the family)`, in writing order.
-    pub(crate) skip: Vec<(u32, u32)>,
-    pub(crate) added: &'a [AddedLabel],
-    pub(crate) hasher: PairHasher,
+    skip: Vec<(u32, u32)>,
+    added: &'a [AddedLabel],
+    hasher: PairHasher,
     /// Every family name, concatenated.
     names: Vec<u8>,
     stats: Vec<MergeStats>,
@@ -132,12 +132,93 @@ impl<'a> Merge<'a> {
         (src, &src.families()[part.family as usize])
     }
 
+    /// The parts of an output family, in upstream order.
+    pub(crate) fn parts(&self, fam: &OutFamily) -> impl Iterator<Item = u32> + '_ {
+        let parts = &self.parts;
+        std::iter::successors((fam.first != END).then_some(fam.first), move |&p| {
+            let next = parts[p as usize].next;
+            (next != END).then_some(next)
+        })
+    }
+
     /// The samples of part `p` to leave out (sorted by sample index).
-    pub(crate) fn skips_for(&self, p: u32) -> &[(u32, u32)] {
+    fn skips_for(&self, p: u32) -> &[(u32, u32)] {
         // Parts are numbered in the order they were visited, so `skip` is sorted by part.
         let start = self.skip.partition_point(|&(sp, _)| sp < p);
         let end = self.skip.partition_point(|&(sp, _)| sp <= p);
         &self.skip[start..end]
+    }
+
+    /// The samples of part `p` that are written: all but the duplicates.
+    pub(crate) fn written(&self, p: u32) -> impl Iterator<Item = &'a Sample> + '_ {
+        let (src, fam) = self.part_family(p);
+        let mut skip = self
+            .skips_for(p)
+            .iter()
+            .map(|&(_, i)| i as usize)
+            .peekable();
+        src.samples(fam)
+            .iter()
+            .enumerate()
+            .filter_map(move |(idx, s)| skip.next_if_eq(&idx).is_none().then_some(s))
+    }
+
+    /// A family gets a TYPE line when any upstream declared one for it.
+    pub(crate) fn families_typed(&self, fam: &OutFamily) -> bool {
+        self.parts(fam).any(|p| self.part_family(p).1.typed)
+    }
+
+    /// Bit mask of the added labels sample `s` lacks.
+    #[inline]
+    pub(crate) fn missing_added(&self, s: &Sample) -> u16 {
+        let n = self.added.len();
+        let all: u16 = if n >= 8 { 0xff } else { (1u16 << n) - 1 };
+        all & !(s.present() as u16)
+    }
+
+    /// `{labels,added}` of sample `s` of `src` in canonical form, `missing` being
+    /// [`Merge::missing_added`]; nothing when there are no labels at all.
+    pub(crate) fn write_labels(
+        &self,
+        src: &Exposition,
+        s: &Sample,
+        missing: u16,
+        out: &mut Vec<u8>,
+    ) {
+        let block = src.sample_part(s, src.lex(s).labels);
+        if block.is_empty() && missing == 0 {
+            return;
+        }
+        out.push(b'{');
+        let mut any = false;
+        if s.canonical() {
+            out.extend_from_slice(block);
+            any = !block.is_empty();
+        } else {
+            for (name, value) in label_pairs(block) {
+                if any {
+                    out.push(b',');
+                }
+                any = true;
+                out.extend_from_slice(name);
+                out.extend_from_slice(b"=\"");
+                out.extend_from_slice(value);
+                out.push(b'"');
+            }
+        }
+        for (bit, label) in self.added.iter().enumerate().take(8) {
+            if missing & (1 << bit) != 0 {
+                if any {
+                    out.push(b',');
+                }
+                any = true;
+                out.extend_from_slice(label.name());
+                out.extend_from_slice(b"=\"");
+                out.extend_from_slice(label.escaped_value());
+                out.push(b'"');
+            }
+        }
+        out.push(b'}');
     }
 
     /// Bytes the written output will roughly need.
@@ -168,6 +249,33 @@ impl<'a> Merge<'a> {
 
 /// Merges expositions given in upstream order.
 pub fn merge<'a>(sources: &'a [&'a Exposition], opts: &MergeOptions<'a>) -> Merge<'a> {
+    let total: usize = sources.iter().map(|s| s.all_samples().len()).sum();
+    let tables = if total > PER_FAMILY_ABOVE {
+        Tables::PerFamily
+    } else {
+        Tables::One
+    };
+    merge_with(sources, opts, tables)
+}
+
+/// Below this many samples one table for the whole merge stays in cache anyway.
+const PER_FAMILY_ABOVE: usize = 4096;
+
+/// How a merge finds duplicate series ([`dedup`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tables {
+    /// One table for every sample of the merge.
+    One,
+    /// One table per output family, or [`Tables::One`] when two families share a sample name.
+    PerFamily,
+}
+
+/// [`merge`], finding duplicates with `tables`.
+pub(crate) fn merge_with<'a>(
+    sources: &'a [&'a Exposition],
+    opts: &MergeOptions<'a>,
+    tables: Tables,
+) -> Merge<'a> {
     let family_total: usize = sources.iter().map(|s| s.families().len()).sum();
     let mut m = Merge {
         sources,
@@ -244,7 +352,7 @@ pub fn merge<'a>(sources: &'a [&'a Exposition], opts: &MergeOptions<'a>) -> Merg
     }
     drop(by_name);
     m.names = arena;
-    dedup(&mut m, &added_hashes);
+    dedup(&mut m, &added_hashes, tables);
     m
 }
 
@@ -257,69 +365,66 @@ pub fn merge<'a>(sources: &'a [&'a Exposition], opts: &MergeOptions<'a>) -> Merg
 /// stays the size of the largest family instead of the whole scrape (4.5 MB at 16 MB). When two
 /// output families do share a sample name (a histogram `x` from one upstream, a gauge `x_count`
 /// from another), the merge is deduplicated again with one table for everything.
-fn dedup(m: &mut Merge<'_>, added_hashes: &[u64]) {
-    let total: usize = m.sources.iter().map(|s| s.all_samples().len()).sum();
-    if total > PER_FAMILY_ABOVE && dedup_per_family(m, added_hashes) {
-        return;
-    }
-    m.skip.clear();
-    for s in &mut m.stats {
-        s.kept = 0;
-        s.duplicate = 0;
-    }
-    let mut d = Dedup {
-        seen: HashMap::with_capacity_and_hasher(total, PassThrough),
-        groups: HashMap::with_hasher(PassThrough),
-        owners: None,
+fn dedup(m: &mut Merge<'_>, added_hashes: &[u64], tables: Tables) {
+    let stats = std::mem::take(&mut m.stats);
+    let per_family = match tables {
+        Tables::PerFamily => dedup_per_family(m, added_hashes, stats),
+        Tables::One => Err(stats),
     };
+    let d = per_family.unwrap_or_else(|stats| {
+        let total = m.sources.iter().map(|s| s.all_samples().len()).sum();
+        dedup_one_table(m, total, added_hashes, stats)
+    });
+    m.skip = d.skip;
+    m.stats = d.stats;
+}
+
+/// [`dedup`] with one table for every sample of the merge.
+fn dedup_one_table(
+    m: &Merge<'_>,
+    total: usize,
+    added_hashes: &[u64],
+    stats: Vec<MergeStats>,
+) -> Dedup {
+    let mut d = Dedup::new(m, total, false, stats);
     for p in 0..m.parts.len() as u32 {
         d.part(m, p, added_hashes);
     }
+    d
 }
 
-/// Below this many samples one table for the whole merge stays in cache anyway. Unit tests
-/// take the per-family way for every input, so that it meets all their cases.
-#[cfg(not(test))]
-const PER_FAMILY_ABOVE: usize = 4096;
-#[cfg(test)]
-const PER_FAMILY_ABOVE: usize = 0;
-
-/// [`dedup`] with one table per output family; `false` (and partial results) when two output
-/// families share a sample name.
-fn dedup_per_family(m: &mut Merge<'_>, added_hashes: &[u64]) -> bool {
-    let mut largest = 0;
+/// [`dedup`] with one table per output family; `stats` given back when two output families
+/// share a sample name.
+fn dedup_per_family(
+    m: &Merge<'_>,
+    added_hashes: &[u64],
+    stats: Vec<MergeStats>,
+) -> Result<Dedup, Vec<MergeStats>> {
+    let largest = m
+        .families
+        .iter()
+        .map(|fam| {
+            m.parts(fam)
+                .map(|p| {
+                    let (src, f) = m.part_family(p);
+                    src.samples(f).len()
+                })
+                .sum::<usize>()
+        })
+        .max()
+        .unwrap_or(0);
+    let mut d = Dedup::new(m, largest, true, stats);
     for fam in &m.families {
-        let mut n = 0;
-        let mut p = fam.first;
-        while p != END {
-            let (src, f) = m.part_family(p);
-            n += src.samples(f).len();
-            p = m.parts[p as usize].next;
-        }
-        largest = largest.max(n);
-    }
-    let mut d = Dedup {
-        seen: HashMap::with_capacity_and_hasher(largest, PassThrough),
-        groups: HashMap::with_hasher(PassThrough),
-        // Histograms and summaries have three sample names a family.
-        owners: Some(HashMap::with_capacity_and_hasher(
-            3 * m.families.len(),
-            PassThrough,
-        )),
-    };
-    for out in 0..m.families.len() {
         d.seen.clear();
-        let mut p = m.families[out].first;
-        while p != END {
+        for p in m.parts(fam) {
             if !d.part(m, p, added_hashes) {
-                return false;
+                return Err(d.into_stats());
             }
-            p = m.parts[p as usize].next;
         }
     }
     // Written part by part: skips are looked up in part order.
-    m.skip.sort_unstable();
-    true
+    d.skip.sort_unstable();
+    Ok(d)
 }
 
 /// Duplicate tables.
@@ -331,12 +436,41 @@ struct Dedup {
     groups: HashMap<u64, (u32, u32), PassThrough>,
     /// When `seen` is per family: sample name hash → the output family that has it.
     owners: Option<HashMap<u64, u32, PassThrough>>,
+    /// What [`Merge::skip`] becomes.
+    skip: Vec<(u32, u32)>,
+    /// What [`Merge::stats`] becomes: the merge's conflicts, and the kept and duplicate
+    /// samples counted here.
+    stats: Vec<MergeStats>,
 }
 
 impl Dedup {
+    /// Tables for `m`, `seen` with room for `capacity` series, one per output family when
+    /// `per_family`; `stats` holds the merge's conflicts, and nothing counted here yet.
+    fn new(m: &Merge<'_>, capacity: usize, per_family: bool, stats: Vec<MergeStats>) -> Dedup {
+        Dedup {
+            seen: HashMap::with_capacity_and_hasher(capacity, PassThrough),
+            groups: HashMap::with_hasher(PassThrough),
+            // Histograms and summaries have three sample names a family.
+            owners: per_family
+                .then(|| HashMap::with_capacity_and_hasher(3 * m.families.len(), PassThrough)),
+            skip: Vec::new(),
+            stats,
+        }
+    }
+
+    /// The counts it was given, without what it counted.
+    fn into_stats(self) -> Vec<MergeStats> {
+        let mut stats = self.stats;
+        for s in &mut stats {
+            s.kept = 0;
+            s.duplicate = 0;
+        }
+        stats
+    }
+
     /// Dedups the samples of part `p`; `false` when a per-family table cannot be used because
     /// another output family has a sample of the same name.
-    fn part(&mut self, m: &mut Merge<'_>, p: u32, added_hashes: &[u64]) -> bool {
+    fn part(&mut self, m: &Merge<'_>, p: u32, added_hashes: &[u64]) -> bool {
         let part = m.parts[p as usize];
         let (src, fam) = m.part_family(p);
         let out = &m.families[part.out as usize];
@@ -377,8 +511,8 @@ impl Dedup {
                                 group_label(fam.kind),
                             )
                         {
-                            m.skip.push((p, idx as u32));
-                            m.stats[si].duplicate += 1;
+                            self.skip.push((p, idx as u32));
+                            self.stats[si].duplicate += 1;
                             continue;
                         }
                     }
@@ -388,18 +522,18 @@ impl Dedup {
             match self.seen.entry(h) {
                 Entry::Vacant(v) => {
                     v.insert((p, idx as u32));
-                    m.stats[si].kept += 1;
+                    self.stats[si].kept += 1;
                 }
                 Entry::Occupied(o) => {
                     let (op, oidx) = *o.get();
                     let (osrc, ofam) = m.part_family(op);
                     let other = &osrc.samples(ofam)[oidx as usize];
                     if same_series((osrc, ofam, other), (src, fam, s), m.added) {
-                        m.skip.push((p, idx as u32));
-                        m.stats[si].duplicate += 1;
+                        self.skip.push((p, idx as u32));
+                        self.stats[si].duplicate += 1;
                     } else {
                         // A 64-bit collision between different series: keep both.
-                        m.stats[si].kept += 1;
+                        self.stats[si].kept += 1;
                     }
                 }
             }
@@ -421,7 +555,7 @@ fn group_label(kind: Kind) -> Option<&'static [u8]> {
 /// the label that [`group_label`] names for its kind.
 pub(crate) fn group_key(m: &Merge<'_>, src: &Exposition, kind: Kind, s: &Sample) -> u64 {
     let mut key = s.labels_hash();
-    let missing = missing_added(s, m.added.len());
+    let missing = m.missing_added(s);
     for (bit, l) in m.added.iter().enumerate().take(8) {
         if missing & (1 << bit) != 0 {
             key = key.wrapping_add(pair_hash(m.hasher, l.name(), l.escaped_value()));

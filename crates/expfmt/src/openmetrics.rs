@@ -13,7 +13,6 @@ use std::collections::{HashMap, HashSet};
 use super::hash::PassThrough;
 use super::lex::{label_pairs, valid_float};
 use super::merge::{END, Merge, OutFamily, group_key};
-use super::text::{missing_added, write_labels};
 use super::{Exposition, Family, Format, Kind, Role, Sample, Suffix};
 
 /// What OpenMetrics output had to leave out.
@@ -186,14 +185,9 @@ fn collect<'a>(
     add_total: bool,
     into: &mut Vec<Item<'a>>,
 ) {
-    let mut p = f.first;
-    while p != END {
+    for p in m.parts(f) {
         let (src, fam) = m.part_family(p);
-        let mut skip = m.skips_for(p).iter().map(|&(_, i)| i as usize).peekable();
-        for (idx, s) in src.samples(fam).iter().enumerate() {
-            if skip.next_if_eq(&idx).is_some() {
-                continue;
-            }
+        for s in m.written(p) {
             let group = group_key(m, src, kind, s);
             into.push(Item {
                 src,
@@ -203,7 +197,6 @@ fn collect<'a>(
                 add_total,
             });
         }
-        p = m.parts[p as usize].next;
     }
 }
 
@@ -359,14 +352,14 @@ fn write_grouped(
 
 fn write_sample(m: &Merge<'_>, kind: Kind, it: &Item<'_>, out: &mut Vec<u8>) {
     let (src, s) = (it.src, it.s);
-    let missing = missing_added(s, m.added.len());
+    let missing = m.missing_added(s);
     let (a, b) = src.sample_name(it.fam, s);
     out.extend_from_slice(a);
     out.extend_from_slice(b);
     if it.add_total {
         out.extend_from_slice(b"_total");
     }
-    write_labels(src, s, m, missing, out);
+    m.write_labels(src, s, missing, out);
     out.push(b' ');
     let lex = src.lex(s);
     write_value(src.sample_part(s, lex.value), out);

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
-use super::parse::{
+use super::parse::split::{
     PARALLEL_MIN_BYTES, parse_in_runs, parse_joined, parse_shared_with, split_point,
 };
 use super::tests::{FIXTURES, LIMITS, fixture};
@@ -159,6 +159,24 @@ fn disjoint_families_are_joined() {
         ..case(body, Format::Text)
     };
     assert_eq!(check_all(&c), 2);
+}
+
+#[test]
+fn the_first_malformed_line_keeps_its_number_in_the_joined_parse() {
+    // Malformed lines in the rest only (line 7), and in both parts (line 3 first).
+    let rest_only = "# TYPE vllm:a gauge\nvllm:a 1\nvllm:a{x=\"2\"} 2\n# TYPE vllm:b gauge\nvllm:b 3\nvllm:b{x=\"1\"} 4\nvllm:b{x=\"2\"} x\n";
+    let both = rest_only.replace("vllm:a{x=\"2\"} 2", "vllm:a{x=\"2\"} y");
+    for (body, line) in [(rest_only, 7), (both.as_str(), 3)] {
+        let c = case(body, Format::Text);
+        let cut = body.find("# TYPE vllm:b").expect("second family");
+        let joined = parse_joined_at(&c, cut)
+            .expect("within limits")
+            .expect("disjoint families join");
+        let first = joined.stats().first_malformed.expect("a malformed line");
+        assert_eq!(first.line, line, "{body}");
+        assert_eq!(first.rule, Rule::Line(LineError::BadValue));
+        assert_eq!(Ok(joined), one_pass(&c));
+    }
 }
 
 #[test]

@@ -1,11 +1,12 @@
-//! The exposition format, pure and I/O-free: bytes in, bytes out.
+//! The exposition format, pure and I/O-free: bytes in, bytes out. Nothing here does I/O or
+//! speaks HTTP; the crate's dependency list (bytes, memchr, thiserror) keeps it so.
 //!
-//! - [`parse`] lexes one upstream body (text 0.0.4 or OpenMetrics 1.0) without copying it, keeps
+//! - [`parse()`] lexes one upstream body (text 0.0.4 or OpenMetrics 1.0) without copying it, keeps
 //!   only the families whose names start with the upstream's `keep` prefixes, and groups samples
 //!   by family. The result, an [`Exposition`], owns the body and refers into it by offsets, so it
 //!   can be cached and shared between concurrent scrapes. A large body is parsed by two threads
 //!   at once, with the result of a parse in one pass ([`Split`]).
-//! - [`merge`] combines several expositions: one HELP/TYPE per family, TYPE conflicts and
+//! - [`merge()`] combines several expositions: one HELP/TYPE per family, TYPE conflicts and
 //!   duplicate series dropped and counted.
 //! - [`Selection`] is what a reader's `?name=` selects, for merging and for asking an engine.
 //! - [`write_text`] and [`write_openmetrics`] render a merge into a [`Sink`]: one pre-sized
@@ -15,6 +16,9 @@
 //! its `x_created` is a gauge family of its own, as `prometheus_client` renders them), because
 //! that is what Prometheus stores and what most scrapers ask for. OpenMetrics input is mapped
 //! into that model when parsed, and OpenMetrics output maps back.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 mod hash;
 mod lex;
@@ -32,13 +36,16 @@ pub use merge::{AddedLabel, Merge, MergeOptions, MergeStats, merge};
 pub use openmetrics::{OPENMETRICS_EOF, OpenMetricsStats, write_openmetrics};
 pub use out::{Pieces, Sink};
 pub use parse::{
-    Limit, ParseError, ParseLimits, ParseOptions, Split, parse, parse_after, parse_with,
+    Limit, Malformed, ParseError, ParseLimits, ParseOptions, Rule, Split, parse, parse_after,
+    parse_with,
 };
 pub use select::Selection;
 pub use text::write_text;
 pub use values::write_value;
 
 use bytes::Bytes;
+
+use lex::{LexKey, LexOptions};
 
 /// Content type of text format 0.0.4 as sysport serves it.
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -95,13 +102,21 @@ fn ends_with_eof(body: &[u8]) -> bool {
 /// A metric type. Text 0.0.4 has the first five; OpenMetrics adds the rest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// `counter`.
     Counter,
+    /// `gauge`.
     Gauge,
+    /// `histogram`.
     Histogram,
+    /// `summary`.
     Summary,
+    /// `untyped` in text 0.0.4, `unknown` in OpenMetrics.
     Untyped,
+    /// OpenMetrics `info`.
     Info,
+    /// OpenMetrics `stateset`.
     StateSet,
+    /// OpenMetrics `gaugehistogram`.
     GaugeHistogram,
 }
 
@@ -150,14 +165,23 @@ impl Kind {
 /// A sample-name suffix relative to a family's declared name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Suffix {
+    /// No suffix: the sample is named as its family.
     None,
+    /// `_total`.
     Total,
+    /// `_created`.
     Created,
+    /// `_bucket`.
     Bucket,
+    /// `_count`.
     Count,
+    /// `_sum`.
     Sum,
+    /// `_gcount`.
     GCount,
+    /// `_gsum`.
     GSum,
+    /// `_info`.
     Info,
 }
 
@@ -225,7 +249,9 @@ impl Suffix {
 /// A range of bytes in an upstream body.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Span {
+    /// The first byte.
     pub start: u32,
+    /// Just after the last byte.
     pub end: u32,
 }
 
@@ -433,6 +459,16 @@ impl Sample {
         }
     }
 
+    /// Where the line's labels end (its `}`, relative to the line) when a later line that
+    /// repeats the line up to there may take its name and labels as lexed: the line was
+    /// canonical, had labels, and its lexing is held here (no timestamp or exemplar, under
+    /// 64 KiB).
+    #[inline]
+    pub(crate) fn reusable_labels_end(&self) -> Option<usize> {
+        let close = self.offsets[3] as usize;
+        (self.flags & (CANONICAL | SIDE) == CANONICAL && close != 0).then_some(close)
+    }
+
     /// Whether the sample's name (as [`Exposition::sample_name`] gives it) is the one of the
     /// sample before it in [`Exposition::all_samples`]; `false` when not known.
     #[inline]
@@ -483,10 +519,12 @@ pub struct ParseStats {
     pub malformed: u64,
     /// Sample names recovered from an escaped form (prometheus/client_python#1177).
     pub renamed: u64,
+    /// The first line counted in `malformed`, so that it can be found and fixed.
+    pub first_malformed: Option<Malformed>,
 }
 
 /// One upstream body, lexed, filtered and grouped by family.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Exposition {
     body: Bytes,
     format: Format,
@@ -504,52 +542,38 @@ pub struct Exposition {
     by_name: FamilyIndex,
 }
 
-/// What, besides a line's bytes, decides how the line lexes: two parses with equal keys lex
-/// equal lines alike.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct LexKey {
-    hasher: PairHasher,
-    max_labels: usize,
-    max_label_value_bytes: usize,
-    /// Hash of the added label names.
-    added: u64,
-}
-
-impl LexKey {
-    pub(crate) fn of(opts: &ParseOptions<'_>) -> LexKey {
-        let added = opts
-            .added_labels
-            .iter()
-            .fold(opts.added_labels.len() as u64, |h, a| {
-                h.rotate_left(17) ^ opts.hasher.bytes(a)
-            });
-        LexKey {
-            hasher: opts.hasher,
-            max_labels: opts.limits.max_labels,
-            max_label_value_bytes: opts.limits.max_label_value_bytes,
-            added,
-        }
+/// Two expositions are equal when they hold the same parse of the same body. The family index
+/// is left out: it is made from the families, on first use.
+impl PartialEq for Exposition {
+    fn eq(&self, other: &Self) -> bool {
+        // Every field is named, so a new one does not compile until it is compared or left out.
+        let Exposition {
+            body,
+            format,
+            families,
+            samples,
+            side,
+            stats,
+            kept_bytes,
+            lexed_with,
+            by_name: _,
+        } = self;
+        *body == other.body
+            && *format == other.format
+            && *families == other.families
+            && *samples == other.samples
+            && *side == other.side
+            && *stats == other.stats
+            && *kept_bytes == other.kept_bytes
+            && *lexed_with == other.lexed_with
     }
 }
+
+impl Eq for Exposition {}
 
 /// An index of an exposition's families by [`family_key`], made on first use.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct FamilyIndex(std::sync::OnceLock<std::collections::HashMap<u64, u32, hash::PassThrough>>);
-
-impl Clone for FamilyIndex {
-    fn clone(&self) -> Self {
-        FamilyIndex::default()
-    }
-}
-
-/// Derived from the families, so it never makes two expositions differ.
-impl PartialEq for FamilyIndex {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for FamilyIndex {}
 
 /// The key of a family of declared name `base` in role `role`.
 fn family_key(hasher: PairHasher, base: &[u8], role: Role) -> u64 {
@@ -567,12 +591,13 @@ impl Exposition {
             side: Vec::new(),
             stats: ParseStats::default(),
             kept_bytes: 0,
-            lexed_with: LexKey {
-                hasher: PairHasher::new(0),
+            lexed_with: LexKey::of(&LexOptions {
+                format: Format::Text,
                 max_labels: 0,
                 max_label_value_bytes: 0,
-                added: 0,
-            },
+                added: &[],
+                hasher: PairHasher::new(0),
+            }),
             by_name: FamilyIndex::default(),
         }
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use super::parse::REUSED;
+use super::parse::prior::REUSED;
 use super::tests::{FIXTURES, LIMITS, fixture};
 use super::*;
 

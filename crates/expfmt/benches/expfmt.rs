@@ -34,14 +34,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{Criterion, SamplingMode, Throughput};
-use sysport::expfmt::{
-    self, AddedLabel, Format, MergeOptions, PairHasher, ParseLimits, ParseOptions,
+use sysport_expfmt::{
+    self as expfmt, AddedLabel, Format, MergeOptions, PairHasher, ParseLimits, ParseOptions,
 };
 
-const SMALL_PROM: &[u8] = include_bytes!("../tests/fixtures/small.prom");
-const SMALL_OM: &[u8] = include_bytes!("../tests/fixtures/small.openmetrics.txt");
-const MEDIUM_PROM: &[u8] = include_bytes!("../tests/fixtures/medium.prom");
-const MEDIUM_OM: &[u8] = include_bytes!("../tests/fixtures/medium.openmetrics.txt");
+const SMALL_PROM: &[u8] = include_bytes!("../../../tests/fixtures/small.prom");
+const SMALL_OM: &[u8] = include_bytes!("../../../tests/fixtures/small.openmetrics.txt");
+const MEDIUM_PROM: &[u8] = include_bytes!("../../../tests/fixtures/medium.prom");
+const MEDIUM_OM: &[u8] = include_bytes!("../../../tests/fixtures/medium.openmetrics.txt");
 
 const KEEP: [&str; 2] = ["vllm:", "lmcache:"];
 
@@ -279,7 +279,8 @@ struct Generator {
 
 impl Generator {
     fn find() -> Option<Generator> {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        // The repository root, two levels above this crate.
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let script = std::env::var_os("GEN_VLLM_LIKE")
             .map(PathBuf::from)
             .unwrap_or_else(|| root.join("../shared/fixtures/gen_vllm_like.py"));

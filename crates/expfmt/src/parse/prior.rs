@@ -1,0 +1,86 @@
+//! The reuse of the previous page: a sample line whose name and labels are byte for byte those
+//! of the line at the same place of its family in the previous parse of the same upstream takes
+//! their lexing from there ([`crate::parse_after`]).
+
+use super::family::family_slot;
+use super::{NONE, Parser};
+use crate::lex;
+use crate::lex::LexKey;
+use crate::{Exposition, Format, ParseOptions, Suffix};
+
+#[cfg(test)]
+thread_local! {
+    /// Lines this thread lexed from a prior's, for tests to see the prior used.
+    pub(crate) static REUSED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// A family whose place in `prior` has not been looked up yet.
+pub(super) const UNSEEN: (u32, u32) = (NONE, NONE);
+
+impl Parser<'_, '_> {
+    /// Where the samples of declaration `d` with `suffix` stand in `prior`: the next one to
+    /// compare a line with and the end of their family's, `(0, 0)` when it has none.
+    pub(super) fn prior_cursor(&self, d: u32, suffix: Suffix) -> (u32, u32) {
+        let Some(prior) = self.prior else {
+            return (0, 0);
+        };
+        let (slot, role) = family_slot(self.format, suffix);
+        let decl = &self.decls[d as usize];
+        let family = decl.families[slot];
+        if family != NONE
+            && let Some(&c) = self.cursors.get(family as usize)
+            && c != UNSEEN
+        {
+            return c;
+        }
+        prior
+            .find_family(decl.name.of(self.body), role)
+            .unwrap_or((0, 0))
+    }
+
+    /// The lexing of the sample of `prior` at `cursor`, or of the one after it (a series gone
+    /// since), when that line had labels, was canonical without timestamp or exemplar, and
+    /// starts with the same bytes as `line` up to and including its `}`; and where the cursor
+    /// goes next.
+    pub(super) fn prior_match(
+        &self,
+        line: &[u8],
+        cursor: (u32, u32),
+    ) -> (Option<lex::SampleLex>, u32) {
+        let Some(prior) = self.prior else {
+            return (None, 0);
+        };
+        let (at, end) = cursor;
+        let candidate = |k: u32| {
+            let sample = &prior.samples[k as usize];
+            sample.reusable_labels_end().map(|close| (sample, close))
+        };
+        for k in at..end.min(at.saturating_add(2)) {
+            if let Some((sample, close)) = candidate(k) {
+                let start = sample.line_start() as usize;
+                if line.len() > close && line[..=close] == prior.body[start..=start + close] {
+                    #[cfg(test)]
+                    REUSED.with(|n| n.set(n.get() + 1));
+                    return (Some(prior.lex(sample)), k + 1);
+                }
+            }
+        }
+        // A line no later one can match is passed; a series new since stays before the rest.
+        let next = if at < end && candidate(at).is_none() {
+            at + 1
+        } else {
+            at
+        };
+        (None, next)
+    }
+}
+
+/// `prior`, if its lines were lexed as a parse with `format` and `opts` lexes them.
+pub(super) fn usable<'p>(
+    prior: Option<&'p Exposition>,
+    format: Format,
+    opts: &ParseOptions<'_>,
+) -> Option<&'p Exposition> {
+    let key = LexKey::of(&opts.lex_options(format));
+    prior.filter(|p| p.lexed_with == key)
+}
