@@ -651,10 +651,7 @@ fn parse_for(
                 && exp.families().is_empty()
             {
                 return Err(ScrapeError::NotExposition {
-                    content_type: fetched
-                        .content_type
-                        .as_deref()
-                        .map_or_else(|| "none".to_string(), |ct| format!("{ct:?}")),
+                    content_type: fetched.content_type.clone(),
                     malformed: stats.malformed,
                 });
             }
