@@ -168,6 +168,8 @@ pub struct UpstreamStatus {
     pub last_error: Option<String>,
     /// When the last failed fetch finished.
     pub last_error_at: Option<SystemTime>,
+    /// Since when the fetches have succeeded, or failed, as the last one did.
+    pub state_since: Option<SystemTime>,
     /// When the upstream last answered successfully.
     pub last_success: Option<Instant>,
     /// The last fetch.
@@ -290,6 +292,7 @@ impl Scraper {
             up: s.up,
             last_error: s.last_error.clone(),
             last_error_at: s.recorded.last_error_at(),
+            state_since: s.recorded.since(),
             last_success: s.last_success,
             last: s.recorded.last(),
             response_bytes: s.recorded.response_bytes(),

@@ -109,6 +109,7 @@ async fn status_keeps_its_schema_and_agrees_with_health_and_metrics() {
                 "required",
                 "up",
                 "state",
+                "state_since",
                 "last_error",
                 "last_error_at",
                 "last_scrape",

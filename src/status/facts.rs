@@ -67,6 +67,8 @@ pub struct UpstreamFacts {
     /// Whether the last scrape succeeded; `None` before the first.
     pub up: Option<bool>,
     pub state: State,
+    /// Since when the upstream has been up, or down.
+    pub state_since: Option<Timestamp>,
     /// The error of the last failed scrape, kept after the upstream recovers.
     pub last_error: Option<String>,
     pub last_error_at: Option<Timestamp>,
@@ -171,6 +173,7 @@ impl Facts {
                     required: u.required,
                     up: s.up,
                     state,
+                    state_since: s.state_since.map(Timestamp),
                     last_error: s.last_error,
                     last_error_at: s.last_error_at.map(Timestamp),
                     last_scrape: s.last.map(|l| LastScrapeFacts {

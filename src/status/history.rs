@@ -71,6 +71,8 @@ pub struct Recorded {
     origin: Instant,
     last: Option<LastScrape>,
     last_error_at: Option<SystemTime>,
+    /// Whether the last scrape succeeded, and since when they have (or have failed).
+    since: Option<(bool, SystemTime)>,
     response_bytes: Option<u64>,
     buckets: Box<[Bucket]>,
 }
@@ -88,6 +90,7 @@ impl Recorded {
             origin,
             last: None,
             last_error_at: None,
+            since: None,
             response_bytes: None,
             buckets: vec![Bucket::default(); WINDOW_SECONDS].into_boxed_slice(),
         }
@@ -108,6 +111,9 @@ impl Recorded {
         });
         if failed {
             self.last_error_at = Some(wall);
+        }
+        if self.since.map(|(ok, _)| ok) != Some(!failed) {
+            self.since = Some((!failed, wall));
         }
         if !outcome.selective && outcome.body_bytes.is_some() {
             self.response_bytes = outcome.body_bytes;
@@ -143,6 +149,11 @@ impl Recorded {
     /// When the last failed scrape finished.
     pub fn last_error_at(&self) -> Option<SystemTime> {
         self.last_error_at
+    }
+
+    /// When the scrapes began to succeed, or to fail, as the last one did.
+    pub fn since(&self) -> Option<SystemTime> {
+        self.since.map(|(_, at)| at)
     }
 
     /// The decoded size of the last full page that arrived.
@@ -191,16 +202,24 @@ mod tests {
         let origin = Instant::now();
         let mut r = Recorded::new(origin);
         let at = |ms| origin + Duration::from_millis(ms);
-        r.record_at(at(10), SystemTime::now(), full("success", 4, Some(100)));
-        r.record_at(at(500), SystemTime::now(), full("timeout", 900, None));
-        r.record_at(at(990), SystemTime::now(), full("success", 7, Some(120)));
+        let wall = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        r.record_at(at(10), wall(1), full("success", 4, Some(100)));
+        assert_eq!(r.since(), Some(wall(1)));
+        r.record_at(at(500), wall(2), full("timeout", 900, None));
+        assert_eq!(r.since(), Some(wall(2)));
+        r.record_at(at(990), wall(3), full("success", 7, Some(120)));
         let selective = Outcome {
             selective: true,
             took: Duration::from_secs(3),
             ..full("success", 0, Some(5))
         };
         r.record_at(at(995), SystemTime::now(), selective);
-        r.record_at(at(2_100), SystemTime::now(), full("success", 5, Some(121)));
+        r.record_at(at(2_100), wall(4), full("success", 5, Some(121)));
+        assert_eq!(
+            r.since(),
+            Some(wall(3)),
+            "up since the first success after the failure"
+        );
         let points = r.points(at(2_500));
         assert_eq!(points.len(), 2, "{points:?}");
         let first = points[0];
@@ -235,6 +254,8 @@ mod tests {
             );
         }
         assert_eq!(r.buckets.len(), WINDOW_SECONDS);
+        // What the README says an upstream's ring costs.
+        assert!(std::mem::size_of::<Bucket>() * WINDOW_SECONDS <= 15 << 10);
         let points = r.points(origin + Duration::from_millis(1_199_990));
         assert_eq!(points.len(), WINDOW_SECONDS);
         assert_eq!(points[0].seconds_ago as usize, WINDOW_SECONDS - 1);

@@ -111,10 +111,21 @@ fn card(u: &UpstreamFacts, now: SystemTime, out: &mut String) {
         State::Down => ("bad", "down"),
         State::Unknown => ("idle", "not scraped yet"),
     };
+    let since = u
+        .state_since
+        .filter(|_| u.state != State::Unknown)
+        .map(|t| {
+            let secs = now.duration_since(t.0).unwrap_or(Duration::ZERO);
+            format!(
+                " <span class=\"since\">for {}</span>",
+                uptime(secs.as_secs_f64())
+            )
+        })
+        .unwrap_or_default();
     let _ = write!(
         out,
         "<section class=\"card {class}\" id=\"upstream-{0}\"><h2>{0} \
-         <span class=\"badge {class}\">{word}</span></h2><p class=\"url\">{1}</p>",
+         <span class=\"badge {class}\">{word}</span>{since}</h2><p class=\"url\">{1}</p>",
         Esc(&u.name),
         Esc(&u.url),
     );
