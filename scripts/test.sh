@@ -6,6 +6,7 @@
 #   - openssl (the TLS tests make their certificates with it) and prlimit (util-linux: the
 #     listener tests run sysport under a 1024-descriptor limit)
 #   - Debian's golang-go and golang-github-prometheus-common-dev (the endpoint-picker client)
+#   - Debian's chromium and fonts-dejavu-core (the status page in a headless browser)
 #   - a Python venv at .venv with prometheus-client (and the deploy linters)
 # Usage: scripts/test.sh            (from anywhere; CI runs it through .ci/run)
 set -euo pipefail
@@ -43,6 +44,9 @@ ensure_tools() {
   command -v go >/dev/null || missing+=(golang-go)
   [ -d /usr/share/gocode/src/github.com/prometheus/common/expfmt ] \
     || missing+=(golang-github-prometheus-common-dev)
+  # The status page in a real browser, with a font to render its text in.
+  command -v chromium >/dev/null || missing+=(chromium)
+  [ -d /usr/share/fonts/truetype/dejavu ] || missing+=(fonts-dejavu-core)
   if [ "${#missing[@]}" -gt 0 ]; then
     echo "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive

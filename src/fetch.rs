@@ -20,14 +20,16 @@ use crate::expfmt::Format;
 pub enum ScrapeError {
     #[error("timed out after {0:?}")]
     Timeout(Duration),
+    #[error("connection refused")]
+    Refused,
     #[error("cannot connect: {0}")]
     Connect(String),
     #[error("connection reset or closed mid-response: {0}")]
     Reset(String),
-    #[error("HTTP status {0}")]
+    #[error("HTTP {}", status_words(*.0))]
     Status(u16),
     #[error(
-        "redirected to {location} (HTTP {status}): not followed, the scrape target is the configured URL"
+        "redirect to {location} (HTTP {status}), not followed: the scrape target is the configured URL"
     )]
     Redirect { status: u16, location: String },
     #[error("response over the {limit} limit")]
@@ -35,12 +37,14 @@ pub enum ScrapeError {
     #[error("reading the response failed: {0}")]
     Body(String),
     #[error(
-        "not an exposition (Content-Type: {content_type}): no line reads as a sample or a \
-         family, {malformed} lines are unreadable; expected the Prometheus text format 0.0.4 \
-         (text/plain; version=0.0.4) or OpenMetrics (application/openmetrics-text)"
+        "not an exposition ({}): no line reads as a sample or a family, {malformed} lines are \
+         unreadable; expected the Prometheus text format 0.0.4 (text/plain; version=0.0.4) or \
+         OpenMetrics (application/openmetrics-text)",
+        content_type.as_deref().unwrap_or("no Content-Type")
     )]
     NotExposition {
-        content_type: String,
+        /// The response's Content-Type, when it had one.
+        content_type: Option<String>,
         malformed: u64,
     },
     #[error("request failed: {0}")]
@@ -52,7 +56,7 @@ impl ScrapeError {
     pub fn reason(&self) -> &'static str {
         match self {
             ScrapeError::Timeout(_) => "timeout",
-            ScrapeError::Connect(_) => "connect_error",
+            ScrapeError::Refused | ScrapeError::Connect(_) => "connect_error",
             ScrapeError::Reset(_) => "reset",
             ScrapeError::Status(_) => "http_status",
             ScrapeError::Redirect { .. } => "redirect",
@@ -67,6 +71,8 @@ impl ScrapeError {
     pub fn from_reqwest(err: reqwest::Error, timeout: Duration) -> ScrapeError {
         if err.is_timeout() {
             ScrapeError::Timeout(timeout)
+        } else if err.is_connect() && io_kind(&err) == Some(std::io::ErrorKind::ConnectionRefused) {
+            ScrapeError::Refused
         } else if err.is_connect() {
             ScrapeError::Connect(root_cause(&err))
         } else if was_reset(&err) {
@@ -99,38 +105,48 @@ impl ScrapeError {
     }
 }
 
+/// `500 Internal Server Error`, or the bare code when it has no standard reason phrase.
+fn status_words(code: u16) -> String {
+    match reqwest::StatusCode::from_u16(code)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+    {
+        Some(reason) => format!("{code} {reason}"),
+        None => code.to_string(),
+    }
+}
+
+/// `err` and its sources, outermost first.
+fn chain<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(err), |e| e.source())
+}
+
+/// The kind of the first I/O error in `err`'s chain.
+fn io_kind(err: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
+    chain(err).find_map(|e| e.downcast_ref::<std::io::Error>().map(std::io::Error::kind))
+}
+
 /// Whether the peer reset or closed the connection after it was established.
 fn was_reset(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut e: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(cur) = e {
-        if let Some(io) = cur.downcast_ref::<std::io::Error>()
-            && matches!(
+    chain(err).any(|e| {
+        e.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            matches!(
                 io.kind(),
                 std::io::ErrorKind::ConnectionReset
                     | std::io::ErrorKind::ConnectionAborted
                     | std::io::ErrorKind::BrokenPipe
                     | std::io::ErrorKind::UnexpectedEof
             )
-        {
-            return true;
-        }
-        if cur
+        }) || e
             .downcast_ref::<hyper::Error>()
             .is_some_and(hyper::Error::is_incomplete_message)
-        {
-            return true;
-        }
-        e = cur.source();
-    }
-    false
+    })
 }
 
 fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut e = err;
-    while let Some(next) = e.source() {
-        e = next;
-    }
-    e.to_string()
+    chain(err).last().unwrap_or(err).to_string()
 }
 
 /// The HTTP client sysport uses for upstreams and health checks.
@@ -283,4 +299,67 @@ pub(crate) async fn get(
         content_type,
         mislabelled,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_read_as_words_an_operator_knows() {
+        let text = |e: ScrapeError| e.to_string();
+        assert_eq!(
+            text(ScrapeError::Timeout(Duration::from_secs(2))),
+            "timed out after 2s"
+        );
+        assert_eq!(
+            text(ScrapeError::Timeout(Duration::from_millis(250))),
+            "timed out after 250ms"
+        );
+        assert_eq!(text(ScrapeError::Refused), "connection refused");
+        assert_eq!(
+            text(ScrapeError::Status(500)),
+            "HTTP 500 Internal Server Error"
+        );
+        assert_eq!(text(ScrapeError::Status(599)), "HTTP 599");
+        assert!(
+            text(ScrapeError::Redirect {
+                status: 302,
+                location: "http://10.0.0.1/login".into()
+            })
+            .starts_with("redirect to http://10.0.0.1/login (HTTP 302), not followed")
+        );
+        let json = ScrapeError::NotExposition {
+            content_type: Some("application/json".into()),
+            malformed: 3,
+        };
+        assert!(text(json).starts_with("not an exposition (application/json): "));
+        let bare = ScrapeError::NotExposition {
+            content_type: None,
+            malformed: 1,
+        };
+        assert!(text(bare).starts_with("not an exposition (no Content-Type): "));
+        assert_eq!(ScrapeError::Refused.reason(), "connect_error");
+    }
+
+    #[tokio::test]
+    async fn a_closed_port_is_connection_refused() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+            l.local_addr().expect("addr").port()
+        };
+        let url = Url::parse(&format!("http://127.0.0.1:{port}/metrics")).expect("url");
+        let err = get(
+            &http_client(),
+            &url,
+            &Buffers::default(),
+            Duration::from_secs(2),
+            1 << 20,
+        )
+        .await
+        .err()
+        .expect("nothing listens there");
+        assert!(matches!(err, ScrapeError::Refused), "{err:?}");
+        assert_eq!(err.to_string(), "connection refused");
+    }
 }

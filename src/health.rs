@@ -25,6 +25,25 @@ struct Check {
     last_check: Option<SystemTime>,
 }
 
+/// One upstream's readiness, as `/health` and the status page report it.
+#[derive(Debug, Clone)]
+pub struct UpstreamReadiness {
+    /// The upstream's name.
+    pub name: String,
+    /// Whether readiness needs it.
+    pub required: bool,
+    /// Its last check passed (before the first: the starting status).
+    pub ready: bool,
+    /// Whether it has been checked yet.
+    pub checked: bool,
+    /// `health_url`, or `scrape` (a scrape of its metrics URL).
+    pub check: &'static str,
+    /// When the last check finished.
+    pub last_check: Option<SystemTime>,
+    /// The error of the last failed check, kept after it passes again.
+    pub last_error: Option<String>,
+}
+
 /// The readiness state machine, written by the check task and read by `/health`.
 #[derive(Debug)]
 pub struct Readiness {
@@ -107,28 +126,66 @@ impl Readiness {
         ready
     }
 
+    /// Each upstream's readiness, in configuration order.
+    pub fn upstreams(&self) -> Vec<UpstreamReadiness> {
+        let checks = self.checks.lock().expect("checks lock");
+        self.upstreams
+            .iter()
+            .zip(checks.iter())
+            .map(|((name, required, has_url), c)| UpstreamReadiness {
+                name: name.clone(),
+                required: *required,
+                ready: self.upstream_ready(c),
+                checked: c.healthy.is_some(),
+                check: if *has_url { "health_url" } else { "scrape" },
+                last_check: c.last_check,
+                last_error: c.last_error.clone(),
+            })
+            .collect()
+    }
+
+    /// Why `/health` is 503, in words: shutting down, or each required upstream that is not
+    /// ready and its error. `None` when ready.
+    pub fn not_ready_reason(&self) -> Option<String> {
+        if self.is_shutting_down() {
+            return Some("shutting down".to_owned());
+        }
+        if self.is_ready() {
+            return None;
+        }
+        let failing: Vec<String> = self
+            .upstreams()
+            .into_iter()
+            .filter(|u| u.required && !u.ready)
+            .map(|u| match (&u.last_error, u.checked) {
+                (Some(err), true) => format!("{} is not ready: {err}", u.name),
+                _ => format!(
+                    "{} is not checked yet (starting status {})",
+                    u.name, self.starting
+                ),
+            })
+            .collect();
+        // Empty only while a check is being recorded.
+        (!failing.is_empty()).then(|| failing.join("; "))
+    }
+
     /// The `/health` body: Dynamo's `status`, `uptime`, `endpoints`, plus per-upstream detail.
     pub fn report(&self, uptime_seconds: f64) -> (bool, Value) {
         let ready = self.is_ready();
-        let checks = self.checks.lock().expect("checks lock");
         let mut endpoints = Map::new();
         let mut detail = Map::new();
-        for ((name, required, has_url), c) in self.upstreams.iter().zip(checks.iter()) {
-            let status = if self.upstream_ready(c) {
-                "ready"
-            } else {
-                "notready"
-            };
-            endpoints.insert(name.clone(), Value::from(status));
+        for u in self.upstreams() {
+            let status = if u.ready { "ready" } else { "notready" };
+            endpoints.insert(u.name.clone(), Value::from(status));
             detail.insert(
-                name.clone(),
+                u.name,
                 json!({
                     "status": status,
-                    "required": required,
-                    "checked": c.healthy.is_some(),
-                    "check": if *has_url { "health_url" } else { "scrape" },
-                    "last_check_unix_seconds": c.last_check.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_secs_f64()),
-                    "last_error": c.last_error,
+                    "required": u.required,
+                    "checked": u.checked,
+                    "check": u.check,
+                    "last_check_unix_seconds": u.last_check.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_secs_f64()),
+                    "last_error": u.last_error,
                 }),
             );
         }
@@ -263,6 +320,37 @@ mod tests {
         assert_eq!(body["endpoints"]["lmcache"], "notready");
         assert_eq!(body["upstreams"]["lmcache"]["last_error"], "gone");
         assert_eq!(body["uptime"], 1.5);
+    }
+
+    #[test]
+    fn not_ready_says_which_required_upstream_fails_and_why() {
+        let ups = [
+            upstream("vllm", true),
+            upstream("lmcache", false),
+            upstream("sglang", true),
+        ];
+        let r = Readiness::new(&health(StartingStatus::NotReady), &ups);
+        assert_eq!(
+            r.not_ready_reason().as_deref(),
+            Some(
+                "vllm is not checked yet (starting status notready); \
+                 sglang is not checked yet (starting status notready)"
+            )
+        );
+        r.record(0, Err("health check failed: connection refused".into()));
+        r.record(1, Err("gone".into()));
+        r.record(2, Ok(()));
+        assert_eq!(
+            r.not_ready_reason().as_deref(),
+            Some("vllm is not ready: health check failed: connection refused")
+        );
+        r.record(0, Ok(()));
+        assert_eq!(r.not_ready_reason(), None);
+        let lmcache = &r.upstreams()[1];
+        assert!(!lmcache.ready && !lmcache.required && lmcache.checked);
+        assert_eq!(lmcache.check, "scrape");
+        r.begin_shutdown();
+        assert_eq!(r.not_ready_reason().as_deref(), Some("shutting down"));
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! - [`listener`]: the accept loop and what a client may hold: deadlines, head size, connection
 //!   cap, the open-file budget.
 //! - [`server`]: the HTTP routes, graceful shutdown, and [`server::serve`] for tests on port 0.
+//! - [`status`]: the status page (`/`) and its facts as JSON (`/status`).
 //! - [`web`]: TLS, client certificates and basic auth from an exporter-toolkit web config.
 //! - [`views`]: pages at `/metrics/<name>` computed from the upstreams' families (`router`).
 //! - [`demo`]: simulated vLLM and LMCache upstreams for `sysport demo`.
@@ -29,6 +30,7 @@ pub mod listener;
 pub mod parts;
 pub mod scrape;
 pub mod server;
+pub mod status;
 pub mod telemetry;
 pub mod views;
 pub mod web;

@@ -240,6 +240,7 @@ async fn demo(host: IpAddr, port: u16) -> ExitCode {
         engines.vllm_metrics_url(),
         engines.lmcache_metrics_url()
     );
+    println!("  status page: http://{addr}/ (the same facts as JSON: /status)");
     println!("  metrics:   http://{addr}/metrics");
     println!("  readiness: http://{addr}/health");
     println!("  liveness:  http://{addr}/live");

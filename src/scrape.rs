@@ -12,7 +12,7 @@
 //! `min_interval` however many readers there are, and readers rarely wait for it.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, Shared};
@@ -23,6 +23,7 @@ use crate::expfmt::{
 };
 use crate::fetch::{Buffers, Fetched, get};
 pub use crate::fetch::{ScrapeError, http_client};
+use crate::status::history::{LastScrape, Outcome, Point, Recorded};
 use crate::telemetry::Telemetry;
 
 /// What one upstream got from one fetch.
@@ -149,12 +150,13 @@ struct Target {
     name_sets: Mutex<Vec<NameSet>>,
 }
 
-/// Per upstream state, for logging state changes once.
+/// Per upstream state, for logging state changes once and for the status page.
 #[derive(Debug, Default)]
 struct UpstreamState {
     up: Option<bool>,
     last_error: Option<String>,
     last_success: Option<Instant>,
+    recorded: Recorded,
 }
 
 /// The state of an upstream as the last fetch left it.
@@ -162,7 +164,20 @@ struct UpstreamState {
 pub struct UpstreamStatus {
     /// `None` before the first fetch finished.
     pub up: Option<bool>,
+    /// The error of the last failed fetch, kept after the upstream recovers.
     pub last_error: Option<String>,
+    /// When the last failed fetch finished.
+    pub last_error_at: Option<SystemTime>,
+    /// Since when the fetches have succeeded, or failed, as the last one did.
+    pub state_since: Option<SystemTime>,
+    /// When the upstream last answered successfully.
+    pub last_success: Option<Instant>,
+    /// The last fetch.
+    pub last: Option<LastScrape>,
+    /// The decoded size of the last full page that arrived.
+    pub response_bytes: Option<u64>,
+    /// The seconds of the last few minutes that saw fetches, oldest first.
+    pub history: Vec<Point>,
 }
 
 struct Inner {
@@ -269,12 +284,19 @@ impl Scraper {
             .any(|k| selection.selects_under(k.as_bytes()))
     }
 
-    /// What the last fetch of upstream `i` left.
+    /// What the last fetches of upstream `i` left.
     pub fn status(&self, i: usize) -> UpstreamStatus {
+        let now = Instant::now();
         let s = self.inner.states[i].lock().expect("upstream state lock");
         UpstreamStatus {
             up: s.up,
             last_error: s.last_error.clone(),
+            last_error_at: s.recorded.last_error_at(),
+            state_since: s.recorded.since(),
+            last_success: s.last_success,
+            last: s.recorded.last(),
+            response_bytes: s.recorded.response_bytes(),
+            history: s.recorded.points(now),
         }
     }
 
@@ -565,7 +587,7 @@ async fn run_fetch(
             // blocking pool cost a 740 KB scrape 0.2 ms and a 16 MB one 2.6 ms of wake-ups
             // and threads sharing a core (bench/RESULTS.md). A 16 MB body holds the thread for
             // about 6 ms.
-            let results = target
+            target
                 .upstreams
                 .iter()
                 .enumerate()
@@ -573,23 +595,12 @@ async fn run_fetch(
                     let prior = prior.as_ref().and_then(|p| p.results.get(i)?.as_ref().ok());
                     contained(|| parse_for(&inner, u, &fetched, prior))
                 })
-                .collect();
-            // A selective body's size is not the page's.
-            if !slot.selective {
-                for &u in &target.upstreams {
-                    inner
-                        .telemetry
-                        .response_bytes
-                        .with_label_values(&[&inner.upstreams[u].name])
-                        .set(fetched.body.len() as i64);
-                }
-            }
-            results
+                .collect()
         }
         Err(e) => target.upstreams.iter().map(|_| Err(e.clone())).collect(),
     };
     for (&u, result) in target.upstreams.iter().zip(&results) {
-        record(&inner, u, result, elapsed, slot.selective);
+        record(&inner, u, result, elapsed, slot.selective, body_len);
     }
     let fetch = Arc::new(Fetch {
         generation: next_generation(),
@@ -651,10 +662,7 @@ fn parse_for(
                 && exp.families().is_empty()
             {
                 return Err(ScrapeError::NotExposition {
-                    content_type: fetched
-                        .content_type
-                        .as_deref()
-                        .map_or_else(|| "none".to_string(), |ct| format!("{ct:?}")),
+                    content_type: fetched.content_type.clone(),
                     malformed: stats.malformed,
                 });
             }
@@ -675,21 +683,35 @@ fn parse_for(
     }
 }
 
-/// Updates metrics and logs a line when the upstream changes state. A selective fetch counts
-/// as a request to the engine, but its duration, size and series are not the full page's.
-fn record(inner: &Inner, u: usize, result: &UpstreamResult, elapsed: Duration, selective: bool) {
+/// Updates metrics and the status page's record, and logs a line when the upstream changes
+/// state. A selective fetch counts as a request to the engine, but its duration, size and
+/// series are not the full page's. `body_len`: the decoded body's size, when one arrived.
+fn record(
+    inner: &Inner,
+    u: usize,
+    result: &UpstreamResult,
+    elapsed: Duration,
+    selective: bool,
+    body_len: Option<usize>,
+) {
     let t = &inner.telemetry;
     let name = inner.upstreams[u].name.as_str();
     let up = result.is_ok();
     let reason = result.as_ref().map_or_else(|e| e.reason(), |_| "success");
+    let stats = result.as_ref().ok().map(|exp| exp.stats());
     t.scrapes.with_label_values(&[name, reason]).inc();
     if !selective {
         t.scrape_duration
             .with_label_values(&[name])
             .observe(elapsed.as_secs_f64());
-        match result {
-            Ok(exp) => {
-                let s = exp.stats();
+        if let Some(len) = body_len {
+            t.response_bytes.with_label_values(&[name]).set(len as i64);
+        }
+        match &stats {
+            Some(s) => {
+                // Until a full `/metrics` read merges the page (and takes out conflicts and
+                // duplicates), the parse's count is the best one the status page can show.
+                t.set_series(name, "kept", s.kept);
                 t.set_series(name, "dropped", s.dropped);
                 t.set_series(name, "malformed", s.malformed);
                 if s.malformed > 0 {
@@ -700,7 +722,7 @@ fn record(inner: &Inner, u: usize, result: &UpstreamResult, elapsed: Duration, s
                     );
                 }
             }
-            Err(_) => {
+            None => {
                 for outcome in crate::telemetry::SERIES_OUTCOMES {
                     t.set_series(name, outcome, 0);
                 }
@@ -726,6 +748,13 @@ fn record(inner: &Inner, u: usize, result: &UpstreamResult, elapsed: Duration, s
     } else {
         state.last_error = error;
     }
+    state.recorded.record(Outcome {
+        result: reason,
+        took: elapsed,
+        selective,
+        kept: stats.map(|s| s.kept),
+        body_bytes: body_len.map(|n| n as u64),
+    });
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! The system port: `/metrics`, `/health`, `/live`, graceful shutdown and reload.
+//! The system port: `/metrics`, `/health`, `/live`, the status page (`/`, `/status`), graceful
+//! shutdown and reload.
 //!
 //! Start-up is staged so a bad address fails before anything runs (see `start`):
 //! [`Sysport::bind`] (or [`Sysport::from_listener`] for tests on port 0) → [`Sysport::run`].
@@ -21,6 +22,7 @@ use crate::expfmt::{self, MergeOptions, ParseLimits, ParseOptions, Selection, TE
 use crate::health::{self, Readiness};
 use crate::parts::Parts;
 use crate::scrape::{Scraped, Scraper};
+use crate::status;
 use crate::telemetry::Telemetry;
 use crate::views::{self, Views};
 use crate::web;
@@ -84,6 +86,8 @@ type RenderSlot = Option<(
 
 struct App {
     runtime: RwLock<Arc<Runtime>>,
+    /// The main port as a URL, for the status page.
+    listen: String,
     render: std::sync::Mutex<RenderSlot>,
     telemetry: Telemetry,
     client: reqwest::Client,
@@ -203,6 +207,10 @@ enum Route {
     View(usize),
     Health,
     Live,
+    /// `/`: the status page.
+    Page,
+    /// `/status`: its facts as JSON.
+    Status,
 }
 
 async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
@@ -219,6 +227,11 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
         path.strip_prefix("/metrics/")
             .and_then(|name| runtime.views.find(name))
             .map(Route::View)
+            .or(match path {
+                "/" => Some(Route::Page),
+                "/status" => Some(Route::Status),
+                _ => None,
+            })
     };
     let mut read = "";
     let response = match (route, check_host(&req)) {
@@ -232,6 +245,8 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
         }
         (Some(Route::Live), _) => live(&runtime),
         (Some(Route::Health), _) => health(&app, &runtime),
+        (Some(Route::Status), _) => json_response(StatusCode::OK, facts(&app, &runtime).to_json()),
+        (Some(Route::Page), _) => html_response(facts(&app, &runtime).to_html()),
         (Some(Route::Metrics), _) => {
             let names = requested_names(req.uri().query());
             // A query that names anything is a selective read, well-formed or not.
@@ -262,6 +277,8 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
         }
         Some(Route::Health) => runtime.config.health.path.as_str(),
         Some(Route::Live) => runtime.config.health.live_path.as_str(),
+        Some(Route::Page) => "/",
+        Some(Route::Status) => "/status",
         None => "other",
     };
     let t = &app.telemetry;
@@ -295,6 +312,29 @@ fn health(app: &App, runtime: &Runtime) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     json_response(code, body.to_string())
+}
+
+/// What the status page and `/status` show, read from sysport's state (no upstream fetch).
+fn facts(app: &App, runtime: &Runtime) -> status::Facts {
+    status::Facts::gather(status::Sources {
+        config: &runtime.config,
+        scraper: &runtime.scraper,
+        readiness: &runtime.readiness,
+        views: &runtime.views,
+        telemetry: &app.telemetry,
+        listen: &app.listen,
+    })
+}
+
+fn html_response(body: String) -> Response {
+    let mut r = (StatusCode::OK, body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
 }
 
 fn json_response(code: StatusCode, body: String) -> Response {

@@ -266,6 +266,33 @@ impl Telemetry {
             .set(n as i64);
     }
 
+    /// `upstream_series` of `upstream` by outcome, in [`SERIES_OUTCOMES`] order. Read without
+    /// creating a series: a reload may have just removed the upstream.
+    pub fn series_of(&self, upstream: &str) -> Vec<(&'static str, u64)> {
+        use prometheus::core::Collector;
+        let mut counts: Vec<(&'static str, u64)> = SERIES_OUTCOMES
+            .iter()
+            .map(|&outcome| (outcome, 0))
+            .collect();
+        for family in self.series.collect() {
+            for m in family.get_metric() {
+                let label = |name: &str| {
+                    m.get_label()
+                        .iter()
+                        .find(|l| l.name() == name)
+                        .map(|l| l.value())
+                };
+                if label("upstream") != Some(upstream) {
+                    continue;
+                }
+                if let Some(count) = counts.iter_mut().find(|(o, _)| label("outcome") == Some(o)) {
+                    count.1 = m.get_gauge().get_value().max(0.0) as u64;
+                }
+            }
+        }
+        counts
+    }
+
     /// Forgets an upstream that a reload removed.
     pub fn forget_upstream(&self, name: &str) {
         let _ = self.upstream_up.remove_label_values(&[name]);

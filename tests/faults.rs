@@ -2,7 +2,8 @@
 //! misbehaves at the TCP, HTTP or exposition level. Whatever the faulty one does, `/metrics`
 //! answers 200 within the faulty upstream's timeout plus a margin, the body is valid text 0.0.4
 //! carrying every healthy series, the fault shows in `dynamo_sysport_upstream_up` and
-//! `dynamo_sysport_upstream_scrapes_total{result}`, `/live` stays 200 and peak RSS stays bounded.
+//! `dynamo_sysport_upstream_scrapes_total{result}` and in `/status` (its error in words), `/live`
+//! stays 200 and peak RSS stays bounded.
 //!
 //! `cargo test --test faults -- --nocapture` prints one line per fault: result, time, VmHWM.
 
@@ -156,7 +157,43 @@ impl<'a> Case<'a> {
                 self.test
             );
         }
+        status_agrees(&sp, reason).await;
         Running { sp, body, hwm }
+    }
+}
+
+/// `/status` says of the faulty upstream what `/metrics` said, the error in words. Polled
+/// until its last scrape has that result: a fetch that outlives a request's deadline records
+/// its own result when it ends.
+async fn status_agrees(sp: &Sidecar, reason: &str) {
+    let mut faulty = serde_json::Value::Null;
+    for _ in 0..50 {
+        let r = sp.get("/status", &[]).await;
+        assert_eq!(r.status, 200, "/status");
+        let status: serde_json::Value = serde_json::from_slice(&r.body).expect("/status is JSON");
+        faulty = status["upstreams"][0].clone();
+        assert_eq!(faulty["name"], "faulty");
+        if faulty["last_scrape"]["result"] == reason {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(faulty["last_scrape"]["result"], reason, "{faulty}");
+    assert_eq!(faulty["up"], reason == "success", "{faulty}");
+    if reason != "success" {
+        let words = match reason {
+            "connect_error" => "connection refused",
+            "timeout" => "timed out after ",
+            "http_status" => "HTTP ",
+            "redirect" => "redirect to ",
+            "not_exposition" => "not an exposition (",
+            "too_large" => "response over the ",
+            "reset" => "connection reset or closed mid-response",
+            "body_error" => "reading the response failed",
+            other => panic!("no words for result {other:?}"),
+        };
+        let error = faulty["last_error"].as_str().expect("an error");
+        assert!(error.starts_with(words), "{reason}: {error:?}");
     }
 }
 

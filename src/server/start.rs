@@ -128,9 +128,14 @@ impl Sysport {
             .filter(|w| !w.users.is_empty() || !w.headers.is_empty())
             .map(|w| (w.users.clone(), w.headers.clone()));
         let client = scrape::http_client();
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let listen = listener
+            .local_addr()
+            .map_or_else(|_| String::new(), |addr| format!("{scheme}://{addr}"));
         let runtime = Runtime::start(config, &client, &telemetry);
         let app = Arc::new(App {
             runtime: RwLock::new(Arc::new(runtime)),
+            listen,
             render: std::sync::Mutex::new(None),
             telemetry,
             client,

@@ -132,6 +132,11 @@ impl Views {
         self.views.iter().position(|v| v.name == name)
     }
 
+    /// The names of the views, in the order they are served.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.views.iter().map(|v| v.name.as_str())
+    }
+
     /// The name of view `v`.
     pub fn name(&self, v: usize) -> &str {
         &self.views[v].name

@@ -1,0 +1,309 @@
+//! The facts the status page shows, gathered from sysport's own state, and their JSON form
+//! (`GET /status`, whose schema the README documents and `tests/status.rs` pins).
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use serde::ser::SerializeMap;
+
+use super::history::Point;
+use crate::config::{Config, Url};
+use crate::health::Readiness;
+use crate::scrape::Scraper;
+use crate::telemetry::Telemetry;
+use crate::views::Views;
+
+/// What the facts are read from: the running configuration's parts and sysport's own metrics.
+#[derive(Debug, Clone, Copy)]
+pub struct Sources<'a> {
+    pub config: &'a Config,
+    pub scraper: &'a Scraper,
+    pub readiness: &'a Readiness,
+    pub views: &'a Views,
+    pub telemetry: &'a Telemetry,
+    /// Where the main port listens, as a URL (`http://0.0.0.0:8081`).
+    pub listen: &'a str,
+}
+
+/// Everything `/status` answers and `/` shows.
+#[derive(Debug, Serialize)]
+pub struct Facts {
+    pub version: &'static str,
+    pub uptime_seconds: f64,
+    /// Whether `/health` answers 200.
+    pub ready: bool,
+    /// Why not: shutting down, or each required upstream that fails and its error.
+    pub not_ready_reason: Option<String>,
+    pub shutting_down: bool,
+    pub listen: String,
+    /// The configuration file, when there is one.
+    pub config_file: Option<String>,
+    pub paths: Paths,
+    pub upstreams: Vec<UpstreamFacts>,
+    /// The effective configuration as `check-config` prints it, with URL passwords hidden.
+    #[serde(skip)]
+    pub config: String,
+}
+
+/// The routes this sysport serves.
+#[derive(Debug, Serialize)]
+pub struct Paths {
+    pub metrics: &'static str,
+    pub health: String,
+    pub live: String,
+    pub status: &'static str,
+    /// `/metrics/<name>` of every view, `/metrics/router` first unless configured away.
+    pub views: Vec<String>,
+}
+
+/// One upstream.
+#[derive(Debug, Serialize)]
+pub struct UpstreamFacts {
+    pub name: String,
+    /// The configured URL, its password (if any) hidden.
+    pub url: String,
+    pub engine: &'static str,
+    pub required: bool,
+    /// Whether the last scrape succeeded; `None` before the first.
+    pub up: Option<bool>,
+    pub state: State,
+    /// Since when the upstream has been up, or down.
+    pub state_since: Option<Timestamp>,
+    /// The error of the last failed scrape, kept after the upstream recovers.
+    pub last_error: Option<String>,
+    pub last_error_at: Option<Timestamp>,
+    pub last_scrape: Option<LastScrapeFacts>,
+    pub series: Series,
+    pub response_bytes: Option<u64>,
+    /// Seconds since the last successful scrape.
+    pub data_age_seconds: Option<f64>,
+    pub health: HealthFacts,
+    /// The seconds of the last few minutes that saw scrapes, oldest first.
+    pub history: Vec<Point>,
+}
+
+/// What the page says an upstream is: one word, the badge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Up,
+    Down,
+    /// Not scraped since sysport (or its configuration) started.
+    Unknown,
+}
+
+/// The last scrape.
+#[derive(Debug, Serialize)]
+pub struct LastScrapeFacts {
+    pub at: Timestamp,
+    pub duration_seconds: f64,
+    /// `success`, or the `result` label of `dynamo_sysport_upstream_scrapes_total`.
+    pub result: &'static str,
+    /// `full` (the page) or `selective` (`name[]`, for `?name=` reads and views).
+    pub read: &'static str,
+}
+
+/// The upstream's readiness check, as `/health` reports it.
+#[derive(Debug, Serialize)]
+pub struct HealthFacts {
+    pub ready: bool,
+    pub checked: bool,
+    /// `health_url` or `scrape`.
+    pub check: &'static str,
+    pub last_check_at: Option<Timestamp>,
+    pub last_error: Option<String>,
+}
+
+/// `dynamo_sysport_upstream_series` of one upstream, by outcome.
+#[derive(Debug, Default)]
+pub struct Series(pub Vec<(&'static str, u64)>);
+
+impl Series {
+    /// The count for `outcome` (0 when it is not one).
+    pub fn get(&self, outcome: &str) -> u64 {
+        self.0
+            .iter()
+            .find(|(o, _)| *o == outcome)
+            .map_or(0, |&(_, n)| n)
+    }
+}
+
+impl Serialize for Series {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (outcome, n) in &self.0 {
+            map.serialize_entry(outcome, n)?;
+        }
+        map.end()
+    }
+}
+
+/// A wall-clock time, written as RFC 3339 in UTC with milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timestamp(pub SystemTime);
+
+impl Serialize for Timestamp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&rfc3339(self.0))
+    }
+}
+
+impl Facts {
+    /// Reads the facts; touches no upstream.
+    pub fn gather(src: Sources<'_>) -> Facts {
+        let now = Instant::now();
+        let readiness = src.readiness.upstreams();
+        let upstreams = src
+            .config
+            .upstreams
+            .iter()
+            .enumerate()
+            .map(|(i, u)| {
+                let s = src.scraper.status(i);
+                let check = &readiness[i];
+                let state = match s.up {
+                    Some(true) => State::Up,
+                    Some(false) => State::Down,
+                    None => State::Unknown,
+                };
+                UpstreamFacts {
+                    name: u.name.clone(),
+                    url: hide_password(&u.url).to_string(),
+                    engine: u.engine.name(),
+                    required: u.required,
+                    up: s.up,
+                    state,
+                    state_since: s.state_since.map(Timestamp),
+                    last_error: s.last_error,
+                    last_error_at: s.last_error_at.map(Timestamp),
+                    last_scrape: s.last.map(|l| LastScrapeFacts {
+                        at: Timestamp(l.at),
+                        duration_seconds: l.took.as_secs_f64(),
+                        result: l.result,
+                        read: if l.selective { "selective" } else { "full" },
+                    }),
+                    series: Series(src.telemetry.series_of(&u.name)),
+                    response_bytes: s.response_bytes,
+                    data_age_seconds: s
+                        .last_success
+                        .map(|at| now.saturating_duration_since(at).as_secs_f64()),
+                    health: HealthFacts {
+                        ready: check.ready,
+                        checked: check.checked,
+                        check: check.check,
+                        last_check_at: check.last_check.map(Timestamp),
+                        last_error: check.last_error.clone(),
+                    },
+                    history: s.history,
+                }
+            })
+            .collect();
+        let health = &src.config.health;
+        Facts {
+            version: env!("CARGO_PKG_VERSION"),
+            uptime_seconds: src.telemetry.uptime_seconds(),
+            ready: src.readiness.is_ready(),
+            not_ready_reason: src.readiness.not_ready_reason(),
+            shutting_down: src.readiness.is_shutting_down(),
+            listen: src.listen.to_owned(),
+            config_file: src.config.source.as_ref().map(|p| p.display().to_string()),
+            paths: Paths {
+                metrics: "/metrics",
+                health: health.path.clone(),
+                live: health.live_path.clone(),
+                status: "/status",
+                views: src
+                    .views
+                    .names()
+                    .map(|name| format!("/metrics/{name}"))
+                    .collect(),
+            },
+            upstreams,
+            config: without_passwords(src.config).to_string(),
+        }
+    }
+
+    /// The JSON body of `/status`.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("the facts are plain data")
+    }
+}
+
+/// `url` with its password, if it has one, replaced.
+fn hide_password(url: &Url) -> Url {
+    let mut url = url.clone();
+    if url.password().is_some() {
+        // Only a URL that cannot have a password fails here, and this one has one.
+        let _ = url.set_password(Some("***"));
+    }
+    url
+}
+
+/// `config` with every URL password hidden; the web configuration's hashes and keys are never
+/// part of its rendering.
+fn without_passwords(config: &Config) -> Config {
+    let mut config = config.clone();
+    for u in &mut config.upstreams {
+        u.url = hide_password(&u.url);
+        u.health_url = u.health_url.as_ref().map(hide_password);
+    }
+    config
+}
+
+/// `2026-11-03T12:00:00.123Z`.
+pub fn rfc3339(t: SystemTime) -> String {
+    let since = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    let secs = since.as_secs();
+    let (year, month, day) = civil_from_days((secs / 86_400) as i64);
+    let of_day = secs % 86_400;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        of_day / 3600,
+        of_day / 60 % 60,
+        of_day % 60,
+        since.subsec_millis()
+    )
+}
+
+/// Year, month and day of the proleptic Gregorian calendar, `days` after 1970-01-01 (Howard
+/// Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339_in_utc() {
+        let at = |secs: u64, ms: u64| {
+            rfc3339(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(ms))
+        };
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(at(951_782_400, 5), "2000-02-29T00:00:00.005Z");
+        assert_eq!(at(1_700_000_000, 123), "2023-11-14T22:13:20.123Z");
+        assert_eq!(at(4_107_542_399, 999), "2100-02-28T23:59:59.999Z");
+        assert_eq!(at(4_107_542_400, 0), "2100-03-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn url_passwords_are_hidden_and_nothing_else_changes() {
+        let url = Url::parse("http://scraper:hunter2@127.0.0.1:8000/metrics?x=1").expect("url");
+        assert_eq!(
+            hide_password(&url).as_str(),
+            "http://scraper:***@127.0.0.1:8000/metrics?x=1"
+        );
+        let plain = Url::parse("http://127.0.0.1:8000/metrics").expect("url");
+        assert_eq!(hide_password(&plain), plain);
+    }
+}

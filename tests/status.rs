@@ -1,0 +1,442 @@
+//! The status page (`/`) and its JSON (`/status`): what they say agrees with `/health` and
+//! `/metrics`, opening them fetches nothing from the upstreams, their schema stays put,
+//! nothing an upstream or the configuration says becomes markup, no secret is shown, and
+//! they sit behind basic auth with the rest (the probes stay open).
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::IntoResponse;
+use common::{Reply, Running, Upstream, client, config, eventually, metric, upstream_config};
+use serde_json::Value;
+use sysport::config::{Config, Url};
+use sysport::web::WebConfig;
+
+const PAGE: &str = "# HELP vllm:num_requests_running Requests running.\n\
+                    # TYPE vllm:num_requests_running gauge\n\
+                    vllm:num_requests_running{engine=\"0\"} 4\n\
+                    vllm:num_requests_running{engine=\"1\"} 2\n\
+                    # TYPE python_gc_objects_collected_total counter\n\
+                    python_gc_objects_collected_total 9\n";
+
+/// A loopback URL nothing listens on.
+fn refused_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    format!("http://{}/metrics", l.local_addr().expect("addr"))
+}
+
+/// sysport in front of a healthy upstream (checked through its health URL, so that only
+/// `/metrics` reads fetch its page) and a refused one, both required.
+async fn healthy_and_refused(healthy: &Upstream) -> Running {
+    let mut good = upstream_config("vllm", &healthy.metrics_url(), &["vllm:"]);
+    good.health_url = Some(Url::parse(&healthy.health_url()).expect("url"));
+    let gone = upstream_config("lmcache", &refused_url(), &["lmcache:"]);
+    let mut config = config(vec![good, gone]);
+    config.health.interval = Duration::from_secs(3600);
+    let sp = Running::start(config).await;
+    eventually(
+        Duration::from_secs(10),
+        "both upstreams checked",
+        || async {
+            let (_, health) = json(&sp, "/health").await;
+            ["vllm", "lmcache"]
+                .iter()
+                .all(|u| health["upstreams"][u]["checked"] == true)
+        },
+    )
+    .await;
+    sp
+}
+
+async fn json(sp: &Running, path: &str) -> (StatusCode, Value) {
+    let (code, body) = sp.get(path).await;
+    (code, serde_json::from_str(&body).expect("JSON"))
+}
+
+fn keys(v: &Value) -> BTreeSet<&str> {
+    v.as_object()
+        .expect("an object")
+        .keys()
+        .map(String::as_str)
+        .collect()
+}
+
+fn set<'a>(names: &[&'a str]) -> BTreeSet<&'a str> {
+    names.iter().copied().collect()
+}
+
+#[tokio::test]
+async fn status_keeps_its_schema_and_agrees_with_health_and_metrics() {
+    let healthy = Upstream::start(Reply::text(PAGE)).await;
+    let sp = healthy_and_refused(&healthy).await;
+    let (_, metrics) = sp.get("/metrics").await;
+    let (health_code, health) = json(&sp, "/health").await;
+    let (code, status) = json(&sp, "/status").await;
+    assert_eq!(code, StatusCode::OK);
+
+    // The documented schema (README, "Status page"): removing or renaming a key fails here.
+    assert_eq!(
+        keys(&status),
+        set(&[
+            "version",
+            "uptime_seconds",
+            "ready",
+            "not_ready_reason",
+            "shutting_down",
+            "listen",
+            "config_file",
+            "paths",
+            "upstreams"
+        ])
+    );
+    assert_eq!(
+        keys(&status["paths"]),
+        set(&["metrics", "health", "live", "status", "views"])
+    );
+    let ups = status["upstreams"].as_array().expect("upstreams");
+    assert_eq!(ups.len(), 2);
+    for u in ups {
+        assert_eq!(
+            keys(u),
+            set(&[
+                "name",
+                "url",
+                "engine",
+                "required",
+                "up",
+                "state",
+                "state_since",
+                "last_error",
+                "last_error_at",
+                "last_scrape",
+                "series",
+                "response_bytes",
+                "data_age_seconds",
+                "health",
+                "history"
+            ])
+        );
+        assert_eq!(
+            keys(&u["last_scrape"]),
+            set(&["at", "duration_seconds", "result", "read"])
+        );
+        for outcome in ["kept", "dropped", "malformed", "duplicate", "conflict"] {
+            assert!(u["series"][outcome].is_u64(), "{outcome}: {u}");
+        }
+        assert_eq!(
+            keys(&u["health"]),
+            set(&["ready", "checked", "check", "last_check_at", "last_error"])
+        );
+    }
+
+    assert_eq!(status["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(status["listen"], sp.base);
+    assert_eq!(status["paths"]["views"][0], "/metrics/router");
+    assert!(status["uptime_seconds"].as_f64().expect("uptime") >= 0.0);
+    // Readiness says what /health says, and why.
+    assert_eq!(health_code, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(status["ready"], false);
+    let reason = status["not_ready_reason"].as_str().expect("a reason");
+    assert!(reason.contains("lmcache"), "{reason}");
+    assert!(reason.contains("connection refused"), "{reason}");
+    assert!(!reason.contains("vllm"), "{reason}");
+
+    for u in ups {
+        let name = u["name"].as_str().expect("name");
+        let up = metric(&metrics, "dynamo_sysport_upstream_up")
+            .label("upstream", name)
+            .value();
+        assert_eq!(u["up"], up == 1.0, "{name}");
+        let ready = health["endpoints"][name] == "ready";
+        assert_eq!(u["health"]["ready"], ready, "{name}");
+        for (outcome, n) in u["series"].as_object().expect("series") {
+            let gauge = metric(&metrics, "dynamo_sysport_upstream_series")
+                .label("upstream", name)
+                .label("outcome", outcome)
+                .value();
+            assert_eq!(n.as_f64(), Some(gauge), "{name} {outcome}");
+        }
+    }
+    let (good, gone) = (&ups[0], &ups[1]);
+    assert_eq!(good["url"], healthy.metrics_url());
+    assert_eq!(good["engine"], "vllm");
+    assert_eq!(good["state"], "up");
+    assert_eq!(good["last_error"], Value::Null);
+    assert_eq!(good["last_scrape"]["result"], "success");
+    assert_eq!(good["last_scrape"]["read"], "full");
+    assert!(
+        good["last_scrape"]["at"]
+            .as_str()
+            .is_some_and(|at| at.len() == 24 && at.ends_with('Z')),
+        "{good}"
+    );
+    assert_eq!(good["series"]["kept"], 2);
+    assert_eq!(good["series"]["dropped"], 1);
+    assert_eq!(
+        good["response_bytes"].as_f64(),
+        Some(
+            metric(&metrics, "dynamo_sysport_upstream_response_bytes")
+                .label("upstream", "vllm")
+                .value()
+        )
+    );
+    assert_eq!(good["response_bytes"], PAGE.len());
+    let age = good["data_age_seconds"].as_f64().expect("an age");
+    assert!((0.0..30.0).contains(&age), "{age}");
+    assert_eq!(good["health"]["check"], "health_url");
+    let history = good["history"].as_array().expect("history");
+    assert!(!history.is_empty());
+    assert_eq!(history.last().expect("a point")["kept"], 2);
+
+    assert_eq!(gone["state"], "down");
+    assert_eq!(gone["up"], false);
+    assert_eq!(gone["last_error"], "connection refused");
+    assert_eq!(gone["last_scrape"]["result"], "connect_error");
+    assert_eq!(gone["data_age_seconds"], Value::Null);
+    assert_eq!(gone["response_bytes"], Value::Null);
+    assert_eq!(gone["health"]["check"], "scrape");
+    assert!(gone["history"][0]["failures"].as_u64() >= Some(1));
+}
+
+#[tokio::test]
+async fn opening_the_page_and_status_fetches_nothing() {
+    let healthy = Upstream::start(Reply::text(PAGE)).await;
+    let sp = healthy_and_refused(&healthy).await;
+    assert_eq!(sp.get("/metrics").await.0, StatusCode::OK);
+    let fetched = healthy.requests();
+    assert_eq!(fetched, 1);
+    for _ in 0..20 {
+        let (code, page) = sp.get("/").await;
+        assert_eq!(code, StatusCode::OK);
+        assert!(page.contains("id=\"upstream-vllm\""));
+        assert_eq!(sp.get("/status").await.0, StatusCode::OK);
+    }
+    assert_eq!(healthy.requests(), fetched, "the page fetched the upstream");
+}
+
+#[tokio::test]
+async fn the_page_shows_both_upstreams_links_and_charts() {
+    let healthy = Upstream::start(Reply::text(PAGE)).await;
+    let sp = healthy_and_refused(&healthy).await;
+    for _ in 0..3 {
+        sp.get("/metrics").await;
+    }
+    let r = client().get(sp.url("/")).send().await.expect("answers");
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()[header::CONTENT_TYPE],
+        "text/html; charset=utf-8"
+    );
+    assert_eq!(r.headers()[header::CACHE_CONTROL], "no-store");
+    let page = r.text().await.expect("body");
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    assert!(page.contains("<meta http-equiv=\"refresh\""));
+    for link in ["/metrics", "/metrics/router", "/health", "/live", "/status"] {
+        assert!(page.contains(&format!("href=\"{link}\"")), "{link}");
+    }
+    // Nothing from elsewhere: no script, stylesheet, image or font to fetch.
+    assert!(!page.contains("<script"));
+    assert!(!page.contains("src="));
+    assert!(!page.contains("<link"));
+    assert!(!page.contains("url("));
+    let card = |name: &str| {
+        let start = page
+            .find(&format!("id=\"upstream-{name}\""))
+            .unwrap_or_else(|| panic!("no card for {name}"));
+        let end = page[start..].find("</section>").expect("card ends") + start;
+        page[start..end].to_string()
+    };
+    let good = card("vllm");
+    assert!(good.contains("class=\"badge ok\">up<"), "{good}");
+    assert!(good.contains("<svg class=\"chart\""), "{good}");
+    assert!(good.contains("class=\"took\""), "{good}");
+    let gone = card("lmcache");
+    assert!(gone.contains("class=\"badge bad\">down<"), "{gone}");
+    assert!(gone.contains("connection refused"), "{gone}");
+    assert!(gone.contains("class=\"fail\""), "{gone}");
+    assert!(page.contains("Not ready: lmcache is not ready"), "{page}");
+}
+
+/// An upstream that redirects to a URL carrying markup.
+async fn hostile_redirect() -> String {
+    let app = axum::Router::new().fallback(|| async {
+        let mut r = StatusCode::FOUND.into_response();
+        r.headers_mut().insert(
+            header::LOCATION,
+            HeaderValue::from_static("http://10.0.0.9/<script>alert(2)</script>"),
+        );
+        r
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/metrics")
+}
+
+#[tokio::test]
+async fn text_from_upstreams_and_the_configuration_is_never_markup() {
+    let html = Upstream::start(Reply {
+        content_type: "text/html<script>alert(1)</script>",
+        ..Reply::text("<html><body><script>alert(1)</script></body></html>\n")
+    })
+    .await;
+    let redirect = hostile_redirect().await;
+    let mut config = config(vec![
+        upstream_config("html", &html.metrics_url(), &["vllm:"]),
+        upstream_config("redirect", &redirect, &["vllm:"]),
+    ]);
+    config.labels = vec![("team".into(), "<img src=x onerror=alert(3)>".into())];
+    let sp = Running::start(config).await;
+    sp.get("/metrics").await;
+    let (_, status) = json(&sp, "/status").await;
+    let error = |i: usize| {
+        status["upstreams"][i]["last_error"]
+            .as_str()
+            .map(String::from)
+    };
+    assert!(
+        error(0).is_some_and(|e| e.starts_with("not an exposition (text/html<script>")),
+        "{status}"
+    );
+    assert!(
+        error(1).is_some_and(|e| e.starts_with("redirect to http://10.0.0.9/<script>")),
+        "{status}"
+    );
+    let (_, page) = sp.get("/").await;
+    assert!(!page.contains("<script"), "{page}");
+    assert!(!page.contains("<img"), "{page}");
+    assert!(page.contains("not an exposition (text/html&lt;script&gt;alert(1)&lt;/script&gt;)"));
+    assert!(page.contains("redirect to http://10.0.0.9/&lt;script&gt;alert(2)&lt;/script&gt;"));
+    assert!(page.contains("&lt;img src=x onerror=alert(3)&gt;"));
+}
+
+/// A configuration with basic auth for `user` and an upstream URL with a password.
+fn guarded(upstream: &Upstream, user: &str, hash: &str) -> Config {
+    let url = upstream
+        .metrics_url()
+        .replace("http://", "http://scraper:hunter2-secret@");
+    let mut config = config(vec![upstream_config("vllm", &url, &["vllm:"])]);
+    config.listen.web = Some(WebConfig {
+        file: "/etc/sysport/web.yml".into(),
+        tls: None,
+        users: vec![(user.to_owned(), hash.to_owned())],
+        headers: Vec::new(),
+    });
+    config
+}
+
+#[tokio::test]
+async fn basic_auth_guards_the_page_and_no_secret_is_shown() {
+    let upstream = Upstream::start(Reply::text(PAGE)).await;
+    let user = "operator-7f3a";
+    let hash = bcrypt::hash("s3cret", 4).expect("hash");
+    let sp = Running::start(guarded(&upstream, user, &hash)).await;
+    let get = |path: &str, auth: bool| {
+        let mut req = client().get(sp.url(path));
+        if auth {
+            req = req.basic_auth(user, Some("s3cret"));
+        }
+        async move {
+            let r = req.send().await.expect("answers");
+            (r.status(), r.text().await.expect("body"))
+        }
+    };
+    for path in ["/", "/status"] {
+        assert_eq!(get(path, false).await.0, StatusCode::UNAUTHORIZED, "{path}");
+    }
+    assert_eq!(get("/live", false).await.0, StatusCode::OK);
+    assert_ne!(get("/health", false).await.0, StatusCode::UNAUTHORIZED);
+    eventually(
+        Duration::from_secs(10),
+        "the upstream is scraped",
+        || async {
+            let (code, body) = get("/status", true).await;
+            code == StatusCode::OK && body.contains("\"state\":\"up\"")
+        },
+    )
+    .await;
+    let (code, page) = get("/", true).await;
+    assert_eq!(code, StatusCode::OK);
+    let (_, status) = get("/status", true).await;
+    for shown in [&page, &status] {
+        assert!(!shown.contains("hunter2-secret"), "{shown}");
+        assert!(!shown.contains(&hash), "{shown}");
+        assert!(!shown.contains("$2"), "{shown}");
+        assert!(!shown.contains(user), "{shown}");
+    }
+    assert!(status.contains("http://scraper:***@127.0.0.1"), "{status}");
+    assert!(page.contains("http://scraper:***@127.0.0.1"), "{page}");
+    assert!(page.contains("basic auth: 1 user(s)"), "{page}");
+}
+
+#[tokio::test]
+async fn the_pages_answer_like_the_other_routes() {
+    let upstream = Upstream::start(Reply::text(PAGE)).await;
+    let mut config = config(vec![upstream_config(
+        "vllm",
+        &upstream.metrics_url(),
+        &["vllm:"],
+    )]);
+    config.shutdown.drain_delay = Duration::from_secs(30);
+    let sp = Running::start(config).await;
+    for path in ["/", "/status"] {
+        let r = client().post(sp.url(path)).send().await.expect("answers");
+        assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED, "{path}");
+        assert_eq!(r.headers()[header::ALLOW], "GET, HEAD");
+        let head = client().head(sp.url(path)).send().await.expect("answers");
+        assert_eq!(head.status(), StatusCode::OK, "{path}");
+        assert!(head.text().await.expect("body").is_empty());
+    }
+    for path in ["/index.html", "/status/", "/statuss", "//"] {
+        assert_eq!(sp.get(path).await.0, StatusCode::NOT_FOUND, "{path}");
+    }
+    let (code, metrics) = sp.get("/metrics").await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(
+        metric(&metrics, "dynamo_sysport_http_requests_total")
+            .label("path", "/status")
+            .label("code", "405")
+            .value(),
+        1.0
+    );
+
+    // Shutting down is a reason of its own, and the page still answers while draining.
+    sp.handle.shutdown();
+    eventually(Duration::from_secs(5), "/health turns 503", || async {
+        sp.get("/health").await.0 == StatusCode::SERVICE_UNAVAILABLE
+    })
+    .await;
+    let (code, status) = json(&sp, "/status").await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(status["ready"], false);
+    assert_eq!(status["shutting_down"], true);
+    assert_eq!(status["not_ready_reason"], "shutting down");
+    let (_, page) = sp.get("/").await;
+    assert!(page.contains("Not ready: shutting down"), "{page}");
+}
+
+#[tokio::test]
+async fn a_configured_probe_path_takes_precedence_over_the_status_routes() {
+    let upstream = Upstream::start(Reply::text(PAGE)).await;
+    let mut config = config(vec![upstream_config(
+        "vllm",
+        &upstream.metrics_url(),
+        &["vllm:"],
+    )]);
+    config.health.live_path = "/status".into();
+    config.health.path = "/".into();
+    let sp = Running::start(config).await;
+    let (code, live) = json(&sp, "/status").await;
+    assert_eq!(
+        (code, live["status"].as_str()),
+        (StatusCode::OK, Some("live"))
+    );
+    let (_, health) = sp.get("/").await;
+    assert!(health.contains("\"endpoints\""), "{health}");
+}
