@@ -9,6 +9,8 @@
 //!   duplicate series dropped and counted.
 //! - [`write_text`] and [`write_openmetrics`] render a merge into a [`Sink`]: one pre-sized
 //!   buffer, or [`Pieces`], runs of the upstream bodies wherever the output repeats them.
+//! - [`Exposition::retain`], [`Exposition::label_pairs`] and the text line writers serve
+//!   programs that rewrite samples: the result goes back through [`parse`].
 //!
 //! Families are modelled the way text 0.0.4 names them (a counter `x` is the family `x_total`,
 //! its `x_created` is a gauge family of its own, as `prometheus_client` renders them), because
@@ -21,6 +23,7 @@ mod merge;
 mod openmetrics;
 mod out;
 mod parse;
+mod rewrite;
 mod text;
 
 pub use hash::PairHasher;
@@ -31,6 +34,7 @@ pub use out::{Pieces, Sink};
 pub use parse::{
     Limit, ParseError, ParseLimits, ParseOptions, Split, parse, parse_after, parse_with,
 };
+pub use rewrite::{escape_label_value, unescape_label_value};
 pub use text::write_text;
 
 use bytes::Bytes;

@@ -66,7 +66,7 @@ impl Merge<'_> {
 }
 
 /// OpenMetrics escapes `"` in HELP; text 0.0.4 does not and would reject `\"`.
-fn write_help_as_text(help: &[u8], from: Format, out: &mut Vec<u8>) {
+pub(super) fn write_help_as_text(help: &[u8], from: Format, out: &mut Vec<u8>) {
     if from == Format::Text || memchr::memmem::find(help, b"\\\"").is_none() {
         out.extend_from_slice(help);
         return;
@@ -172,7 +172,7 @@ pub(crate) fn write_labels(
 
 /// prometheus_client renders an OpenMetrics timestamp `t` (seconds) in text 0.0.4 as
 /// `int(float(t) * 1000)`; so does this.
-fn write_seconds_as_millis(ts: &[u8], out: &mut Vec<u8>) {
+pub(super) fn write_seconds_as_millis(ts: &[u8], out: &mut Vec<u8>) {
     use std::io::Write as _;
     let secs: f64 = std::str::from_utf8(ts)
         .ok()
