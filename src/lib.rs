@@ -4,6 +4,7 @@
 //! - [`config`]: YAML file + `DYN_SYSTEM_*` environment + CLI flags → one validated `Config`.
 //! - [`expfmt`]: the exposition format, pure and I/O-free: lexer, filter, merge, writers.
 //! - [`scrape`]: fetches upstreams concurrently, single-flight, with limits and timeouts.
+//! - [`relabel`]: Prometheus' `metric_relabel_configs`, applied to each page before it is served.
 //! - [`health`]: background checks and the readiness state.
 //! - [`telemetry`]: sysport's own `dynamo_sysport_*` metrics.
 //! - [`parts`]: a response body of shared byte runs.
@@ -15,6 +16,7 @@ pub mod demo;
 pub mod expfmt;
 pub mod health;
 pub mod parts;
+pub mod relabel;
 pub mod scrape;
 pub mod server;
 pub mod telemetry;

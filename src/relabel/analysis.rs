@@ -1,0 +1,137 @@
+//! What a rule set does to the samples of one name in a family, decided before any of them is
+//! read, so that the families no rule can touch cost nothing per sample.
+//!
+//! The rules run on a [`NameView`]: what is known of every sample of that name at once. Its
+//! `__name__` is known; a label that no sample of the family carries is known to be absent (or
+//! to hold sysport's configured value); the value of any other label is not known. A rule is
+//! decided when what it reads is known (or when no value it could read can match, checked on
+//! the known start of the joined source values); the first undecided rule, or the first that
+//! changes the labels, leaves the samples of that name to be evaluated one by one from there.
+
+use std::cell::OnceCell;
+
+use super::labels::Labels;
+use super::rule::{Rule, Step};
+use crate::expfmt::{Exposition, Family};
+
+/// What the rules do to every sample of one name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Nothing: the samples pass as they are.
+    Keep,
+    /// They are all dropped.
+    Drop,
+    /// Each sample is evaluated, from this rule on (the rules before it change nothing).
+    Evaluate(usize),
+}
+
+/// The label names the samples of one family carry, read on first need.
+pub(crate) struct FamilyLabels<'e> {
+    exp: &'e Exposition,
+    family: &'e Family,
+    names: OnceCell<Vec<String>>,
+}
+
+impl<'e> FamilyLabels<'e> {
+    pub(crate) fn new(exp: &'e Exposition, family: &'e Family) -> Self {
+        FamilyLabels {
+            exp,
+            family,
+            names: OnceCell::new(),
+        }
+    }
+
+    fn names(&self) -> &[String] {
+        self.names.get_or_init(|| {
+            let mut names: Vec<String> = Vec::new();
+            for s in self.exp.samples(self.family) {
+                for (name, _) in self.exp.label_pairs(s) {
+                    if !names.iter().any(|n| n.as_bytes() == name) {
+                        names.push(String::from_utf8_lossy(name).into_owned());
+                    }
+                }
+            }
+            names
+        })
+    }
+
+    fn carries(&self, name: &str) -> bool {
+        self.names().iter().any(|n| n == name)
+    }
+}
+
+/// The samples of one name in a family, as the rules see them together.
+pub(crate) struct NameView<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) family: &'a FamilyLabels<'a>,
+    /// sysport's configured labels, which a sample lacking them gets.
+    pub(crate) added: &'a [(String, String)],
+}
+
+impl NameView<'_> {
+    /// Every label some of these samples have: name and value, `None` when not known.
+    fn entries(&self) -> Vec<(&str, Option<&str>)> {
+        let mut all: Vec<(&str, Option<&str>)> = vec![("__name__", Some(self.name))];
+        all.extend(self.family.names().iter().map(|n| (n.as_str(), None)));
+        for (name, value) in self.added {
+            if !value.is_empty() && !self.family.carries(name) {
+                all.push((name, Some(value)));
+            }
+        }
+        all.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        all
+    }
+}
+
+impl Labels for NameView<'_> {
+    fn get(&self, name: &str) -> Option<&str> {
+        if name == "__name__" {
+            return Some(self.name);
+        }
+        if self.family.carries(name) {
+            return None;
+        }
+        Some(
+            self.added
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or("", |(_, v)| v.as_str()),
+        )
+    }
+
+    fn peek(&self, name: &str) -> Option<&str> {
+        if name == "__name__" || self.family.names.get().is_some() {
+            self.get(name)
+        } else {
+            None
+        }
+    }
+
+    fn set(&mut self, name: &str, value: &str) -> bool {
+        // Anything but setting what is already there changes (some of) the samples.
+        self.get(name) == Some(value)
+    }
+
+    fn for_each_sorted(&self, f: &mut dyn FnMut(&str, Option<&str>)) -> bool {
+        for (name, value) in self.entries() {
+            f(name, value);
+        }
+        true
+    }
+
+    fn retain(&mut self, keep: &dyn Fn(&str) -> bool) -> bool {
+        self.entries().iter().all(|(name, _)| keep(name))
+    }
+}
+
+/// What `rules` do to every sample that `view` stands for.
+pub(crate) fn verdict(rules: &[Rule], view: &mut NameView<'_>, buf: &mut String) -> Verdict {
+    for (i, rule) in rules.iter().enumerate() {
+        match rule.apply(view, buf) {
+            Step::Keep => {}
+            Step::Drop => return Verdict::Drop,
+            Step::Unknown => return Verdict::Evaluate(i),
+        }
+    }
+    Verdict::Keep
+}

@@ -1,0 +1,379 @@
+//! A page through its rules, against a plain reference: every sample's labels read, every rule
+//! applied in turn, invalid series dropped, the first of equal series kept. What sysport serves
+//! (the untouched families as parsed, the rest rewritten, merged and written out) must hold
+//! exactly the reference's series, whatever the rules.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::labels::{Labels, SampleLabels};
+use super::rule::Step;
+use super::*;
+use crate::expfmt::{
+    self, AddedLabel, Exposition, Format, MergeOptions, PairHasher, ParseLimits, ParseOptions,
+};
+
+const MEDIUM: &str = include_str!("../../tests/fixtures/medium.prom");
+const MEDIUM_OM: &str = include_str!("../../tests/fixtures/medium.openmetrics.txt");
+const WEIRD: &str = include_str!("../../tests/fixtures/edge_weird_labels_nan.prom");
+
+const LIMITS: ParseLimits = ParseLimits {
+    max_line_bytes: 1 << 20,
+    max_series: 1 << 20,
+    max_families: 1 << 16,
+    max_labels: 64,
+    max_label_value_bytes: 1 << 20,
+};
+
+fn hasher() -> PairHasher {
+    PairHasher::new(0x5eed)
+}
+
+/// A series: name and sorted labels.
+type Series = (String, Vec<(String, String)>);
+
+fn rules(yaml: &[&[(&str, &str)]]) -> Vec<Rule> {
+    yaml.iter()
+        .map(|fields| {
+            let mut s = RuleSpec::default();
+            for &(key, value) in *fields {
+                let v = Some(value.to_owned());
+                match key {
+                    "source_labels" => {
+                        s.source_labels = Some(value.split(',').map(str::to_owned).collect())
+                    }
+                    "separator" => s.separator = v,
+                    "regex" => s.regex = v,
+                    "modulus" => s.modulus = value.parse().ok(),
+                    "target_label" => s.target_label = v,
+                    "replacement" => s.replacement = v,
+                    "action" => s.action = v,
+                    other => panic!("no field {other}"),
+                }
+            }
+            Rule::new(s).unwrap_or_else(|e| panic!("{fields:?}: {e:?}"))
+        })
+        .collect()
+}
+
+fn parse(body: &str, format: Format, added: &[(String, String)]) -> Arc<Exposition> {
+    let keep = ["vllm:".to_owned(), "lmcache:".to_owned()];
+    let names: Vec<&[u8]> = added.iter().map(|(n, _)| n.as_bytes()).collect();
+    let opts = ParseOptions {
+        keep: &keep,
+        limits: LIMITS,
+        added_labels: &names,
+        hasher: hasher(),
+        allow_reserved: false,
+    };
+    Arc::new(expfmt::parse(Bytes::from(body.to_owned()), format, &opts).expect("parses"))
+}
+
+/// The reference: each sample on its own through every rule. Returns the series and how many
+/// samples were dropped.
+fn reference(
+    exp: &Exposition,
+    rules: &[Rule],
+    added: &[(String, String)],
+) -> (BTreeMap<Series, String>, u64) {
+    let mut out = BTreeMap::new();
+    let mut dropped = 0;
+    let mut buf = String::new();
+    for fam in exp.families() {
+        for s in exp.samples(fam) {
+            let (a, b) = exp.sample_name(fam, s);
+            let name = String::from_utf8([a, b].concat()).expect("utf-8");
+            let mut labels = SampleLabels::default();
+            labels.push(Cow::Borrowed("__name__"), Cow::Owned(name));
+            for (n, v) in exp.label_pairs(s) {
+                let v = expfmt::unescape_label_value(v);
+                labels.push(
+                    Cow::Owned(String::from_utf8(n.to_vec()).expect("utf-8")),
+                    Cow::Owned(String::from_utf8(v.into_owned()).expect("utf-8")),
+                );
+            }
+            for (n, v) in added {
+                labels.push(Cow::Borrowed(n), Cow::Borrowed(v));
+            }
+            let kept = rules
+                .iter()
+                .all(|r| r.apply(&mut labels, &mut buf) != Step::Drop);
+            let name = labels.get("__name__").unwrap_or_default().to_owned();
+            let valid = expfmt::is_metric_name(name.as_bytes())
+                && !name.starts_with("dynamo_sysport_")
+                && labels.pairs().iter().all(|(n, _)| rule::is_label_name(n));
+            if !kept || !valid {
+                dropped += 1;
+                continue;
+            }
+            let mut set: Vec<(String, String)> = labels
+                .pairs()
+                .iter()
+                .filter(|(n, _)| !n.starts_with("__"))
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect();
+            set.sort();
+            let value = exp.sample_part(s, exp.lex(s).value);
+            out.entry((labels.get("__name__").unwrap_or_default().to_owned(), set))
+                .or_insert_with(|| String::from_utf8_lossy(value).into_owned());
+        }
+    }
+    (out, dropped)
+}
+
+/// What sysport serves for the page, read back: its series, and the text it wrote.
+fn served(page: &Page, added: &[(String, String)]) -> (BTreeMap<Series, String>, String) {
+    let sources: Vec<&Exposition> = page.served.iter().map(|e| &**e).collect();
+    let added: Vec<AddedLabel> = added.iter().map(|(n, v)| AddedLabel::new(n, v)).collect();
+    let merged = expfmt::merge(
+        &sources,
+        &MergeOptions {
+            added: &added,
+            names: None,
+            hasher: hasher(),
+        },
+    );
+    let mut text = Vec::new();
+    expfmt::write_text(&merged, &mut text);
+    let keep = [String::new()];
+    let opts = ParseOptions {
+        keep: &keep,
+        limits: LIMITS,
+        added_labels: &[],
+        hasher: hasher(),
+        allow_reserved: false,
+    };
+    let back = expfmt::parse(Bytes::from(text.clone()), Format::Text, &opts).expect("parses");
+    assert_eq!(back.stats().malformed, 0, "sysport wrote a malformed line");
+    let mut out = BTreeMap::new();
+    for fam in back.families() {
+        for s in back.samples(fam) {
+            let (a, b) = back.sample_name(fam, s);
+            let mut set: Vec<(String, String)> = back
+                .label_pairs(s)
+                .map(|(n, v)| {
+                    let v = expfmt::unescape_label_value(v);
+                    (
+                        String::from_utf8_lossy(n).into_owned(),
+                        String::from_utf8_lossy(&v).into_owned(),
+                    )
+                })
+                .filter(|(_, v)| !v.is_empty())
+                .collect();
+            set.sort();
+            let name = String::from_utf8([a, b].concat()).expect("utf-8");
+            let value = String::from_utf8_lossy(back.sample_part(s, back.lex(s).value));
+            let fresh = out
+                .insert((name.clone(), set), value.into_owned())
+                .is_none();
+            assert!(fresh, "{name}: a series written twice");
+        }
+    }
+    (out, String::from_utf8(text).expect("utf-8"))
+}
+
+/// Checks a rule set on a page against the reference; returns the page.
+fn check(body: &str, format: Format, rule_set: &[Rule], added: &[(String, String)]) -> Page {
+    let exp = parse(body, format, added);
+    let set = RuleSet::new(rule_set, &[], added).expect("rules");
+    let page = relabel(exp.clone(), &set, LIMITS, hasher()).expect("relabels");
+    let (want, want_dropped) = reference(&exp, rule_set, added);
+    let (got, text) = served(&page, added);
+    for (series, value) in &want {
+        assert_eq!(got.get(series), Some(value), "{series:?} in:\n{text}");
+    }
+    for series in got.keys() {
+        assert!(want.contains_key(series), "unexpected {series:?}");
+    }
+    assert_eq!(page.relabel_dropped, want_dropped);
+    // Families stay whole: one HELP and one TYPE each at most.
+    let mut seen = std::collections::HashSet::new();
+    for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
+        assert!(
+            seen.insert(line.split(' ').nth(2)),
+            "two TYPE lines: {line}"
+        );
+    }
+    page
+}
+
+#[test]
+fn rules_that_only_drop_leave_the_rest_as_parsed() {
+    let thin = rules(&[
+        &[
+            ("source_labels", "__name__"),
+            ("regex", "vllm:request_(prompt|generation)_tokens_.*"),
+            ("action", "drop"),
+        ],
+        &[
+            ("source_labels", "__name__,le"),
+            (
+                "regex",
+                r"vllm:e2e_request_latency_seconds_bucket;(0\.3|0\.5|0\.8|1\.0|2\.5)",
+            ),
+            ("action", "drop"),
+        ],
+    ]);
+    let page = check(MEDIUM, Format::Text, &thin, &[]);
+    assert_eq!(page.served.len(), 1, "nothing rewritten");
+    assert!(std::ptr::eq(
+        page.served[0].body().as_ptr(),
+        page.parsed.body().as_ptr()
+    ));
+    let (_, text) = served(&page, &[]);
+    assert!(!text.contains("vllm:request_prompt_tokens"));
+    assert!(text.contains("le=\"+Inf\""), "the other buckets stay");
+    assert!(!text.contains("e2e_request_latency_seconds_bucket{engine=\"0\",le=\"0.3\""));
+    assert!(text.contains("e2e_request_latency_seconds_bucket{engine=\"0\",le=\"1.5\""));
+}
+
+#[test]
+fn rules_that_touch_nothing_serve_the_parsed_page_itself() {
+    let none = rules(&[
+        &[
+            ("source_labels", "__name__"),
+            ("regex", "process_.*"),
+            ("action", "drop"),
+        ],
+        &[("regex", "pid"), ("action", "labeldrop")],
+        &[
+            ("source_labels", "__name__,le"),
+            ("regex", "nothing_bucket;.*"),
+            ("action", "drop"),
+        ],
+    ]);
+    let page = check(MEDIUM, Format::Text, &none, &[]);
+    assert_eq!(page.served.len(), 1);
+    assert!(Arc::ptr_eq(&page.served[0], &page.parsed));
+}
+
+#[test]
+fn every_action_matches_the_reference() {
+    let added = vec![("worker_id".to_owned(), "0".to_owned())];
+    let sets: Vec<Vec<Rule>> = vec![
+        rules(&[&[("regex", "engine"), ("action", "labeldrop")]]),
+        rules(&[&[
+            ("source_labels", "__name__"),
+            (
+                "regex",
+                "vllm:(num_requests_.*|kv_cache_usage_perc|e2e_request_latency_seconds_.*)",
+            ),
+            ("action", "keep"),
+        ]]),
+        rules(&[
+            &[("source_labels", "model_name"), ("target_label", "model")],
+            &[("regex", "model_name"), ("action", "labeldrop")],
+        ]),
+        rules(&[&[
+            ("source_labels", "__name__"),
+            ("regex", "vllm:(.*)"),
+            ("target_label", "__name__"),
+            ("replacement", "inference:${1}"),
+        ]]),
+        rules(&[
+            &[
+                ("source_labels", "engine,model_name"),
+                ("target_label", "shard"),
+                ("modulus", "3"),
+                ("action", "hashmod"),
+            ],
+            &[
+                ("source_labels", "shard"),
+                ("regex", "0|1"),
+                ("action", "keep"),
+            ],
+        ]),
+        rules(&[
+            &[
+                ("source_labels", "model_name"),
+                ("target_label", "model_lower"),
+                ("action", "lowercase"),
+            ],
+            &[
+                ("source_labels", "reason"),
+                ("target_label", "reason"),
+                ("action", "uppercase"),
+            ],
+        ]),
+        rules(&[&[
+            ("regex", "(model_name|engine)"),
+            ("replacement", "x_${1}"),
+            ("action", "labelmap"),
+        ]]),
+        rules(&[&[
+            ("regex", "__name__|le|quantile|engine|worker_id"),
+            ("action", "labelkeep"),
+        ]]),
+        rules(&[&[
+            ("source_labels", "engine"),
+            ("target_label", "worker_id"),
+            ("action", "keepequal"),
+        ]]),
+        rules(&[&[
+            ("source_labels", "engine"),
+            ("target_label", "worker_id"),
+            ("action", "dropequal"),
+        ]]),
+        // Renamed into another family of the page, apart by a label.
+        rules(&[
+            &[
+                ("source_labels", "__name__"),
+                ("regex", "vllm:num_requests_waiting"),
+                ("target_label", "was"),
+                ("replacement", "waiting"),
+            ],
+            &[
+                ("source_labels", "__name__"),
+                ("regex", "vllm:num_requests_waiting"),
+                ("target_label", "__name__"),
+                ("replacement", "vllm:num_requests_running"),
+            ],
+        ]),
+        // An invalid name, a reserved one, a name taken away: dropped and counted.
+        rules(&[
+            &[
+                ("source_labels", "__name__"),
+                ("regex", "vllm:num_preemptions_total"),
+                ("target_label", "__name__"),
+                ("replacement", "bad-name"),
+            ],
+            &[
+                ("source_labels", "__name__"),
+                ("regex", "vllm:prompt_tokens_total"),
+                ("target_label", "__name__"),
+                ("replacement", "dynamo_sysport_fake"),
+            ],
+            &[
+                ("source_labels", "__name__"),
+                ("regex", "vllm:generation_tokens_total"),
+                ("target_label", "__name__"),
+                ("replacement", ""),
+            ],
+        ]),
+        // Series made equal: the first stays.
+        rules(&[&[("regex", "engine|model_name"), ("action", "labeldrop")]]),
+    ];
+    for set in &sets {
+        check(MEDIUM, Format::Text, set, &added);
+        check(MEDIUM_OM, Format::OpenMetrics, set, &added);
+    }
+}
+
+#[test]
+fn escaped_values_are_relabelled_unescaped_and_written_escaped() {
+    let set = rules(&[
+        &[
+            ("regex", ".*"),
+            ("replacement", "copy_$0"),
+            ("action", "labelmap"),
+        ],
+        &[
+            ("source_labels", "__name__"),
+            ("target_label", "name_again"),
+        ],
+    ]);
+    check(WEIRD, Format::Text, &set, &[]);
+}
