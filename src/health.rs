@@ -228,6 +228,7 @@ mod tests {
             health_url: None,
             required,
             min_interval: Duration::ZERO,
+            metric_relabel_configs: Vec::new(),
         }
     }
 

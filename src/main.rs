@@ -266,6 +266,7 @@ fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) 
                 health_url: health.map(url),
                 required,
                 min_interval: Duration::ZERO,
+                metric_relabel_configs: Vec::new(),
             }
         };
     Config {
@@ -297,6 +298,7 @@ fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) 
         shutdown: ShutdownConfig {
             drain_delay: Duration::ZERO,
         },
+        metric_relabel_configs: Vec::new(),
         source: None,
     }
 }

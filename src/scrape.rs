@@ -21,6 +21,7 @@ use futures_util::future::{BoxFuture, Shared};
 
 use crate::config::{Config, UpstreamConfig, Url};
 use crate::expfmt::{self, AddedLabel, Exposition, Format, PairHasher, ParseError, ParseOptions};
+use crate::relabel::{self, Page, RuleSet};
 use crate::telemetry::Telemetry;
 
 /// Why an upstream could not be used for a scrape. `reason()` is the `result` label.
@@ -111,8 +112,8 @@ fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
     e.to_string()
 }
 
-/// What one upstream got from one fetch.
-pub type UpstreamResult = Result<Arc<Exposition>, ScrapeError>;
+/// What one upstream got from one fetch: its page as parsed and as its rules leave it.
+pub type UpstreamResult = Result<Arc<Page>, ScrapeError>;
 
 /// One completed fetch of a URL, parsed for every upstream that shares it.
 #[derive(Debug)]
@@ -269,6 +270,8 @@ struct Inner {
     limits: crate::config::Limits,
     added_names: Vec<Vec<u8>>,
     hasher: PairHasher,
+    /// Per upstream: its `metric_relabel_configs` and the top-level ones, if any.
+    rules: Vec<Option<RuleSet>>,
 }
 
 /// Fetches and parses upstreams for one configuration.
@@ -347,6 +350,17 @@ impl Scraper {
                 limits: config.limits.clone(),
                 added_names: added.iter().map(|a| a.name().to_vec()).collect(),
                 hasher: PairHasher::random(),
+                rules: config
+                    .upstreams
+                    .iter()
+                    .map(|u| {
+                        RuleSet::new(
+                            &u.metric_relabel_configs,
+                            &config.metric_relabel_configs,
+                            &config.labels,
+                        )
+                    })
+                    .collect(),
             }),
             targets: targets.into_iter().map(Arc::new).collect(),
             position,
@@ -369,11 +383,20 @@ impl Scraper {
         &self.inner.upstreams
     }
 
-    /// Whether upstream `i` keeps a family named `name` (one of its prefixes starts it).
+    /// Whether upstream `i` may serve a family named `name`: one of its prefixes starts it, or
+    /// its rules may rename series.
     pub fn may_hold(&self, i: usize, name: &str) -> bool {
-        self.inner.keep[i]
-            .iter()
-            .any(|k| name.starts_with(k.as_str()))
+        self.renames(i)
+            || self.inner.keep[i]
+                .iter()
+                .any(|k| name.starts_with(k.as_str()))
+    }
+
+    /// Whether upstream `i`'s rules may move a series to another family.
+    fn renames(&self, i: usize) -> bool {
+        self.inner.rules[i]
+            .as_ref()
+            .is_some_and(RuleSet::may_rename)
     }
 
     /// What the last fetch of upstream `i` left.
@@ -495,7 +518,10 @@ impl Scraper {
             sets.push(set);
             (slot, checked)
         };
+        // Renamed series come from families other than those named: only the page has them.
+        let renames = target.upstreams.iter().any(|&u| self.renames(u));
         match checked {
+            _ if renames => self.fetch(target, &target.full, budget).await,
             Some(true) => self.fetch(target, &slot, budget).await,
             Some(false) => self.fetch(target, &target.full, budget).await,
             None => {
@@ -622,8 +648,10 @@ fn selection_agrees(full: &Fetch, selected: Option<&Fetch>, names: &[String]) ->
                 let (Ok(f), Ok(s)) = (f, s) else {
                     return false;
                 };
-                let has = selected_families(s, names);
-                selected_families(f, names).iter().all(|n| has.contains(n))
+                let has = selected_families(&s.parsed, names);
+                selected_families(&f.parsed, names)
+                    .iter()
+                    .all(|n| has.contains(n))
             }),
     )
 }
@@ -673,7 +701,9 @@ async fn run_fetch(
                 .iter()
                 .enumerate()
                 .map(|(i, &u)| {
-                    let prior = prior.as_ref().and_then(|p| p.results.get(i)?.as_ref().ok());
+                    let prior = prior
+                        .as_ref()
+                        .and_then(|p| Some(&p.results.get(i)?.as_ref().ok()?.parsed));
                     contained(|| parse_for(&inner, u, body.clone(), format, prior))
                 })
                 .collect();
@@ -744,8 +774,15 @@ fn parse_for(
         hasher: inner.hasher,
         allow_reserved: false,
     };
-    match expfmt::parse_after(body, format, &opts, prior) {
-        Ok(exp) => Ok(Arc::new(exp)),
+    let page = expfmt::parse_after(body, format, &opts, prior).and_then(|exp| {
+        let exp = Arc::new(exp);
+        match &inner.rules[u] {
+            None => Ok(Page::unchanged(exp)),
+            Some(rules) => relabel::relabel(exp, rules, opts.limits, opts.hasher),
+        }
+    });
+    match page {
+        Ok(page) => Ok(Arc::new(page)),
         Err(ParseError::TooLarge { limit, line }) => {
             let limit = match limit {
                 expfmt::Limit::LineBytes => "line length",
@@ -774,10 +811,11 @@ fn record(inner: &Inner, u: usize, result: &UpstreamResult, elapsed: Duration, s
             .with_label_values(&[name])
             .observe(elapsed.as_secs_f64());
         match result {
-            Ok(exp) => {
-                let s = exp.stats();
+            Ok(page) => {
+                let s = page.parsed.stats();
                 t.set_series(name, "dropped", s.dropped);
                 t.set_series(name, "malformed", s.malformed);
+                t.set_series(name, "relabel_dropped", page.relabel_dropped);
                 if s.malformed > 0 {
                     tracing::debug!(
                         upstream = name,

@@ -14,7 +14,14 @@ use prometheus::{
 pub const NAMESPACE: &str = "dynamo_sysport";
 
 /// Outcomes counted in `dynamo_sysport_upstream_series`.
-pub const SERIES_OUTCOMES: [&str; 5] = ["kept", "dropped", "conflict", "duplicate", "malformed"];
+pub const SERIES_OUTCOMES: [&str; 6] = [
+    "kept",
+    "dropped",
+    "conflict",
+    "duplicate",
+    "malformed",
+    "relabel_dropped",
+];
 
 /// The sidecar's own metrics.
 #[derive(Clone)]

@@ -100,6 +100,8 @@ impl Loader<'_> {
         let labels = self.labels(raw.labels.map(|labels| labels.0).unwrap_or_default());
         let upstreams = self.upstreams(raw.upstreams, &overrides.upstreams);
         let limits = self.limits(raw.limits.unwrap_or_default());
+        let metric_relabel_configs =
+            self.relabel_rules(raw.metric_relabel_configs, "metric_relabel_configs");
         let drain_delay = raw.shutdown.and_then(|shutdown| {
             self.file_value(
                 shutdown.drain_delay.as_ref(),
@@ -126,6 +128,7 @@ impl Loader<'_> {
             upstreams,
             limits,
             shutdown,
+            metric_relabel_configs,
             source: self.file,
         })
     }
@@ -333,6 +336,8 @@ impl Loader<'_> {
             &field("min_interval"),
             parse_duration,
         );
+        let metric_relabel_configs =
+            self.relabel_rules(raw.metric_relabel_configs, &field("metric_relabel_configs"));
 
         let defaults = UpstreamConfig::new(name?.0, url?.0);
         Some(UpstreamConfig {
@@ -341,6 +346,7 @@ impl Loader<'_> {
             health_url: health_url.map(|(url, _)| url),
             required: required.map_or(defaults.required, |(required, _)| required),
             min_interval: min_interval.map_or(defaults.min_interval, |(interval, _)| interval),
+            metric_relabel_configs,
             ..defaults
         })
     }

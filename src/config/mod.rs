@@ -20,6 +20,11 @@
 //!     health_url: http://127.0.0.1:8000/health
 //!     required: true
 //!     min_interval: 0s
+//!     metric_relabel_configs:            # Prometheus' rules, applied before the wire
+//!       - source_labels: [__name__]
+//!         regex: "vllm:request_params_.*"
+//!         action: drop
+//! metric_relabel_configs: []            # applied to every upstream, after its own rules
 //! limits:
 //!   max_body_bytes: 16MiB
 //!   max_line_bytes: 1MiB
@@ -31,12 +36,15 @@
 //! ```
 //!
 //! [`Config`]'s `Display` renders the effective configuration in this same schema.
+//! `metric_relabel_configs` values are taken literally (no `${VAR}`): see `relabel`.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
 pub use reqwest::Url;
+
+use crate::relabel::Rule;
 
 mod check;
 mod env;
@@ -46,6 +54,9 @@ mod load;
 mod loader;
 mod path;
 mod raw;
+mod relabel;
+#[cfg(test)]
+mod relabel_tests;
 mod render;
 #[cfg(test)]
 mod tests;
@@ -73,6 +84,8 @@ pub struct Config {
     pub limits: Limits,
     /// Graceful shutdown behaviour.
     pub shutdown: ShutdownConfig,
+    /// Rules applied to every engine series, after its upstream's own.
+    pub metric_relabel_configs: Vec<Rule>,
     /// The file this configuration was read from, if any (used by `SIGHUP` reload).
     pub source: Option<PathBuf>,
 }
@@ -126,6 +139,8 @@ pub struct UpstreamConfig {
     /// Reuse a fetch younger than this, and serve a slightly older one while a refresh runs
     /// (0 = always fetch), default 0.
     pub min_interval: Duration,
+    /// Rules applied to this upstream's series before the top-level ones; default none.
+    pub metric_relabel_configs: Vec<Rule>,
 }
 
 /// Limits applied to each upstream response.
@@ -182,6 +197,7 @@ impl Default for Config {
             upstreams: vec![vllm],
             limits: Limits::default(),
             shutdown: ShutdownConfig::default(),
+            metric_relabel_configs: Vec::new(),
             source: None,
         }
     }
@@ -227,6 +243,7 @@ impl UpstreamConfig {
             health_url: None,
             required: true,
             min_interval: Duration::ZERO,
+            metric_relabel_configs: Vec::new(),
         }
     }
 }

@@ -10,6 +10,8 @@ use serde::Deserialize;
 use serde::de::{MapAccess, Visitor};
 use serde_saphyr::Spanned;
 
+use super::relabel::RawRules;
+
 /// A scalar value as written in the file, with its position.
 pub(crate) type Text = Spanned<String>;
 
@@ -31,6 +33,9 @@ pub(crate) struct RawConfig {
     pub(crate) limits: Option<RawLimits>,
     /// Graceful shutdown.
     pub(crate) shutdown: Option<RawShutdown>,
+    /// Prometheus `metric_relabel_configs` applied to every engine series, after the
+    /// upstream's own.
+    pub(crate) metric_relabel_configs: Option<RawRules>,
 }
 
 /// `listen:` section.
@@ -82,6 +87,9 @@ pub(crate) struct RawUpstream {
     /// Reuse a fetch younger than this (`0s`, default: always fetch). Bounds the load that
     /// frequent readers such as inference gateways put on the engine.
     pub(crate) min_interval: Option<Text>,
+    /// Prometheus `metric_relabel_configs` applied to this upstream's series before they are
+    /// served (then the top-level ones), with Prometheus' meaning.
+    pub(crate) metric_relabel_configs: Option<RawRules>,
 }
 
 /// `limits:` section. Sizes take a plain number of bytes or a unit (`512KiB`, `16MiB`).

@@ -19,7 +19,7 @@ fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         .collect()
 }
 
-fn no_env() -> HashMap<String, String> {
+pub(super) fn no_env() -> HashMap<String, String> {
     HashMap::new()
 }
 
@@ -32,18 +32,18 @@ fn ip(text: &str) -> IpAddr {
 }
 
 /// Loads `yaml` as if read from `sysport.yaml`.
-fn load_yaml(yaml: &str, env: &HashMap<String, String>) -> Result<Config, ConfigError> {
+pub(super) fn load_yaml(yaml: &str, env: &HashMap<String, String>) -> Result<Config, ConfigError> {
     load_text(yaml, Some(Path::new(FILE)), &Overrides::default(), env)
 }
 
-fn ok(yaml: &str) -> Config {
+pub(super) fn ok(yaml: &str) -> Config {
     match load_yaml(yaml, &no_env()) {
         Ok(config) => config,
         Err(err) => panic!("expected a valid config, got:\n{err}"),
     }
 }
 
-fn problems(yaml: &str, env: &HashMap<String, String>) -> Vec<ConfigIssue> {
+pub(super) fn problems(yaml: &str, env: &HashMap<String, String>) -> Vec<ConfigIssue> {
     match load_yaml(yaml, env) {
         Ok(config) => panic!("expected an error, got:\n{config}"),
         Err(err) => {
@@ -61,7 +61,13 @@ fn only_issue(yaml: &str) -> String {
 }
 
 #[track_caller]
-fn assert_issue(issue: &ConfigIssue, line: usize, column: usize, field: &str, contains: &str) {
+pub(super) fn assert_issue(
+    issue: &ConfigIssue,
+    line: usize,
+    column: usize,
+    field: &str,
+    contains: &str,
+) {
     assert_eq!(issue.file.as_deref(), Some(Path::new(FILE)), "{issue}");
     assert_eq!(
         (issue.line, issue.column),
@@ -73,10 +79,10 @@ fn assert_issue(issue: &ConfigIssue, line: usize, column: usize, field: &str, co
 }
 
 /// A file under the system temp directory, removed on drop.
-struct TempFile(PathBuf);
+pub(super) struct TempFile(pub(super) PathBuf);
 
 impl TempFile {
-    fn new(contents: &str) -> Self {
+    pub(super) fn new(contents: &str) -> Self {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let name = format!(
             "sysport-config-test-{}-{}.yaml",
@@ -133,8 +139,10 @@ fn defaults_without_file_env_or_flags() {
         health_url: Some(url("http://127.0.0.1:8000/health")),
         required: true,
         min_interval: Duration::ZERO,
+        metric_relabel_configs: Vec::new(),
     };
     assert_eq!(config.upstreams, [vllm]);
+    assert!(config.metric_relabel_configs.is_empty());
 }
 
 #[test]
@@ -465,7 +473,7 @@ fn unknown_fields_name_the_field_and_position() {
         only_issue("upstreams:\n  - name: vllm\n    url: http://h/metrics\n    tiemout: 2s\n");
     assert_eq!(
         issue,
-        "sysport.yaml:4:5: upstreams[0].tiemout: unknown field `tiemout`, expected one of name, url, keep, timeout, health_url, required, min_interval"
+        "sysport.yaml:4:5: upstreams[0].tiemout: unknown field `tiemout`, expected one of name, url, keep, timeout, health_url, required, min_interval, metric_relabel_configs"
     );
     let issues = problems("listen:\n  port: 1\nhelth: {}\n", &no_env());
     assert_issue(&issues[0], 3, 1, "helth", "unknown field `helth`");

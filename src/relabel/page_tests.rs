@@ -11,6 +11,7 @@ use bytes::Bytes;
 
 use super::labels::{Labels, SampleLabels};
 use super::rule::Step;
+use super::tests::spec;
 use super::*;
 use crate::expfmt::{
     self, AddedLabel, Exposition, Format, MergeOptions, PairHasher, ParseLimits, ParseOptions,
@@ -35,27 +36,10 @@ fn hasher() -> PairHasher {
 /// A series: name and sorted labels.
 type Series = (String, Vec<(String, String)>);
 
-fn rules(yaml: &[&[(&str, &str)]]) -> Vec<Rule> {
-    yaml.iter()
-        .map(|fields| {
-            let mut s = RuleSpec::default();
-            for &(key, value) in *fields {
-                let v = Some(value.to_owned());
-                match key {
-                    "source_labels" => {
-                        s.source_labels = Some(value.split(',').map(str::to_owned).collect())
-                    }
-                    "separator" => s.separator = v,
-                    "regex" => s.regex = v,
-                    "modulus" => s.modulus = value.parse().ok(),
-                    "target_label" => s.target_label = v,
-                    "replacement" => s.replacement = v,
-                    "action" => s.action = v,
-                    other => panic!("no field {other}"),
-                }
-            }
-            Rule::new(s).unwrap_or_else(|e| panic!("{fields:?}: {e:?}"))
-        })
+fn rules(rules: &[&[(&str, &str)]]) -> Vec<Rule> {
+    rules
+        .iter()
+        .map(|fields| Rule::new(spec(fields)).unwrap_or_else(|e| panic!("{fields:?}: {e:?}")))
         .collect()
 }
 

@@ -9,7 +9,7 @@ use super::rule::Step;
 use super::*;
 
 /// A rule from `(field, value)` pairs; `source_labels` is comma-separated.
-fn spec(fields: &[(&str, &str)]) -> RuleSpec {
+pub(super) fn spec(fields: &[(&str, &str)]) -> RuleSpec {
     let mut s = RuleSpec::default();
     for &(key, value) in fields {
         let v = Some(value.to_owned());

@@ -179,6 +179,7 @@ pub fn upstream_config(name: &str, url: &str, keep: &[&str]) -> UpstreamConfig {
         health_url: None,
         required: true,
         min_interval: Duration::ZERO,
+        metric_relabel_configs: Vec::new(),
     }
 }
 
@@ -200,6 +201,7 @@ pub fn config(upstreams: Vec<UpstreamConfig>) -> Config {
         shutdown: ShutdownConfig {
             drain_delay: Duration::ZERO,
         },
+        metric_relabel_configs: Vec::new(),
         source: None,
     }
 }
