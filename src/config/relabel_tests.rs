@@ -149,3 +149,16 @@ fn rules_render_and_load_back_the_same() {
             .any(|l| l == "metric_relabel_configs: []")
     );
 }
+
+#[test]
+fn the_example_file_loads_with_its_rules() {
+    let example = include_str!("../../config/sysport.example.yaml");
+    let env: std::collections::HashMap<String, String> =
+        [("POD_NAME".to_owned(), "vllm-0".to_owned())].into();
+    let config = load_yaml(example, &env).expect("the example is valid");
+    let rules = &config.upstreams[0].metric_relabel_configs;
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].action, Action::Drop);
+    assert!(rules[0].regex.is_match("vllm:request_prompt_tokens_bucket"));
+    assert!(config.metric_relabel_configs.is_empty());
+}

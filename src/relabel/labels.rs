@@ -32,7 +32,9 @@ pub(crate) trait Labels {
 #[derive(Debug, Default)]
 pub(crate) struct SampleLabels<'a> {
     pairs: Vec<(Cow<'a, str>, Cow<'a, str>)>,
-    /// Whether a rule changed anything since [`SampleLabels::clear`].
+    /// The labels as read, before any rule.
+    read: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    /// Whether a rule wrote anything since [`SampleLabels::clear`].
     changed: bool,
 }
 
@@ -40,6 +42,7 @@ impl<'a> SampleLabels<'a> {
     /// Empties the set for the next sample (keeping its memory).
     pub(crate) fn clear(&mut self) {
         self.pairs.clear();
+        self.read.clear();
         self.changed = false;
     }
 
@@ -47,13 +50,17 @@ impl<'a> SampleLabels<'a> {
     /// Prometheus removes them before its rules run.
     pub(crate) fn push(&mut self, name: Cow<'a, str>, value: Cow<'a, str>) {
         if !value.is_empty() && self.position(&name).is_none() {
+            self.read.push((name.clone(), value.clone()));
             self.pairs.push((name, value));
         }
     }
 
-    /// Whether a rule changed the set since it was read.
+    /// Whether the rules left a label set other than the one read. A temporary label set and
+    /// removed again, or a value set to what it was, is no change.
     pub(crate) fn changed(&self) -> bool {
         self.changed
+            && (self.pairs.len() != self.read.len()
+                || self.read.iter().any(|pair| !self.pairs.contains(pair)))
     }
 
     /// The labels in their order, `__name__` among them.
@@ -128,6 +135,11 @@ mod tests {
         assert!(!l.changed());
         l.set("b", "1");
         assert!(!l.changed(), "the same value is no change");
+        l.set("tmp", "x");
+        l.set("b", "");
+        l.set("b", "1");
+        l.set("tmp", "");
+        assert!(!l.changed(), "labels set and removed again are no change");
         l.set("c", "3");
         l.set("b", "");
         l.set("zz", "");

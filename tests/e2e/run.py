@@ -331,6 +331,43 @@ class Suite:
         eventually(ready, 15)
         return port
 
+    def start_sysport(self, config, name="sysport", port=None):
+        """Starts sysport (the process `name`, listening on `port` as `config` says) and waits
+        for /live."""
+        expect(os.access(self.sysport_bin, os.X_OK), f"SYSPORT_BIN {self.sysport_bin} is not executable")
+        self.procs.start(name, [self.sysport_bin, "--config", config])
+        base = f"http://127.0.0.1:{port or self.sysport_port}"
+
+        def live():
+            proc = self.procs.running[name]
+            if proc.poll() is not None:
+                raise Fatal(f"{name} exited with {proc.returncode}:\n{self.procs.log_tail(name)}")
+            status, _, _ = http_get(f"{base}/live", timeout=1.0)
+            expect(status == 200, f"/live: HTTP {status}")
+
+        eventually(live, 20, 0.2)
+
+    def start_prometheus(self, config):
+        """Starts Prometheus with `config` and a fresh TSDB, and waits until it is ready."""
+        tsdb = os.path.join(self.workdir, "tsdb")
+        os.mkdir(tsdb)
+        self.procs.start("prometheus", [
+            self.prometheus_bin,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tsdb}",
+            f"--web.listen-address=127.0.0.1:{self.prom_port}",
+            "--log.level=warn",
+        ])
+
+        def ready():
+            proc = self.procs.running["prometheus"]
+            if proc.poll() is not None:
+                raise Fatal(f"prometheus exited with {proc.returncode}:\n{self.procs.log_tail('prometheus')}")
+            status, _, _ = http_get(f"{self.prom.base}/-/ready", timeout=1.0)
+            expect(status == 200, f"/-/ready: HTTP {status}")
+
+        eventually(ready, 30, 0.3)
+
     def write_sysport_config(self):
         path = os.path.join(self.workdir, "sysport.yaml")
         v, l = self.vllm_port, self.lmcache_port
@@ -406,17 +443,7 @@ scrape_configs:
         self.check("loopback vLLM and LMCache engines serve /metrics and /health", engines, fatal=True)
 
         def sysport_live():
-            expect(os.access(self.sysport_bin, os.X_OK), f"SYSPORT_BIN {self.sysport_bin} is not executable")
-            self.procs.start("sysport", [self.sysport_bin, "--config", self.write_sysport_config()])
-
-            def live():
-                proc = self.procs.running["sysport"]
-                if proc.poll() is not None:
-                    raise Fatal(f"sysport exited with {proc.returncode}:\n{self.procs.log_tail('sysport')}")
-                status, _, _ = http_get(f"{self.sysport}/live", timeout=1.0)
-                expect(status == 200, f"/live: HTTP {status}")
-
-            eventually(live, 20, 0.2)
+            self.start_sysport(self.write_sysport_config())
             return f":{self.sysport_port}"
 
         self.check("sysport starts and /live answers 200", sysport_live, fatal=True)
@@ -437,24 +464,7 @@ scrape_configs:
         self.check("sysport /health reports ready once the engine is healthy", sysport_ready)
 
         def prometheus_ready():
-            tsdb = os.path.join(self.workdir, "tsdb")
-            os.mkdir(tsdb)
-            self.procs.start("prometheus", [
-                self.prometheus_bin,
-                f"--config.file={self.write_prometheus_config()}",
-                f"--storage.tsdb.path={tsdb}",
-                f"--web.listen-address=127.0.0.1:{self.prom_port}",
-                "--log.level=warn",
-            ])
-
-            def ready():
-                proc = self.procs.running["prometheus"]
-                if proc.poll() is not None:
-                    raise Fatal(f"prometheus exited with {proc.returncode}:\n{self.procs.log_tail('prometheus')}")
-                status, _, _ = http_get(f"{self.prom.base}/-/ready", timeout=1.0)
-                expect(status == 200, f"/-/ready: HTTP {status}")
-
-            eventually(ready, 30, 0.3)
+            self.start_prometheus(self.write_prometheus_config())
             return f":{self.prom_port}"
 
         self.check("Prometheus starts with the deploy rules and becomes ready", prometheus_ready, fatal=True)
