@@ -21,6 +21,10 @@
 //! interpreter and the generator path. In test mode (`cargo test --all-targets`, where criterion
 //! runs every benchmark once) the fixtures are always used and `huge` is left out.
 //!
+//! `relabel/text` measures the same pipeline on the `large` text input with
+//! `metric_relabel_configs` applied after the parse, as the server does: none, ten typical rules
+//! (the README's example and the like), and one rule that changes every vLLM series.
+//!
 //! After the timings (benchmark mode only), heap allocations per parse+merge+write are counted
 //! for several sizes by running this binary under valgrind's memcheck, which counts every
 //! `malloc`/`calloc`/`realloc`/`memalign`; a counting `#[global_allocator]` cannot live here
@@ -35,8 +39,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use criterion::{Criterion, SamplingMode, Throughput};
 use sysport::expfmt::{
-    self, AddedLabel, Format, MergeOptions, PairHasher, ParseLimits, ParseOptions,
+    self, AddedLabel, Exposition, Format, MergeOptions, PairHasher, ParseLimits, ParseOptions,
 };
+use sysport::relabel::{self, Page, RuleSet};
 
 const SMALL_PROM: &[u8] = include_bytes!("../tests/fixtures/small.prom");
 const SMALL_OM: &[u8] = include_bytes!("../tests/fixtures/small.openmetrics.txt");
@@ -177,6 +182,7 @@ fn main() {
         }
         group.finish();
     }
+    bench_relabel(&mut c, &inputs);
     c.final_summary();
 
     if !test_mode {
@@ -211,9 +217,14 @@ fn pipeline(body: &Bytes, format: Format, keep: &[String], added: &[AddedLabel])
         allow_reserved: false,
     };
     let exp = expfmt::parse(body.clone(), format, &opts).expect("inputs are within the limits");
-    let sources = [&exp];
+    merged_text(&[&exp], added, hasher)
+}
+
+/// What a request does with the parsed pages: merge them, write text 0.0.4 into a fresh
+/// buffer sized by [`Merge::size_hint`].
+fn merged_text(sources: &[&Exposition], added: &[AddedLabel], hasher: PairHasher) -> Vec<u8> {
     let m = expfmt::merge(
-        &sources,
+        sources,
         &MergeOptions {
             added,
             names: None,
@@ -590,4 +601,117 @@ fn heap_usage(stderr: &str) -> Option<(u64, u64)> {
         digits.parse().ok()
     };
     Some((number(" allocs")?, number(" bytes allocated")?))
+}
+
+/// Ten typical rules: the README's example (request-size histograms dropped, latency buckets
+/// thinned), a few more families dropped, and a label rewritten on two small families.
+const TYPICAL_RULES: &str = r#"
+- source_labels: [__name__]
+  regex: "vllm:request_(prompt|generation)_tokens_(bucket|sum|count|created)"
+  action: drop
+- source_labels: [__name__, le]
+  regex: 'vllm:(time_to_first_token|inter_token_latency|e2e_request_latency)_seconds_bucket;(0\.1|0\.5|1\.0|2\.5|5\.0|10\.0|20\.0|40\.0|80\.0|\+Inf)'
+  target_label: __keep_bucket
+  replacement: "yes"
+- source_labels: [__name__, __keep_bucket]
+  regex: 'vllm:(time_to_first_token|inter_token_latency|e2e_request_latency)_seconds_bucket;'
+  action: drop
+- regex: __keep_bucket
+  action: labeldrop
+- source_labels: [__name__]
+  regex: "vllm:request_params_(n|max_tokens)_.*"
+  action: drop
+- source_labels: [__name__]
+  regex: "vllm:(cache_config_info|lora_requests_info)"
+  action: drop
+- source_labels: [__name__]
+  regex: "vllm:iteration_tokens_total_.*"
+  action: drop
+- source_labels: [__name__]
+  regex: "lmcache:p2p_.*"
+  action: drop
+- regex: pid
+  action: labeldrop
+- source_labels: [__name__, model_name]
+  regex: "vllm:num_requests_(running|waiting);(?:.*/)?(.*)"
+  target_label: model
+  replacement: "$2"
+"#;
+
+/// One rule that changes every vLLM series: every vLLM family is written anew.
+const REWRITE_ALL_RULES: &str = r#"
+- source_labels: [model_name]
+  regex: "(?:.*/)?(.*)"
+  target_label: model_name
+"#;
+
+/// The rules of a YAML list, read by sysport's own configuration loader.
+fn rule_set(rules: &str) -> RuleSet {
+    let mut yaml = String::from(
+        "upstreams:\n  - name: bench\n    url: http://127.0.0.1:1/metrics\n    metric_relabel_configs:\n",
+    );
+    for line in rules.lines().filter(|l| !l.is_empty()) {
+        yaml.push_str("      ");
+        yaml.push_str(line);
+        yaml.push('\n');
+    }
+    let path =
+        std::env::temp_dir().join(format!("sysport-bench-rules-{}.yaml", std::process::id()));
+    std::fs::write(&path, yaml).expect("write the rules");
+    let env: std::collections::HashMap<String, String> = Default::default();
+    let config = sysport::config::load_file(&path, &env).expect("valid rules");
+    let _ = std::fs::remove_file(&path);
+    RuleSet::new(&config.upstreams[0].metric_relabel_configs, &[], &[]).expect("some rules")
+}
+
+/// [`pipeline`] with the page through `rules` between the parse and the merge.
+fn relabelled_pipeline(body: &Bytes, rules: Option<&RuleSet>) -> Vec<u8> {
+    let hasher = PairHasher::new(0x5eed);
+    let keep: Vec<String> = KEEP.iter().map(|s| s.to_string()).collect();
+    let opts = ParseOptions {
+        keep: &keep,
+        limits: LIMITS,
+        added_labels: &[],
+        hasher,
+        allow_reserved: false,
+    };
+    let exp = expfmt::parse(body.clone(), Format::Text, &opts).expect("within the limits");
+    let exp = std::sync::Arc::new(exp);
+    let page = match rules {
+        None => Page::unchanged(exp),
+        Some(rules) => relabel::relabel(exp, rules, LIMITS, hasher).expect("within the limits"),
+    };
+    let sources: Vec<&Exposition> = page.served.iter().map(|e| &**e).collect();
+    merged_text(&sources, &[], hasher)
+}
+
+/// The cost of `metric_relabel_configs` on the large text input.
+fn bench_relabel(c: &mut Criterion, inputs: &[Input]) {
+    let Some(input) = inputs
+        .iter()
+        .find(|i| i.name == "large" && i.format == Format::Text)
+    else {
+        return;
+    };
+    let sets = [
+        ("none", None),
+        ("typical", Some(rule_set(TYPICAL_RULES))),
+        ("rewrite-all", Some(rule_set(REWRITE_ALL_RULES))),
+    ];
+    for (name, rules) in &sets {
+        let out = relabelled_pipeline(&input.body, rules.as_ref());
+        let lines = out.iter().filter(|&&b| b == b'\n').count();
+        eprintln!("relabel {name}: {} bytes out, {lines} lines", out.len());
+    }
+    let mut group = c.benchmark_group("relabel/text");
+    group
+        .throughput(Throughput::Bytes(input.body.len() as u64))
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(10);
+    for (name, rules) in &sets {
+        group.bench_function(format!("{name}/{}", input.name), |b| {
+            b.iter(|| black_box(relabelled_pipeline(&input.body, rules.as_ref())))
+        });
+    }
+    group.finish();
 }

@@ -7,7 +7,7 @@ Two rule sets, each with its own sysport and pair of jobs: tests/e2e/relabel_rul
 action) and the README's example (request-size histograms dropped, latency buckets thinned:
 the families it does not change go through sysport as parsed). The page is
 tests/fixtures/medium.prom (4 data-parallel engines, LMCache, LoRA, speculative decoding),
-served as it is by a loopback server in this process. sysport's output under the rules must
+served as it is by the conformance suite's loopback server, in this process. sysport's output under the rules must
 also pass promtool and prometheus_client in both formats.
 
 Run through tests/suites/relabel-oracle.sh (tests/suites/e2e-prometheus.sh with this driver):
@@ -15,12 +15,8 @@ Run through tests/suites/relabel-oracle.sh (tests/suites/e2e-prometheus.sh with 
     python tests/e2e/relabel_oracle.py --workdir DIR [--pidfile FILE]
 """
 
-import argparse
-import http.server
 import os
-import signal
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -28,8 +24,11 @@ sys.path.insert(0, HERE)
 # After this directory: the conformance suite has a `run` module of its own.
 sys.path.append(os.path.join(os.path.dirname(HERE), "conformance"))
 
+import run  # noqa: E402
 from run import ROOT, Fatal, Suite, expect, eventually, free_ports, http_get  # noqa: E402
 import expo  # noqa: E402
+import procs  # noqa: E402
+from inputs import Input  # noqa: E402
 
 PAGE = os.path.join(ROOT, "tests", "fixtures", "medium.prom")
 ALL_RULES = os.path.join(HERE, "relabel_rules.yml")
@@ -65,34 +64,16 @@ def readme_rules():
     return "\n".join(l[depth:] for l in rules) + "\n"
 
 
-def serve_page(port, body):
-    """The engine: a loopback server answering every GET with `body` as text 0.0.4."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 class Oracle(Suite):
     def __init__(self, workdir, pidfile):
         super().__init__(workdir, pidfile)
-        self.engine_port, readme_port = free_ports(2)
+        (readme_port,) = free_ports(1)
         self.sets = {
             "all": {"rules": open(ALL_RULES, encoding="utf-8").read(), "port": self.sysport_port},
             "readme": {"rules": readme_rules(), "port": readme_port},
         }
-        self.engine = None
+        self.engine = None  # the loopback server of the page, once started
+        self.page = None
 
     def write_sysport(self, name, rules, port):
         path = os.path.join(self.workdir, f"sysport-{name}.yaml")
@@ -103,7 +84,7 @@ labels: {{ worker_id: "{WORKER_ID}" }}
 shutdown: {{ drain_delay: 0s }}
 upstreams:
   - name: engine
-    url: "http://127.0.0.1:{self.engine_port}/metrics"
+    url: "{self.engine.url(self.page)}"
     keep: ["vllm:", "lmcache:"]
     metric_relabel_configs:
 {indented(rules, 6)}""")
@@ -118,8 +99,9 @@ upstreams:
   - job_name: direct_{name}
     honor_labels: true
     static_configs:
-      - targets: ["127.0.0.1:{self.engine_port}"]
+      - targets: ["127.0.0.1:{self.engine.port}"]
         labels: {{ worker_id: "{WORKER_ID}" }}
+    metrics_path: "/{self.page.name}"
     metric_relabel_configs:
       # What sysport's `keep` does.
       - source_labels: [__name__]
@@ -165,8 +147,7 @@ upstreams:
             logs = ("sysport-all", "sysport-readme", "prometheus") if self.failed else ()
         finally:
             self.procs.stop_all()
-            if self.engine:
-                self.engine.shutdown()
+            procs.stop_all()
         for name in logs:
             tail = self.procs.log_tail(name, 15)
             if tail:
@@ -178,11 +159,13 @@ upstreams:
     def setup(self):
         def start():
             with open(PAGE, "rb") as f:
-                self.engine = serve_page(self.engine_port, f.read())
+                self.page = Input(name="metrics", body=f.read(), fmt="text",
+                                  content_type="text/plain; version=0.0.4; charset=utf-8", origin=PAGE)
+            self.engine = procs.Upstreams([self.page])
             for name, s in self.sets.items():
                 self.start_sysport(self.write_sysport(name, s["rules"], s["port"]), f"sysport-{name}", s["port"])
             self.start_prometheus(self.write_prometheus())
-            return f"engine :{self.engine_port}, Prometheus :{self.prom_port}"
+            return f"engine :{self.engine.port}, Prometheus :{self.prom_port}"
 
         self.check("the engine page, two sysports with the rules and Prometheus start", start, fatal=True)
 
@@ -263,14 +246,5 @@ upstreams:
             self.check(f"rules '{name}': OpenMetrics output passes Prometheus' parser and prometheus_client", om_ok)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workdir", required=True, help="an empty directory for configs, logs and the TSDB")
-    ap.add_argument("--pidfile", help="kept listing the pids of the processes still running")
-    args = ap.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    return Oracle(args.workdir, args.pidfile).run()
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run.main(Oracle, __doc__))

@@ -879,14 +879,15 @@ scrape_configs:
         self.check("sysport exits 0 on SIGTERM", sigterm)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(suite=Suite, doc=__doc__):
+    """Runs `suite` (a Suite) with the command line of tests/suites/e2e-prometheus.sh."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", required=True, help="an empty directory for configs, logs and the TSDB")
     ap.add_argument("--pidfile", help="kept listing the pids of the processes still running")
     args = ap.parse_args()
     # SIGTERM/SIGINT unwind through the cleanup in Suite.run.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    return Suite(args.workdir, args.pidfile).run()
+    return suite(args.workdir, args.pidfile).run()
 
 
 if __name__ == "__main__":
