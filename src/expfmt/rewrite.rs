@@ -34,14 +34,17 @@ pub fn unescape_label_value(raw: &[u8]) -> Cow<'_, [u8]> {
 
 /// Appends `value` escaped for a label value in either format (`\\`, `\"`, `\n`).
 pub fn escape_label_value(value: &[u8], out: &mut Vec<u8>) {
-    for &b in value {
-        match b {
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            _ => out.push(b),
-        }
+    let mut from = 0;
+    for at in memchr::memchr3_iter(b'\\', b'"', b'\n', value) {
+        out.extend_from_slice(&value[from..at]);
+        out.extend_from_slice(match value[at] {
+            b'\\' => b"\\\\",
+            b'"' => b"\\\"",
+            _ => b"\\n",
+        });
+        from = at + 1;
     }
+    out.extend_from_slice(&value[from..]);
 }
 
 impl Sample {

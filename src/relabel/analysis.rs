@@ -10,8 +10,9 @@
 
 use std::cell::OnceCell;
 
+use super::apply::{Memo, Step};
 use super::labels::Labels;
-use super::rule::{Rule, Step};
+use super::rule::Rule;
 use crate::expfmt::{Exposition, Family};
 
 /// What the rules do to every sample of one name.
@@ -119,15 +120,20 @@ impl Labels for NameView<'_> {
         true
     }
 
-    fn retain(&mut self, keep: &dyn Fn(&str) -> bool) -> bool {
+    fn retain(&mut self, keep: &mut dyn FnMut(&str) -> bool) -> bool {
         self.entries().iter().all(|(name, _)| keep(name))
     }
 }
 
-/// What `rules` do to every sample that `view` stands for.
-pub(crate) fn verdict(rules: &[Rule], view: &mut NameView<'_>, buf: &mut String) -> Verdict {
-    for (i, rule) in rules.iter().enumerate() {
-        match rule.apply(view, buf) {
+/// What `rules` do to every sample that `view` stands for (`memos` are the rules' own).
+pub(crate) fn verdict(
+    rules: &[Rule],
+    memos: &mut [Memo],
+    view: &mut NameView<'_>,
+    buf: &mut String,
+) -> Verdict {
+    for (i, (rule, memo)) in rules.iter().zip(memos).enumerate() {
+        match rule.apply(view, buf, memo) {
             Step::Keep => {}
             Step::Drop => return Verdict::Drop,
             Step::Unknown => return Verdict::Evaluate(i),

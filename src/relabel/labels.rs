@@ -24,7 +24,7 @@ pub(crate) trait Labels {
     fn for_each_sorted(&self, f: &mut dyn FnMut(&str, Option<&str>)) -> bool;
 
     /// Removes the labels whose name `keep` refuses. `false` when the outcome cannot be known.
-    fn retain(&mut self, keep: &dyn Fn(&str) -> bool) -> bool;
+    fn retain(&mut self, keep: &mut dyn FnMut(&str) -> bool) -> bool;
 }
 
 /// One sample's labels, `__name__` first, then its labels in their order, then the labels
@@ -109,7 +109,7 @@ impl Labels for SampleLabels<'_> {
         true
     }
 
-    fn retain(&mut self, keep: &dyn Fn(&str) -> bool) -> bool {
+    fn retain(&mut self, keep: &mut dyn FnMut(&str) -> bool) -> bool {
         let before = self.pairs.len();
         self.pairs.retain(|(n, _)| keep(n));
         self.changed |= self.pairs.len() != before;

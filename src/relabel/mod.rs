@@ -25,6 +25,7 @@
 //! [`page`] for the rest.
 
 mod analysis;
+mod apply;
 mod labels;
 mod page;
 #[cfg(test)]

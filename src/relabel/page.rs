@@ -11,8 +11,9 @@ use bytes::Bytes;
 
 use super::RuleSet;
 use super::analysis::{FamilyLabels, NameView, Verdict, verdict};
+use super::apply::{Memo, Step};
 use super::labels::{Labels, SampleLabels};
-use super::rule::{Step, is_label_name};
+use super::rule::is_label_name;
 use crate::expfmt::{
     self, Exposition, Family, Format, Kind, PairHasher, ParseError, ParseLimits, ParseOptions,
     RESERVED_PREFIX, Sample,
@@ -62,6 +63,7 @@ pub fn relabel(
         made: Made::default(),
         index: None,
         buf: String::new(),
+        memos: rules.rules.iter().map(|_| Memo::default()).collect(),
     };
     for (fi, family) in exp.families().iter().enumerate() {
         run.family(fi, family);
@@ -157,6 +159,8 @@ struct Run<'e> {
     /// The page's families by text name, made on the first renamed sample.
     index: Option<HashMap<Vec<u8>, u32>>,
     buf: String,
+    /// What each rule worked out so far on this page.
+    memos: Vec<Memo>,
 }
 
 impl<'e> Run<'e> {
@@ -177,7 +181,7 @@ impl<'e> Run<'e> {
                     family: &labels,
                     added: &self.rules.added,
                 };
-                verdict(&self.rules.rules, &mut view, &mut self.buf)
+                verdict(&self.rules.rules, &mut self.memos, &mut view, &mut self.buf)
             })
             .collect();
         if verdicts.iter().all(|v| *v == Verdict::Keep) {
@@ -260,8 +264,9 @@ impl<'e> Run<'e> {
         labels: &mut SampleLabels<'_>,
         lines: &mut Vec<u8>,
     ) -> Outcome {
-        for rule in &self.rules.rules[from..] {
-            match rule.apply(labels, &mut self.buf) {
+        let rules = &self.rules.rules[from..];
+        for (rule, memo) in rules.iter().zip(&mut self.memos[from..]) {
+            match rule.apply(labels, &mut self.buf, memo) {
                 // A sample's labels are all known: a rule never leaves them unknown.
                 Step::Keep | Step::Unknown => {}
                 Step::Drop => return Outcome::Dropped,

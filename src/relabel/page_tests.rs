@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::apply::{Memo, Step};
 use super::labels::{Labels, SampleLabels};
-use super::rule::Step;
 use super::tests::spec;
 use super::*;
 use crate::expfmt::{
@@ -84,7 +84,7 @@ fn reference(
             }
             let kept = rules
                 .iter()
-                .all(|r| r.apply(&mut labels, &mut buf) != Step::Drop);
+                .all(|r| r.apply(&mut labels, &mut buf, &mut Memo::default()) != Step::Drop);
             let name = labels.get("__name__").unwrap_or_default().to_owned();
             let valid = expfmt::is_metric_name(name.as_bytes())
                 && !name.starts_with("dynamo_sysport_")

@@ -1,9 +1,8 @@
-//! One `metric_relabel_configs` rule: its fields as Prometheus defines them, the checks
-//! Prometheus makes when it loads one, and what it does to a label set.
+//! One `metric_relabel_configs` rule: its fields as Prometheus defines them and the checks
+//! Prometheus makes when it loads one. What it does to a label set is in `apply`.
 
 use std::sync::LazyLock;
 
-use super::labels::Labels;
 use super::pattern::Pattern;
 
 /// What a rule does (Prometheus 2.x's `relabel_config` actions).
@@ -272,137 +271,6 @@ impl Rule {
         }
     }
 
-    /// Applies the rule to `labels`, using `buf` as scratch space.
-    pub(crate) fn apply(&self, labels: &mut dyn Labels, buf: &mut String) -> Step {
-        match self.action {
-            Action::Keep | Action::Drop => match self.regex_matches(labels, buf) {
-                None => Step::Unknown,
-                Some(matched) if matched == (self.action == Action::Drop) => Step::Drop,
-                Some(_) => Step::Keep,
-            },
-            Action::Replace => self.replace(labels, buf),
-            Action::KeepEqual | Action::DropEqual => {
-                if !self.join(labels, false, buf) {
-                    return Step::Unknown;
-                }
-                let Some(target) = labels.get(&self.target_label) else {
-                    return Step::Unknown;
-                };
-                if (target == buf.as_str()) == (self.action == Action::KeepEqual) {
-                    Step::Keep
-                } else {
-                    Step::Drop
-                }
-            }
-            Action::HashMod | Action::Lowercase | Action::Uppercase => {
-                if !self.join(labels, false, buf) {
-                    return Step::Unknown;
-                }
-                let value = match self.action {
-                    Action::HashMod => {
-                        // The low 64 bits of the MD5 digest, big-endian, as Prometheus takes.
-                        let digest = md5::compute(buf.as_bytes()).0;
-                        let low = u64::from_be_bytes(digest[8..].try_into().expect("8 bytes"));
-                        (low % self.modulus).to_string()
-                    }
-                    Action::Lowercase => go_lowercase(buf),
-                    _ => go_uppercase(buf),
-                };
-                step(labels.set(&self.target_label, &value))
-            }
-            Action::LabelMap => self.label_map(labels, buf),
-            Action::LabelDrop => step(labels.retain(&|name| !self.regex.is_match(name))),
-            Action::LabelKeep => step(labels.retain(&|name| self.regex.is_match(name))),
-        }
-    }
-
-    fn replace(&self, labels: &mut dyn Labels, buf: &mut String) -> Step {
-        match self.regex_matches(labels, buf) {
-            None => return Step::Unknown,
-            Some(false) => return Step::Keep,
-            Some(true) => {}
-        }
-        let value = std::mem::take(buf);
-        let caps = self
-            .regex
-            .captures(&value)
-            .expect("the value was just matched");
-        let mut target = String::new();
-        self.regex.expand(&caps, &self.target_label, &mut target);
-        let mut result = String::new();
-        if is_label_name(&target) {
-            self.regex.expand(&caps, &self.replacement, &mut result);
-        }
-        drop(caps);
-        *buf = value;
-        if !is_label_name(&target) {
-            return Step::Keep;
-        }
-        step(labels.set(&target, &result))
-    }
-
-    fn label_map(&self, labels: &mut dyn Labels, buf: &mut String) -> Step {
-        // Every label is mapped from the set as it was before the rule, in name order: a later
-        // name mapped to the same new name wins, as in Prometheus.
-        let mut mapped: Vec<(String, Option<String>)> = Vec::new();
-        let mut unknown = false;
-        let known = labels.for_each_sorted(&mut |name, value| {
-            if let Some(caps) = self.regex.captures(name) {
-                buf.clear();
-                self.regex.expand(&caps, &self.replacement, buf);
-                match value {
-                    Some(value) => mapped.push((buf.clone(), Some(value.to_owned()))),
-                    None if *buf != name => unknown = true,
-                    None => {}
-                }
-            }
-        });
-        if !known || unknown {
-            return Step::Unknown;
-        }
-        for (name, value) in mapped {
-            if !labels.set(&name, value.as_deref().unwrap_or_default()) {
-                return Step::Unknown;
-            }
-        }
-        Step::Keep
-    }
-
-    /// Whether the joined source values match; `None` when that is not known.
-    fn regex_matches(&self, labels: &dyn Labels, buf: &mut String) -> Option<bool> {
-        // What is known without a costly look-up may already rule any match out.
-        if !self.join(labels, true, buf) {
-            if !self.regex.may_match_with_prefix(buf) {
-                return Some(false);
-            }
-            if !self.join(labels, false, buf) {
-                return (!self.regex.may_match_with_prefix(buf)).then_some(false);
-            }
-        }
-        Some(self.regex.is_match(buf))
-    }
-
-    /// Joins the source values into `buf`; `false` when one is not known, `buf` then holding
-    /// what comes before it. `cheap` reads with [`Labels::peek`].
-    fn join(&self, labels: &dyn Labels, cheap: bool, buf: &mut String) -> bool {
-        buf.clear();
-        for (i, name) in self.source_labels.iter().enumerate() {
-            if i > 0 {
-                buf.push_str(&self.separator);
-            }
-            let value = if cheap {
-                labels.peek(name)
-            } else {
-                labels.get(name)
-            };
-            match value {
-                Some(value) => buf.push_str(value),
-                None => return false,
-            }
-        }
-        true
-    }
-
     /// Whether the rule can set or remove `__name__` (move a series to another family).
     pub(crate) fn may_rename(&self) -> bool {
         match self.action {
@@ -414,41 +282,4 @@ impl Rule {
             _ => false,
         }
     }
-}
-
-/// What a rule made of a label set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Step {
-    /// The series stays (changed or not).
-    Keep,
-    /// The series is dropped.
-    Drop,
-    /// Not known (a label's value or the outcome of a change is not known).
-    Unknown,
-}
-
-fn step(known: bool) -> Step {
-    if known { Step::Keep } else { Step::Unknown }
-}
-
-/// Go's `strings.ToLower`: each character's simple lower-case mapping (`İ` becomes `i`; no
-/// final-sigma rule).
-fn go_lowercase(s: &str) -> String {
-    s.chars()
-        .map(|c| c.to_lowercase().next().unwrap_or(c))
-        .collect()
-}
-
-/// Go's `strings.ToUpper`: each character's simple upper-case mapping. A character whose
-/// upper case is several characters (`ß`) has no simple mapping and stays as it is.
-fn go_uppercase(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            let mut upper = c.to_uppercase();
-            match (upper.next(), upper.next()) {
-                (Some(u), None) => u,
-                _ => c,
-            }
-        })
-        .collect()
 }

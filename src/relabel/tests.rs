@@ -4,8 +4,8 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use super::apply::{Memo, Step};
 use super::labels::SampleLabels;
-use super::rule::Step;
 use super::*;
 
 /// A rule from `(field, value)` pairs; `source_labels` is comma-separated.
@@ -41,7 +41,7 @@ fn process(input: &[(&str, &str)], rules: &[Rule]) -> Option<BTreeMap<String, St
     }
     let mut buf = String::new();
     for r in rules {
-        if r.apply(&mut labels, &mut buf) == Step::Drop {
+        if r.apply(&mut labels, &mut buf, &mut Memo::default()) == Step::Drop {
             return None;
         }
     }
@@ -270,6 +270,60 @@ fn lowercase_and_uppercase_map_the_joined_values() {
     ]);
     let out = process(&odd, &[up, low]).expect("kept");
     assert_eq!((out["u"].as_str(), out["l"].as_str()), ("ßİ", "ßi"));
+}
+
+#[test]
+fn what_a_rule_remembers_serves_only_the_same_values() {
+    let rules = [
+        rule(&[
+            ("source_labels", "a"),
+            ("regex", "f(.*)"),
+            ("target_label", "d"),
+        ]),
+        rule(&[
+            ("regex", "b.*"),
+            ("replacement", "x_$0"),
+            ("action", "labelmap"),
+        ]),
+        rule(&[("source_labels", "a"), ("regex", "boo"), ("action", "drop")]),
+    ];
+    let mut memos: Vec<Memo> = rules.iter().map(|_| Memo::default()).collect();
+    let mut run = |input: &[(&'static str, &'static str)]| {
+        let mut labels = SampleLabels::default();
+        for &(n, v) in input {
+            labels.push(Cow::Borrowed(n), Cow::Borrowed(v));
+        }
+        let mut buf = String::new();
+        for (r, memo) in rules.iter().zip(&mut memos) {
+            if r.apply(&mut labels, &mut buf, memo) == Step::Drop {
+                return None;
+            }
+        }
+        Some(
+            labels
+                .pairs()
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+        )
+    };
+    assert_eq!(
+        run(&[("a", "foo"), ("b", "1")]),
+        map(&[("a", "foo"), ("b", "1"), ("d", "oo"), ("x_b", "1")])
+    );
+    assert_eq!(
+        run(&[("a", "foo"), ("c", "2")]),
+        map(&[("a", "foo"), ("c", "2"), ("d", "oo")])
+    );
+    assert_eq!(
+        run(&[("a", "fee"), ("b", "3")]),
+        map(&[("a", "fee"), ("b", "3"), ("d", "ee"), ("x_b", "3")])
+    );
+    assert_eq!(run(&[("a", "boo")]), None);
+    assert_eq!(
+        run(&[("a", "foo"), ("b", "4")]),
+        map(&[("a", "foo"), ("b", "4"), ("d", "oo"), ("x_b", "4")])
+    );
 }
 
 #[test]
