@@ -9,10 +9,12 @@
 //! changes the labels, leaves the samples of that name to be evaluated one by one from there.
 
 use std::cell::OnceCell;
+use std::sync::Arc;
 
 use super::apply::{Memo, Step};
 use super::labels::Labels;
 use super::rule::Rule;
+use super::seen::{self, Seen};
 use crate::expfmt::{Exposition, Family};
 
 /// What the rules do to every sample of one name.
@@ -26,39 +28,56 @@ pub(crate) enum Verdict {
     Evaluate(usize),
 }
 
-/// The label names the samples of one family carry, read on first need.
+/// The label names the samples of one family carry, read on first need (or taken from the
+/// last page: [`Seen`]).
 pub(crate) struct FamilyLabels<'e> {
     exp: &'e Exposition,
     family: &'e Family,
-    names: OnceCell<Vec<String>>,
+    seen: &'e Seen,
+    key: &'e [u8],
+    names: OnceCell<Arc<Vec<String>>>,
 }
 
 impl<'e> FamilyLabels<'e> {
-    pub(crate) fn new(exp: &'e Exposition, family: &'e Family) -> Self {
+    pub(crate) fn new(
+        exp: &'e Exposition,
+        family: &'e Family,
+        seen: &'e Seen,
+        key: &'e [u8],
+    ) -> Self {
         FamilyLabels {
             exp,
             family,
+            seen,
+            key,
             names: OnceCell::new(),
         }
     }
 
     fn names(&self) -> &[String] {
         self.names.get_or_init(|| {
-            let mut names: Vec<String> = Vec::new();
-            for s in self.exp.samples(self.family) {
-                for (name, _) in self.exp.label_pairs(s) {
-                    if !names.iter().any(|n| n.as_bytes() == name) {
-                        names.push(String::from_utf8_lossy(name).into_owned());
-                    }
-                }
-            }
-            names
+            let sum = seen::label_sum(self.exp.samples(self.family));
+            self.seen
+                .names(self.key, sum, || read_names(self.exp, self.family))
         })
     }
 
     fn carries(&self, name: &str) -> bool {
         self.names().iter().any(|n| n == name)
     }
+}
+
+/// Every label name some sample of `family` carries.
+fn read_names(exp: &Exposition, family: &Family) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for s in exp.samples(family) {
+        for (name, _) in exp.label_pairs(s) {
+            if !names.iter().any(|n| n.as_bytes() == name) {
+                names.push(String::from_utf8_lossy(name).into_owned());
+            }
+        }
+    }
+    names
 }
 
 /// The samples of one name in a family, as the rules see them together.

@@ -1,6 +1,6 @@
 //! What a rule does to a label set, as Prometheus' `relabel` does it, remembering what it
-//! worked out: consecutive samples mostly share their source values (the same model, engine
-//! and bucket bounds, series after series), and a page has few label names.
+//! worked out: the samples of a page share most of their source values (the same models and
+//! ranks, the same bucket bounds series after series), and a page has few label names.
 
 use std::collections::HashMap;
 
@@ -21,15 +21,15 @@ pub(crate) enum Step {
 /// What one rule worked out, for the next label set it meets.
 #[derive(Debug, Default)]
 pub(crate) struct Memo {
-    /// The last joined source values, and what came of them.
-    last: Option<(String, Worked)>,
+    /// Joined source values, and what came of them.
+    values: HashMap<String, Worked>,
     /// Per label name, for `labelmap`, `labeldrop` and `labelkeep`: whether the regex matches
     /// it, and the name `labelmap` maps it to.
     names: HashMap<String, Option<String>>,
 }
 
 /// What a rule worked out from one joined value.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 enum Worked {
     /// The regex matched, or did not (`keep`, `drop`; `replace` that sets nothing).
     Matched(bool),
@@ -41,6 +41,9 @@ enum Worked {
 
 /// Label names a memo remembers at most: a page has a few dozen.
 const MEMO_NAMES: usize = 1024;
+/// Joined values a memo remembers at most (a histogram's bucket bounds times its sample names,
+/// a few models and ranks); when full, it starts again.
+const MEMO_VALUES: usize = 4096;
 
 impl Rule {
     /// Applies the rule to `labels`, with `buf` as scratch space and `memo` what this rule
@@ -55,8 +58,8 @@ impl Rule {
             Action::Replace => match self.matches(labels, buf, memo) {
                 None => Step::Unknown,
                 Some(false) => Step::Keep,
-                Some(true) => match memo.last.as_ref().map(|(_, w)| w) {
-                    Some(Worked::Replace(target, value)) => step(labels.set(target, value)),
+                Some(true) => match self.work(buf, memo) {
+                    Worked::Replace(target, value) => step(labels.set(target, value)),
                     _ => Step::Keep,
                 },
             },
@@ -77,22 +80,8 @@ impl Rule {
                 if !self.join(labels, false, buf) {
                     return Step::Unknown;
                 }
-                let worked = memo.last.as_ref().filter(|(key, _)| key == buf);
-                if worked.is_none() {
-                    let value = match self.action {
-                        Action::HashMod => {
-                            // The low 64 bits of the MD5 digest, big-endian, as Prometheus takes.
-                            let digest = md5::compute(buf.as_bytes()).0;
-                            let low = u64::from_be_bytes(digest[8..].try_into().expect("8 bytes"));
-                            (low % self.modulus).to_string()
-                        }
-                        Action::Lowercase => go_lowercase(buf),
-                        _ => go_uppercase(buf),
-                    };
-                    memo.last = Some((buf.clone(), Worked::Value(value)));
-                }
-                match memo.last.as_ref().map(|(_, w)| w) {
-                    Some(Worked::Value(value)) => step(labels.set(&self.target_label, value)),
+                match self.work(buf, memo) {
+                    Worked::Value(value) => step(labels.set(&self.target_label, value)),
                     _ => Step::Keep,
                 }
             }
@@ -107,7 +96,7 @@ impl Rule {
     }
 
     /// Whether the joined source values match the regex; `None` when that is not known. When
-    /// they are known, `memo.last` holds them and what the rule makes of them.
+    /// they are known, `buf` holds them.
     fn matches(&self, labels: &dyn Labels, buf: &mut String, memo: &mut Memo) -> Option<bool> {
         // What is known without a costly look-up may already rule any match out.
         if !self.join(labels, true, buf) {
@@ -118,13 +107,23 @@ impl Rule {
                 return (!self.regex.may_match_with_prefix(buf)).then_some(false);
             }
         }
-        if let Some((key, worked)) = &memo.last
-            && key == buf
-        {
-            return Some(!matches!(worked, Worked::Matched(false)));
+        Some(!matches!(self.work(buf, memo), Worked::Matched(false)))
+    }
+
+    /// What the rule makes of the joined source values `joined`, remembered in `memo`.
+    fn work<'m>(&self, joined: &str, memo: &'m mut Memo) -> &'m Worked {
+        if !memo.values.contains_key(joined) {
+            if memo.values.len() >= MEMO_VALUES {
+                memo.values.clear();
+            }
+            memo.values.insert(joined.to_owned(), self.worked(joined));
         }
-        let worked = match self.action {
-            Action::Replace => match self.regex.captures(buf) {
+        &memo.values[joined]
+    }
+
+    fn worked(&self, joined: &str) -> Worked {
+        match self.action {
+            Action::Replace => match self.regex.captures(joined) {
                 None => Worked::Matched(false),
                 Some(caps) => {
                     let mut target = String::new();
@@ -139,11 +138,16 @@ impl Rule {
                     }
                 }
             },
-            _ => Worked::Matched(self.regex.is_match(buf)),
-        };
-        let matched = !matches!(worked, Worked::Matched(false));
-        memo.last = Some((buf.clone(), worked));
-        Some(matched)
+            Action::HashMod => {
+                // The low 64 bits of the MD5 digest, big-endian, as Prometheus takes.
+                let digest = md5::compute(joined.as_bytes()).0;
+                let low = u64::from_be_bytes(digest[8..].try_into().expect("8 bytes"));
+                Worked::Value((low % self.modulus).to_string())
+            }
+            Action::Lowercase => Worked::Value(go_lowercase(joined)),
+            Action::Uppercase => Worked::Value(go_uppercase(joined)),
+            _ => Worked::Matched(self.regex.is_match(joined)),
+        }
     }
 
     fn label_map(&self, labels: &mut dyn Labels, memo: &mut Memo) -> Step {

@@ -32,6 +32,7 @@ mod page;
 mod page_tests;
 mod pattern;
 mod rule;
+mod seen;
 #[cfg(test)]
 mod tests;
 
@@ -46,6 +47,8 @@ pub struct RuleSet {
     /// sysport's configured labels, as the rules see them on a sample that lacks them.
     added: Vec<(String, String)>,
     renames: bool,
+    /// What the rules made of each family of the last page.
+    seen: std::sync::Arc<seen::Seen>,
 }
 
 /// The configured labels that rules see: the exposition engine tracks which of the first
@@ -64,6 +67,7 @@ impl RuleSet {
             renames: rules.iter().any(Rule::may_rename),
             rules,
             added: labels.iter().take(VISIBLE_ADDED_LABELS).cloned().collect(),
+            seen: Default::default(),
         })
     }
 

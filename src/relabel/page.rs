@@ -14,6 +14,7 @@ use super::analysis::{FamilyLabels, NameView, Verdict, verdict};
 use super::apply::{Memo, Step};
 use super::labels::{Labels, SampleLabels};
 use super::rule::is_label_name;
+use super::seen;
 use crate::expfmt::{
     self, Exposition, Family, Format, Kind, PairHasher, ParseError, ParseLimits, ParseOptions,
     RESERVED_PREFIX, Sample,
@@ -166,7 +167,9 @@ struct Run<'e> {
 impl<'e> Run<'e> {
     fn family(&mut self, fi: usize, family: &'e Family) {
         let exp = self.exp;
-        let labels = FamilyLabels::new(exp, family);
+        let rules: &'e RuleSet = self.rules;
+        let key = seen::key(exp, family);
+        let labels = FamilyLabels::new(exp, family, &rules.seen, &key);
         let samples = exp.samples(family);
         let names = if samples.is_empty() {
             possible_names(exp, family)
@@ -179,9 +182,9 @@ impl<'e> Run<'e> {
                 let mut view = NameView {
                     name,
                     family: &labels,
-                    added: &self.rules.added,
+                    added: &rules.added,
                 };
-                verdict(&self.rules.rules, &mut self.memos, &mut view, &mut self.buf)
+                verdict(&rules.rules, &mut self.memos, &mut view, &mut self.buf)
             })
             .collect();
         if verdicts.iter().all(|v| *v == Verdict::Keep) {
@@ -193,54 +196,66 @@ impl<'e> Run<'e> {
             return;
         }
         let first = family.samples.0;
-        let rules: &'e RuleSet = self.rules;
-        // Per sample: which of `names` it has, and what became of it.
-        let mut outcomes: Vec<(usize, Outcome)> = Vec::with_capacity(samples.len());
+        // Which of `names` each sample has.
+        let mut which: Vec<u32> = Vec::with_capacity(samples.len());
+        for (i, s) in samples.iter().enumerate() {
+            let w = match which.last() {
+                Some(&w) if i > 0 && s.repeats_name() => w,
+                _ => {
+                    let name = sample_name(exp, family, s);
+                    names.iter().position(|n| *n == name).unwrap_or(0) as u32
+                }
+            };
+            which.push(w);
+        }
+        let evaluates = verdicts.iter().any(|v| matches!(v, Verdict::Evaluate(_)));
+        let sequence = evaluates.then(|| seen::sequence(samples, &which, &names));
+        if let Some(dropped) = sequence.and_then(|seq| rules.seen.filtered(&key, seq)) {
+            self.drop.extend(dropped.iter().map(|&d| first + d));
+            self.dropped += dropped.len() as u64;
+            return;
+        }
+        // What became of each sample.
+        let mut outcomes: Vec<Outcome> = Vec::with_capacity(samples.len());
         let mut lines = Vec::new();
         let mut labels = SampleLabels::default();
-        let mut which = 0;
-        for (i, s) in samples.iter().enumerate() {
-            if i == 0 || !s.repeats_name() {
-                let name = sample_name(exp, family, s);
-                which = names.iter().position(|n| *n == name).unwrap_or(0);
-            }
-            let outcome = match verdicts[which] {
+        for (s, &w) in samples.iter().zip(&which) {
+            let name = &names[w as usize];
+            let outcome = match verdicts[w as usize] {
                 Verdict::Keep => Outcome::Unchanged,
                 Verdict::Drop => Outcome::Dropped,
                 Verdict::Evaluate(from) => {
-                    read(exp, s, &names[which], &rules.added, &mut labels);
-                    self.evaluate(fi, s, &names[which], from, &mut labels, &mut lines)
+                    read(exp, s, name, &rules.added, &mut labels);
+                    self.evaluate(fi, s, name, from, &mut labels, &mut lines)
                 }
             };
-            outcomes.push((which, outcome));
+            outcomes.push(outcome);
         }
-        let dropped = outcomes
-            .iter()
-            .filter(|(_, o)| matches!(o, Outcome::Dropped))
-            .count();
-        self.dropped += dropped as u64;
+        let dropped: Vec<u32> = (0..outcomes.len() as u32)
+            .filter(|&i| matches!(outcomes[i as usize], Outcome::Dropped))
+            .collect();
+        self.dropped += dropped.len() as u64;
         if !outcomes
             .iter()
-            .any(|(_, o)| matches!(o, Outcome::Changed { .. }))
+            .any(|o| matches!(o, Outcome::Changed { .. }))
         {
-            for (i, (_, o)) in outcomes.iter().enumerate() {
-                if matches!(o, Outcome::Dropped) {
-                    self.drop.push(first + i as u32);
-                }
+            self.drop.extend(dropped.iter().map(|&d| first + d));
+            if let Some(seq) = sequence {
+                rules.seen.remember_filtered(&key, seq, dropped);
             }
             return;
         }
         // A changed sample: the whole family is written anew, so that a histogram's series is
         // never served half from one body and half from the other.
         self.keep_family[fi] = false;
-        for (s, &(which, outcome)) in samples.iter().zip(&outcomes) {
+        for ((s, &w), &outcome) in samples.iter().zip(&which).zip(&outcomes) {
             match outcome {
                 Outcome::Dropped => {}
                 Outcome::Changed { target, start, end } => self.made.families[target as usize]
                     .1
                     .extend_from_slice(&lines[start as usize..end as usize]),
                 Outcome::Unchanged => {
-                    read(exp, s, &names[which], &rules.added, &mut labels);
+                    read(exp, s, &names[w as usize], &rules.added, &mut labels);
                     let out = self.made.lines(Target::Page(fi as u32));
                     let at = out.len();
                     if write_line(exp, s, &labels, out).is_none() {
@@ -349,13 +364,16 @@ fn read<'n>(
 ) {
     labels.clear();
     labels.push(Cow::Borrowed("__name__"), Cow::Borrowed(name));
+    // The lexer checked that names are ASCII and values UTF-8: the lossy paths never run.
+    let text = |b: &'n [u8]| {
+        std::str::from_utf8(b).map_or_else(|_| String::from_utf8_lossy(b), Cow::Borrowed)
+    };
     for (n, v) in exp.label_pairs(s) {
-        let n = String::from_utf8_lossy(n);
         let v = match expfmt::unescape_label_value(v) {
-            Cow::Borrowed(v) => String::from_utf8_lossy(v),
+            Cow::Borrowed(v) => text(v),
             Cow::Owned(v) => Cow::Owned(String::from_utf8_lossy(&v).into_owned()),
         };
-        labels.push(n, v);
+        labels.push(text(n), v);
     }
     for (n, v) in added {
         labels.push(Cow::Borrowed(n), Cow::Borrowed(v));

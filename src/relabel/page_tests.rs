@@ -361,3 +361,68 @@ fn escaped_values_are_relabelled_unescaped_and_written_escaped() {
     ]);
     check(WEIRD, Format::Text, &set, &[]);
 }
+
+#[test]
+fn label_names_kept_from_the_last_page_follow_a_change_of_labels() {
+    let set = RuleSet::new(
+        &rules(&[&[("regex", "extra"), ("action", "labeldrop")]]),
+        &[],
+        &[],
+    )
+    .expect("rules");
+    let page = |body: &str| {
+        let exp = parse(body, Format::Text, &[]);
+        let page = relabel(exp, &set, LIMITS, hasher()).expect("relabels");
+        let (_, text) = served(&page, &[]);
+        (page.served.len(), text)
+    };
+    let plain = "# TYPE vllm:g gauge\nvllm:g{a=\"1\"} 1\n";
+    assert_eq!(page(plain), (1, plain.to_owned()));
+    assert_eq!(
+        page(plain),
+        (1, plain.to_owned()),
+        "names taken from the last page"
+    );
+    // The same family with one more label: its names are read again, the label dropped.
+    let extra = "# TYPE vllm:g gauge\nvllm:g{a=\"1\",extra=\"x\"} 2\n";
+    assert_eq!(page(extra).1, "# TYPE vllm:g gauge\nvllm:g{a=\"1\"} 2\n");
+}
+
+#[test]
+fn samples_dropped_from_the_last_page_go_again_and_the_new_values_come_through() {
+    let set = RuleSet::new(
+        &rules(&[&[
+            ("source_labels", "__name__,le"),
+            ("regex", r"vllm:h_bucket;0\.5"),
+            ("action", "drop"),
+        ]]),
+        &[],
+        &[],
+    )
+    .expect("rules");
+    let page = |buckets: &[(&str, u32)]| {
+        let mut body = String::from("# TYPE vllm:h histogram\n");
+        for (le, v) in buckets {
+            body.push_str(&format!("vllm:h_bucket{{le=\"{le}\"}} {v}\n"));
+        }
+        body.push_str("vllm:h_count 9\nvllm:h_sum 1\n");
+        let exp = parse(&body, Format::Text, &[]);
+        let page = relabel(exp, &set, LIMITS, hasher()).expect("relabels");
+        assert_eq!(page.relabel_dropped, 1);
+        served(&page, &[]).1
+    };
+    let first = page(&[("0.1", 1), ("0.5", 2), ("+Inf", 9)]);
+    assert!(first.contains("le=\"0.1\"} 1\n") && !first.contains("0.5"));
+    // The same label sets with new values: the same sample goes, the new values come through.
+    let second = page(&[("0.1", 3), ("0.5", 4), ("+Inf", 9)]);
+    assert!(
+        second.contains("le=\"0.1\"} 3\n") && !second.contains("0.5"),
+        "{second}"
+    );
+    // Another bucket: the samples are evaluated again.
+    let third = page(&[("0.1", 3), ("0.25", 3), ("0.5", 4), ("+Inf", 9)]);
+    assert!(
+        third.contains("le=\"0.25\"} 3\n") && !third.contains("0.5"),
+        "{third}"
+    );
+}
