@@ -46,10 +46,18 @@ impl<'a> SampleLabels<'a> {
         self.changed = false;
     }
 
-    /// Adds a label of the sample as read (before any rule runs). Empty values are left out:
-    /// Prometheus removes them before its rules run.
+    /// Adds a label of the sample as read (before any rule runs), unless it has one of that
+    /// name. Empty values are left out: Prometheus removes them before its rules run.
     pub(crate) fn push(&mut self, name: Cow<'a, str>, value: Cow<'a, str>) {
-        if !value.is_empty() && self.position(&name).is_none() {
+        if self.position(&name).is_none() {
+            self.push_new(name, value);
+        }
+    }
+
+    /// [`SampleLabels::push`] of a name known not to be in the set yet (a line's own labels,
+    /// whose names the lexer checked are distinct).
+    pub(crate) fn push_new(&mut self, name: Cow<'a, str>, value: Cow<'a, str>) {
+        if !value.is_empty() {
             self.read.push((name.clone(), value.clone()));
             self.pairs.push((name, value));
         }

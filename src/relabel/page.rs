@@ -121,12 +121,14 @@ struct Made {
 }
 
 impl Made {
-    fn lines(&mut self, target: Target) -> &mut Vec<u8> {
-        let i = *self.by_target.entry(target.clone()).or_insert_with(|| {
-            self.families.push((target, Vec::new()));
-            self.families.len() - 1
-        });
-        &mut self.families[i].1
+    /// The index of the family `target` in the body, made on first use.
+    fn index(&mut self, target: Target) -> usize {
+        if let Some(&i) = self.by_target.get(&target) {
+            return i;
+        }
+        self.families.push((target.clone(), Vec::new()));
+        self.by_target.insert(target, self.families.len() - 1);
+        self.families.len() - 1
     }
 
     /// The body: each family's HELP and TYPE (a new family is untyped), then its lines.
@@ -256,7 +258,8 @@ impl<'e> Run<'e> {
                     .extend_from_slice(&lines[start as usize..end as usize]),
                 Outcome::Unchanged => {
                     read(exp, s, &names[w as usize], &rules.added, &mut labels);
-                    let out = self.made.lines(Target::Page(fi as u32));
+                    let own = self.made.index(Target::Page(fi as u32));
+                    let out = &mut self.made.families[own].1;
                     let at = out.len();
                     if write_line(exp, s, &labels, out).is_none() {
                         // The page's own samples always make a series; kept safe regardless.
@@ -300,9 +303,8 @@ impl<'e> Run<'e> {
         } else {
             self.target(final_name.as_bytes(), labels)
         };
-        self.made.lines(target.clone());
         Outcome::Changed {
-            target: self.made.by_target[&target] as u32,
+            target: self.made.index(target) as u32,
             start: start as u32,
             end: lines.len() as u32,
         }
@@ -363,7 +365,7 @@ fn read<'n>(
     labels: &mut SampleLabels<'n>,
 ) {
     labels.clear();
-    labels.push(Cow::Borrowed("__name__"), Cow::Borrowed(name));
+    labels.push_new(Cow::Borrowed("__name__"), Cow::Borrowed(name));
     // The lexer checked that names are ASCII and values UTF-8: the lossy paths never run.
     let text = |b: &'n [u8]| {
         std::str::from_utf8(b).map_or_else(|_| String::from_utf8_lossy(b), Cow::Borrowed)
@@ -373,7 +375,7 @@ fn read<'n>(
             Cow::Borrowed(v) => text(v),
             Cow::Owned(v) => Cow::Owned(String::from_utf8_lossy(&v).into_owned()),
         };
-        labels.push(text(n), v);
+        labels.push_new(text(n), v);
     }
     for (n, v) in added {
         labels.push(Cow::Borrowed(n), Cow::Borrowed(v));
