@@ -27,6 +27,7 @@
 mod analysis;
 mod apply;
 mod labels;
+mod made;
 mod page;
 #[cfg(test)]
 mod page_tests;

@@ -1,10 +1,10 @@
 //! One upstream page through its rules: the families no rule touches stay as they were parsed
 //! (their samples still written as runs of the upstream body), samples the rules only drop are
 //! left out, and the families with a changed sample are written anew, as a text body of their
-//! own that is parsed like any page.
+//! own that is parsed like any page. What the rules made of each family is kept for the next
+//! page (`seen`).
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -13,11 +13,11 @@ use super::RuleSet;
 use super::analysis::{FamilyLabels, NameView, Verdict, verdict};
 use super::apply::{Memo, Step};
 use super::labels::{Labels, SampleLabels};
-use super::rule::is_label_name;
-use super::seen;
+use super::made::{Families, Made, Rewritten, Target};
+use super::seen::{self, Outcome};
 use crate::expfmt::{
     self, Exposition, Family, Format, Kind, PairHasher, ParseError, ParseLimits, ParseOptions,
-    RESERVED_PREFIX, Sample,
+    Sample,
 };
 
 /// One upstream's page as parsed and as served.
@@ -62,18 +62,18 @@ pub fn relabel(
         drop: Vec::new(),
         dropped: 0,
         made: Made::default(),
-        index: None,
+        families: None,
         buf: String::new(),
         memos: rules.rules.iter().map(|_| Memo::default()).collect(),
     };
     for (fi, family) in exp.families().iter().enumerate() {
         run.family(fi, family);
     }
-    if run.keep_family.iter().all(|&k| k) && run.drop.is_empty() && run.made.families.is_empty() {
+    if run.keep_family.iter().all(|&k| k) && run.drop.is_empty() && run.made.is_empty() {
         return Ok(Page::unchanged(parsed));
     }
     let mut served = vec![Arc::new(exp.retain(|fi| run.keep_family[fi], &run.drop))];
-    if !run.made.families.is_empty() {
+    if !run.made.is_empty() {
         let body = run.made.body(exp);
         let keep = [String::new()];
         let opts = ParseOptions {
@@ -83,8 +83,14 @@ pub fn relabel(
             hasher,
             allow_reserved: false,
         };
-        let made = expfmt::parse(Bytes::from(body), Format::Text, &opts)?;
-        served.push(Arc::new(made.with_added_labels_written()));
+        // The last such body as the prior: the series of rewritten families repeat from one
+        // page to the next as the engine's do. (Its samples were marked as carrying the added
+        // labels; every sample of this parse is marked the same way below.)
+        let prior = rules.seen.made();
+        let made = expfmt::parse_after(Bytes::from(body), Format::Text, &opts, prior.as_ref())?;
+        let made = Arc::new(made.with_added_labels_written());
+        rules.seen.remember_made(&made);
+        served.push(made);
     }
     Ok(Page {
         served,
@@ -95,59 +101,14 @@ pub fn relabel(
 
 /// What became of one sample of a family evaluated sample by sample.
 #[derive(Debug, Clone, Copy)]
-enum Outcome {
+enum Fate {
     Unchanged,
     Dropped,
-    /// Changed: its line is `lines[start..end]` of the family's evaluation, for `target`.
+    /// Changed: to `target` (of the family's [`Rewritten`]), with the series at `series`.
     Changed {
         target: u32,
-        start: u32,
-        end: u32,
+        series: (u32, u32),
     },
-}
-
-/// Where a written sample goes: a family of the page (by index), or a new untyped family.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Target {
-    Page(u32),
-    New(Vec<u8>),
-}
-
-/// The families written anew, in order of first use.
-#[derive(Debug, Default)]
-struct Made {
-    families: Vec<(Target, Vec<u8>)>,
-    by_target: HashMap<Target, usize>,
-}
-
-impl Made {
-    /// The index of the family `target` in the body, made on first use.
-    fn index(&mut self, target: Target) -> usize {
-        if let Some(&i) = self.by_target.get(&target) {
-            return i;
-        }
-        self.families.push((target.clone(), Vec::new()));
-        self.by_target.insert(target, self.families.len() - 1);
-        self.families.len() - 1
-    }
-
-    /// The body: each family's HELP and TYPE (a new family is untyped), then its lines.
-    fn body(&self, exp: &Exposition) -> Vec<u8> {
-        let len = self.families.iter().map(|(_, l)| l.len() + 256).sum();
-        let mut body = Vec::with_capacity(len);
-        for (target, lines) in &self.families {
-            match target {
-                Target::Page(fi) => exp.write_text_header(&exp.families()[*fi as usize], &mut body),
-                Target::New(name) => {
-                    body.extend_from_slice(b"# TYPE ");
-                    body.extend_from_slice(name);
-                    body.extend_from_slice(b" untyped\n");
-                }
-            }
-            body.extend_from_slice(lines);
-        }
-        body
-    }
 }
 
 /// One page going through the rules.
@@ -160,7 +121,7 @@ struct Run<'e> {
     dropped: u64,
     made: Made,
     /// The page's families by text name, made on the first renamed sample.
-    index: Option<HashMap<Vec<u8>, u32>>,
+    families: Option<Families>,
     buf: String,
     /// What each rule worked out so far on this page.
     memos: Vec<Memo>,
@@ -197,7 +158,6 @@ impl<'e> Run<'e> {
             self.dropped += samples.len() as u64;
             return;
         }
-        let first = family.samples.0;
         // Which of `names` each sample has.
         let mut which: Vec<u32> = Vec::with_capacity(samples.len());
         for (i, s) in samples.iter().enumerate() {
@@ -212,146 +172,113 @@ impl<'e> Run<'e> {
         }
         let evaluates = verdicts.iter().any(|v| matches!(v, Verdict::Evaluate(_)));
         let sequence = evaluates.then(|| seen::sequence(samples, &which, &names));
-        if let Some(dropped) = sequence.and_then(|seq| rules.seen.filtered(&key, seq)) {
-            self.drop.extend(dropped.iter().map(|&d| first + d));
-            self.dropped += dropped.len() as u64;
-            return;
+        match sequence.and_then(|seq| rules.seen.outcome(&key, seq)) {
+            Some(Outcome::Filtered(dropped)) => return self.filtered(family, &dropped),
+            Some(Outcome::Rewritten(family)) => return self.rewritten(fi, samples, &family),
+            None => {}
         }
-        // What became of each sample.
-        let mut outcomes: Vec<Outcome> = Vec::with_capacity(samples.len());
-        let mut lines = Vec::new();
+        let mut rewritten = Rewritten::default();
         let mut labels = SampleLabels::default();
-        for (s, &w) in samples.iter().zip(&which) {
-            let name = &names[w as usize];
-            let outcome = match verdicts[w as usize] {
-                Verdict::Keep => Outcome::Unchanged,
-                Verdict::Drop => Outcome::Dropped,
-                Verdict::Evaluate(from) => {
-                    read(exp, s, name, &rules.added, &mut labels);
-                    self.evaluate(fi, s, name, from, &mut labels, &mut lines)
-                }
-            };
-            outcomes.push(outcome);
-        }
-        let dropped: Vec<u32> = (0..outcomes.len() as u32)
-            .filter(|&i| matches!(outcomes[i as usize], Outcome::Dropped))
-            .collect();
-        self.dropped += dropped.len() as u64;
-        if !outcomes
+        let fates: Vec<Fate> = samples
             .iter()
-            .any(|o| matches!(o, Outcome::Changed { .. }))
-        {
-            self.drop.extend(dropped.iter().map(|&d| first + d));
+            .zip(&which)
+            .map(|(s, &w)| match verdicts[w as usize] {
+                Verdict::Keep => Fate::Unchanged,
+                Verdict::Drop => Fate::Dropped,
+                Verdict::Evaluate(from) => {
+                    read(exp, s, &names[w as usize], &rules.added, &mut labels);
+                    self.evaluate(fi, &names[w as usize], from, &mut labels, &mut rewritten)
+                }
+            })
+            .collect();
+        if !fates.iter().any(|f| matches!(f, Fate::Changed { .. })) {
+            let dropped: Vec<u32> = (0..fates.len() as u32)
+                .filter(|&i| matches!(fates[i as usize], Fate::Dropped))
+                .collect();
+            self.filtered(family, &dropped);
             if let Some(seq) = sequence {
-                rules.seen.remember_filtered(&key, seq, dropped);
+                rules
+                    .seen
+                    .remember_outcome(&key, seq, Outcome::Filtered(Arc::new(dropped)));
             }
             return;
         }
         // A changed sample: the whole family is written anew, so that a histogram's series is
         // never served half from one body and half from the other.
-        self.keep_family[fi] = false;
-        for ((s, &w), &outcome) in samples.iter().zip(&which).zip(&outcomes) {
-            match outcome {
-                Outcome::Dropped => {}
-                Outcome::Changed { target, start, end } => self.made.families[target as usize]
-                    .1
-                    .extend_from_slice(&lines[start as usize..end as usize]),
-                Outcome::Unchanged => {
+        for ((s, &w), fate) in samples.iter().zip(&which).zip(fates) {
+            let sample = match fate {
+                Fate::Dropped => None,
+                Fate::Changed { target, series } => Some((target, series)),
+                Fate::Unchanged => {
                     read(exp, s, &names[w as usize], &rules.added, &mut labels);
-                    let own = self.made.index(Target::Page(fi as u32));
-                    let out = &mut self.made.families[own].1;
-                    let at = out.len();
-                    if write_line(exp, s, &labels, out).is_none() {
-                        // The page's own samples always make a series; kept safe regardless.
-                        out.truncate(at);
-                        self.dropped += 1;
-                    }
+                    let own = rewritten.target(Target::Page(fi as u32));
+                    // The page's own samples always make a series; a sample that would not is
+                    // dropped rather than served wrong.
+                    rewritten.write_series(&labels).map(|series| (own, series))
                 }
-            }
+            };
+            rewritten.push(sample);
+        }
+        let rewritten = Arc::new(rewritten);
+        self.rewritten(fi, samples, &rewritten);
+        if let Some(seq) = sequence {
+            rules
+                .seen
+                .remember_outcome(&key, seq, Outcome::Rewritten(rewritten));
         }
     }
 
+    /// The family served as parsed but for `dropped` (indices in the family).
+    fn filtered(&mut self, family: &Family, dropped: &[u32]) {
+        let first = family.samples.0;
+        self.drop.extend(dropped.iter().map(|&d| first + d));
+        self.dropped += dropped.len() as u64;
+    }
+
+    /// The family `fi` served as `rewritten` says, with the values of `samples`.
+    fn rewritten(&mut self, fi: usize, samples: &[Sample], rewritten: &Rewritten) {
+        self.keep_family[fi] = false;
+        self.dropped += rewritten.dropped();
+        rewritten.write(self.exp, samples, &mut self.made);
+    }
+
     /// Runs the rules from `from` on over a sample's `labels` (as [`read`] left them); a
-    /// changed sample's line goes to `lines`.
+    /// changed sample's series goes to `rewritten`.
     fn evaluate(
         &mut self,
         fi: usize,
-        s: &Sample,
         name: &str,
         from: usize,
         labels: &mut SampleLabels<'_>,
-        lines: &mut Vec<u8>,
-    ) -> Outcome {
+        rewritten: &mut Rewritten,
+    ) -> Fate {
         let rules = &self.rules.rules[from..];
         for (rule, memo) in rules.iter().zip(&mut self.memos[from..]) {
             match rule.apply(labels, &mut self.buf, memo) {
                 // A sample's labels are all known: a rule never leaves them unknown.
                 Step::Keep | Step::Unknown => {}
-                Step::Drop => return Outcome::Dropped,
+                Step::Drop => return Fate::Dropped,
             }
         }
         if !labels.changed() {
-            return Outcome::Unchanged;
+            return Fate::Unchanged;
         }
-        let start = lines.len();
-        let Some(final_name) = write_line(self.exp, s, labels, lines) else {
-            lines.truncate(start);
-            return Outcome::Dropped;
+        let Some(series) = rewritten.write_series(labels) else {
+            return Fate::Dropped;
         };
+        let final_name = labels.get("__name__").unwrap_or_default();
         let target = if final_name == name {
             Target::Page(fi as u32)
         } else {
-            self.target(final_name.as_bytes(), labels)
+            let exp = self.exp;
+            self.families
+                .get_or_insert_with(|| Families::of(exp))
+                .target(exp.families(), final_name.as_bytes(), labels)
         };
-        Outcome::Changed {
-            target: self.made.index(target) as u32,
-            start: start as u32,
-            end: lines.len() as u32,
+        Fate::Changed {
+            target: rewritten.target(target),
+            series,
         }
-    }
-
-    /// The family a sample renamed to `name` belongs to: the page's family of that sample
-    /// name when its shape fits (a bucket needs `le`), else a new untyped family.
-    fn target(&mut self, name: &[u8], labels: &SampleLabels<'_>) -> Target {
-        let exp = self.exp;
-        let index = self.index.get_or_insert_with(|| {
-            exp.families()
-                .iter()
-                .enumerate()
-                .map(|(i, f)| {
-                    let (base, suffix) = exp.family_name(f);
-                    ([base, suffix].concat(), i as u32)
-                })
-                .collect()
-        });
-        let kind = |fi: u32| exp.families()[fi as usize].kind;
-        let has = |label: &str| labels.get(label).is_some_and(|v| !v.is_empty());
-        if let Some(&fi) = index.get(name) {
-            match kind(fi) {
-                Kind::Histogram | Kind::GaugeHistogram => {}
-                Kind::Summary if !has("quantile") => {}
-                _ => return Target::Page(fi),
-            }
-        }
-        for (suffix, bucket) in [
-            (&b"_bucket"[..], true),
-            (b"_sum", false),
-            (b"_count", false),
-        ] {
-            if let Some(base) = name.strip_suffix(suffix)
-                && let Some(&fi) = index.get(base)
-            {
-                let fits = match kind(fi) {
-                    Kind::Histogram | Kind::GaugeHistogram => !bucket || has("le"),
-                    Kind::Summary => !bucket,
-                    _ => false,
-                };
-                if fits {
-                    return Target::Page(fi);
-                }
-            }
-        }
-        Target::New(name.to_vec())
     }
 }
 
@@ -380,43 +307,6 @@ fn read<'n>(
     for (n, v) in added {
         labels.push(Cow::Borrowed(n), Cow::Borrowed(v));
     }
-}
-
-/// Appends the sample's text line with `labels`; returns its name, or `None` (and a partial
-/// line) when the labels cannot make a series: no or an invalid `__name__`, a name under
-/// sysport's own prefix, an invalid label name. Labels named `__...` are left out.
-fn write_line(
-    exp: &Exposition,
-    s: &Sample,
-    labels: &SampleLabels<'_>,
-    out: &mut Vec<u8>,
-) -> Option<String> {
-    let name = labels.get("__name__").unwrap_or_default();
-    if !expfmt::is_metric_name(name.as_bytes()) || name.as_bytes().starts_with(RESERVED_PREFIX) {
-        return None;
-    }
-    out.extend_from_slice(name.as_bytes());
-    let mut any = false;
-    for (n, v) in labels.pairs() {
-        if n.starts_with("__") {
-            continue;
-        }
-        if !is_label_name(n) {
-            return None;
-        }
-        out.push(if any { b',' } else { b'{' });
-        any = true;
-        out.extend_from_slice(n.as_bytes());
-        out.extend_from_slice(b"=\"");
-        expfmt::escape_label_value(v.as_bytes(), out);
-        out.push(b'"');
-    }
-    if any {
-        out.push(b'}');
-    }
-    exp.write_text_value(s, out);
-    out.push(b'\n');
-    Some(name.to_owned())
 }
 
 /// A sample's name as one string.

@@ -159,11 +159,15 @@ fn served(page: &Page, added: &[(String, String)]) -> (BTreeMap<Series, String>,
     (out, String::from_utf8(text).expect("utf-8"))
 }
 
-/// Checks a rule set on a page against the reference; returns the page.
+/// Checks a rule set on a page against the reference, twice: the second time with what the
+/// rules made of the first page (the same label sets); returns the page.
 fn check(body: &str, format: Format, rule_set: &[Rule], added: &[(String, String)]) -> Page {
     let exp = parse(body, format, added);
     let set = RuleSet::new(rule_set, &[], added).expect("rules");
+    let first = relabel(exp.clone(), &set, LIMITS, hasher()).expect("relabels");
+    let exp = parse(body, format, added);
     let page = relabel(exp.clone(), &set, LIMITS, hasher()).expect("relabels");
+    assert_eq!(served(&first, added).1, served(&page, added).1);
     let (want, want_dropped) = reference(&exp, rule_set, added);
     let (got, text) = served(&page, added);
     for (series, value) in &want {
@@ -424,5 +428,52 @@ fn samples_dropped_from_the_last_page_go_again_and_the_new_values_come_through()
     assert!(
         third.contains("le=\"0.25\"} 3\n") && !third.contains("0.5"),
         "{third}"
+    );
+}
+
+#[test]
+fn a_family_rewritten_on_the_last_page_takes_the_new_values() {
+    let set = RuleSet::new(
+        &rules(&[
+            &[("regex", "engine"), ("action", "labeldrop")],
+            &[
+                ("source_labels", "__name__"),
+                ("regex", "vllm:g"),
+                ("target_label", "__name__"),
+                ("replacement", "vllm:renamed"),
+            ],
+        ]),
+        &[],
+        &[],
+    )
+    .expect("rules");
+    let page = |body: &str| {
+        let exp = parse(body, Format::Text, &[]);
+        let page = relabel(exp, &set, LIMITS, hasher()).expect("relabels");
+        (page.relabel_dropped, served(&page, &[]).1)
+    };
+    let body = |a: u32, b: u32| {
+        format!(
+            "# TYPE vllm:g gauge\nvllm:g{{engine=\"0\",m=\"x\"}} {a}\nvllm:g{{engine=\"1\",m=\"y\"}} {b}\n"
+        )
+    };
+    let want = |a: u32, b: u32| {
+        format!(
+            "# TYPE vllm:renamed untyped\nvllm:renamed{{m=\"x\"}} {a}\nvllm:renamed{{m=\"y\"}} {b}\n"
+        )
+    };
+    assert_eq!(page(&body(1, 2)), (0, want(1, 2)));
+    assert_eq!(
+        page(&body(3, 4)),
+        (0, want(3, 4)),
+        "the same series, the new values"
+    );
+    // Two series made equal: the family is evaluated again, the second is a duplicate.
+    let same =
+        "# TYPE vllm:g gauge\nvllm:g{engine=\"0\",m=\"x\"} 5\nvllm:g{engine=\"1\",m=\"x\"} 6\n";
+    let (_, text) = page(same);
+    assert_eq!(
+        text,
+        "# TYPE vllm:renamed untyped\nvllm:renamed{m=\"x\"} 5\n"
     );
 }
