@@ -7,6 +7,9 @@
 //! decided when what it reads is known (or when no value it could read can match, checked on
 //! the known start of the joined source values); the first undecided rule, or the first that
 //! changes the labels, leaves the samples of that name to be evaluated one by one from there.
+//!
+//! A family's verdicts hold as long as its label names do: they are kept for the next page
+//! (`seen`), and worked out again only when the label sets they depended on changed.
 
 use std::cell::OnceCell;
 use std::sync::Arc;
@@ -15,7 +18,7 @@ use super::apply::{Memo, Step};
 use super::labels::Labels;
 use super::rule::Rule;
 use super::seen::{self, Seen};
-use crate::expfmt::{Exposition, Family};
+use crate::expfmt::{Exposition, Family, Kind};
 
 /// What the rules do to every sample of one name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,38 +31,89 @@ pub(crate) enum Verdict {
     Evaluate(usize),
 }
 
+/// What the rules do to the samples of one family, per name they can have.
+#[derive(Debug)]
+pub(crate) struct Verdicts {
+    /// The names the family's samples can have (`x_bucket`, `x_sum`, `x_count` for a
+    /// histogram `x`).
+    pub(crate) names: Vec<String>,
+    pub(crate) verdicts: Vec<Verdict>,
+    /// The sum of the family's label-set hashes ([`seen::label_sum`]) when a verdict
+    /// depended on the label names its samples carry.
+    pub(crate) label_sum: Option<u64>,
+}
+
+impl Verdicts {
+    /// Works out what `rules` do to the samples of `family` (`key` its [`seen::key`]).
+    pub(crate) fn of(
+        exp: &Exposition,
+        family: &Family,
+        key: &[u8],
+        rules: &super::RuleSet,
+        memos: &mut [Memo],
+        buf: &mut String,
+    ) -> Verdicts {
+        let labels = FamilyLabels {
+            exp,
+            family,
+            seen: &rules.seen,
+            key,
+            names: OnceCell::new(),
+        };
+        let names = possible_names(exp, family);
+        let verdicts = names
+            .iter()
+            .map(|name| {
+                let mut view = NameView {
+                    name,
+                    family: &labels,
+                    added: &rules.added,
+                };
+                verdict(&rules.rules, memos, &mut view, buf)
+            })
+            .collect();
+        Verdicts {
+            names,
+            verdicts,
+            label_sum: labels.names.get().map(|(sum, _)| *sum),
+        }
+    }
+}
+
+/// The sample names a family can have, by its type.
+fn possible_names(exp: &Exposition, family: &Family) -> Vec<String> {
+    let (base, suffix) = exp.family_name(family);
+    let name = String::from_utf8_lossy(&[base, suffix].concat()).into_owned();
+    let suffixes: &[&str] = match family.kind {
+        Kind::Histogram | Kind::GaugeHistogram => &["_bucket", "_sum", "_count"],
+        Kind::Summary => &["", "_sum", "_count"],
+        _ => &[""],
+    };
+    suffixes.iter().map(|s| format!("{name}{s}")).collect()
+}
+
 /// The label names the samples of one family carry, read on first need (or taken from the
-/// last page: [`Seen`]).
-pub(crate) struct FamilyLabels<'e> {
+/// last page: [`Seen`]), with the sum of its label-set hashes.
+struct FamilyLabels<'e> {
     exp: &'e Exposition,
     family: &'e Family,
     seen: &'e Seen,
     key: &'e [u8],
-    names: OnceCell<Arc<Vec<String>>>,
+    names: OnceCell<(u64, Arc<Vec<String>>)>,
 }
 
-impl<'e> FamilyLabels<'e> {
-    pub(crate) fn new(
-        exp: &'e Exposition,
-        family: &'e Family,
-        seen: &'e Seen,
-        key: &'e [u8],
-    ) -> Self {
-        FamilyLabels {
-            exp,
-            family,
-            seen,
-            key,
-            names: OnceCell::new(),
-        }
-    }
-
+impl FamilyLabels<'_> {
     fn names(&self) -> &[String] {
-        self.names.get_or_init(|| {
-            let sum = seen::label_sum(self.exp.samples(self.family));
-            self.seen
-                .names(self.key, sum, || read_names(self.exp, self.family))
-        })
+        &self
+            .names
+            .get_or_init(|| {
+                let sum = seen::label_sum(self.exp.samples(self.family));
+                let names = self
+                    .seen
+                    .names(self.key, sum, || read_names(self.exp, self.family));
+                (sum, names)
+            })
+            .1
     }
 
     fn carries(&self, name: &str) -> bool {
@@ -81,11 +135,11 @@ fn read_names(exp: &Exposition, family: &Family) -> Vec<String> {
 }
 
 /// The samples of one name in a family, as the rules see them together.
-pub(crate) struct NameView<'a> {
-    pub(crate) name: &'a str,
-    pub(crate) family: &'a FamilyLabels<'a>,
+struct NameView<'a> {
+    name: &'a str,
+    family: &'a FamilyLabels<'a>,
     /// sysport's configured labels, which a sample lacking them gets.
-    pub(crate) added: &'a [(String, String)],
+    added: &'a [(String, String)],
 }
 
 impl NameView<'_> {
@@ -145,7 +199,7 @@ impl Labels for NameView<'_> {
 }
 
 /// What `rules` do to every sample that `view` stands for (`memos` are the rules' own).
-pub(crate) fn verdict(
+fn verdict(
     rules: &[Rule],
     memos: &mut [Memo],
     view: &mut NameView<'_>,

@@ -10,14 +10,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::RuleSet;
-use super::analysis::{FamilyLabels, NameView, Verdict, verdict};
+use super::analysis::{Verdict, Verdicts};
 use super::apply::{Memo, Step};
 use super::labels::{Labels, SampleLabels};
 use super::made::{Families, Made, Rewritten, Target};
 use super::seen::{self, Outcome};
 use crate::expfmt::{
-    self, Exposition, Family, Format, Kind, PairHasher, ParseError, ParseLimits, ParseOptions,
-    Sample,
+    self, Exposition, Family, Format, PairHasher, ParseError, ParseLimits, ParseOptions, Sample,
 };
 
 /// One upstream's page as parsed and as served.
@@ -132,40 +131,52 @@ impl<'e> Run<'e> {
         let exp = self.exp;
         let rules: &'e RuleSet = self.rules;
         let key = seen::key(exp, family);
-        let labels = FamilyLabels::new(exp, family, &rules.seen, &key);
         let samples = exp.samples(family);
-        let names = if samples.is_empty() {
-            possible_names(exp, family)
-        } else {
-            sample_names(exp, family)
+        let known = match rules.seen.verdicts(&key, samples) {
+            Some(known) => known,
+            None => {
+                let known = Arc::new(Verdicts::of(
+                    exp,
+                    family,
+                    &key,
+                    rules,
+                    &mut self.memos,
+                    &mut self.buf,
+                ));
+                rules.seen.remember_verdicts(&key, known.clone());
+                known
+            }
         };
-        let verdicts: Vec<Verdict> = names
-            .iter()
-            .map(|name| {
-                let mut view = NameView {
-                    name,
-                    family: &labels,
-                    added: &rules.added,
-                };
-                verdict(&rules.rules, &mut self.memos, &mut view, &mut self.buf)
-            })
-            .collect();
-        if verdicts.iter().all(|v| *v == Verdict::Keep) {
+        if known.verdicts.iter().all(|v| *v == Verdict::Keep) {
             return;
         }
-        if verdicts.iter().all(|v| *v == Verdict::Drop) {
+        if known.verdicts.iter().all(|v| *v == Verdict::Drop) {
             self.keep_family[fi] = false;
             self.dropped += samples.len() as u64;
             return;
         }
-        // Which of `names` each sample has.
+        // Which of the names each sample has: by type a sample has one of them, but should one
+        // not, it goes through every rule (`OTHER`).
+        let mut names: Vec<Cow<'_, str>> = known
+            .names
+            .iter()
+            .map(|n| Cow::Borrowed(n.as_str()))
+            .collect();
+        let mut verdicts = known.verdicts.clone();
         let mut which: Vec<u32> = Vec::with_capacity(samples.len());
         for (i, s) in samples.iter().enumerate() {
             let w = match which.last() {
                 Some(&w) if i > 0 && s.repeats_name() => w,
                 _ => {
-                    let name = sample_name(exp, family, s);
-                    names.iter().position(|n| *n == name).unwrap_or(0) as u32
+                    let (a, b) = exp.sample_name(family, s);
+                    match names.iter().position(|n| is_name(n, a, b)) {
+                        Some(w) => w as u32,
+                        None => {
+                            names.push(sample_name(exp, family, s));
+                            verdicts.push(Verdict::Evaluate(0));
+                            names.len() as u32 - 1
+                        }
+                    }
                 }
             };
             which.push(w);
@@ -319,33 +330,8 @@ fn sample_name<'e>(exp: &'e Exposition, family: &Family, s: &Sample) -> Cow<'e, 
     }
 }
 
-/// The distinct sample names of a family, in order of first appearance.
-fn sample_names<'e>(exp: &'e Exposition, family: &Family) -> Vec<Cow<'e, str>> {
-    let mut names: Vec<Cow<'e, str>> = Vec::new();
-    for (i, s) in exp.samples(family).iter().enumerate() {
-        if i > 0 && s.repeats_name() {
-            continue;
-        }
-        let name = sample_name(exp, family, s);
-        if !names.contains(&name) {
-            names.push(name);
-        }
-    }
-    names
-}
-
-/// The sample names a family without samples could have: whether the rules would drop them
-/// all decides whether its HELP and TYPE stay.
-fn possible_names<'e>(exp: &'e Exposition, family: &Family) -> Vec<Cow<'e, str>> {
-    let (base, suffix) = exp.family_name(family);
-    let name = String::from_utf8_lossy(&[base, suffix].concat()).into_owned();
-    let suffixes: &[&str] = match family.kind {
-        Kind::Histogram | Kind::GaugeHistogram => &["_bucket", "_sum", "_count"],
-        Kind::Summary => &["", "_sum", "_count"],
-        _ => &[""],
-    };
-    suffixes
-        .iter()
-        .map(|s| Cow::Owned(format!("{name}{s}")))
-        .collect()
+/// Whether `name` is the name written as `a` then `b`.
+fn is_name(name: &str, a: &[u8], b: &[u8]) -> bool {
+    let n = name.as_bytes();
+    n.len() == a.len() + b.len() && n.starts_with(a) && n.ends_with(b)
 }

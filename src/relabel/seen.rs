@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::analysis::Verdicts;
 use super::made::Rewritten;
 use crate::expfmt::{Exposition, Family, Sample};
 
@@ -25,6 +26,8 @@ struct Inner {
 
 #[derive(Debug, Default)]
 struct FamilySeen {
+    /// What the rules do to its samples, per name.
+    verdicts: Option<Arc<Verdicts>>,
     /// The sum of the family's label-set hashes, and the label names its samples carried.
     names: Option<(u64, Arc<Vec<String>>)>,
     /// The fingerprint of its samples' names and label sets in order, and what the rules
@@ -100,6 +103,21 @@ impl Seen {
         let names = Arc::new(read());
         self.remember(key, |f, _| f.names = Some((sum, names.clone())));
         names
+    }
+
+    /// The verdicts on the family `key` (whose samples are `samples`) from the last page,
+    /// unless they depended on label sets that changed since.
+    pub(crate) fn verdicts(&self, key: &[u8], samples: &[Sample]) -> Option<Arc<Verdicts>> {
+        let verdicts = self.with(key, |f| f.verdicts.clone())?;
+        match verdicts.label_sum {
+            Some(sum) if sum != label_sum(samples) => None,
+            _ => Some(verdicts),
+        }
+    }
+
+    /// Keeps the verdicts on the family `key` for the next page.
+    pub(crate) fn remember_verdicts(&self, key: &[u8], verdicts: Arc<Verdicts>) {
+        self.remember(key, |f, _| f.verdicts = Some(verdicts));
     }
 
     /// What the rules made of the family `key` on the last page, if it had the same
