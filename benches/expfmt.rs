@@ -23,7 +23,8 @@
 //!
 //! `relabel/text` measures the same pipeline on the `large` text input with
 //! `metric_relabel_configs` applied after the parse, as the server does: none, ten typical rules
-//! (the README's example and the like), and one rule that changes every vLLM series.
+//! (the README's example and the like), and one rule that changes every vLLM series; page after
+//! page with the same rule set (as an upstream's scrapes go), and on a first page (`-first`).
 //!
 //! After the timings (benchmark mode only), heap allocations per parse+merge+write are counted
 //! for several sizes by running this binary under valgrind's memcheck, which counts every
@@ -41,7 +42,7 @@ use criterion::{Criterion, SamplingMode, Throughput};
 use sysport::expfmt::{
     self, AddedLabel, Exposition, Format, MergeOptions, PairHasher, ParseLimits, ParseOptions,
 };
-use sysport::relabel::{self, Page, RuleSet};
+use sysport::relabel::{self, Page, Rule, RuleSet};
 
 const SMALL_PROM: &[u8] = include_bytes!("../tests/fixtures/small.prom");
 const SMALL_OM: &[u8] = include_bytes!("../tests/fixtures/small.openmetrics.txt");
@@ -646,7 +647,7 @@ const REWRITE_ALL_RULES: &str = r#"
 "#;
 
 /// The rules of a YAML list, read by sysport's own configuration loader.
-fn rule_set(rules: &str) -> RuleSet {
+fn rules(rules: &str) -> Vec<Rule> {
     let mut yaml = String::from(
         "upstreams:\n  - name: bench\n    url: http://127.0.0.1:1/metrics\n    metric_relabel_configs:\n",
     );
@@ -661,7 +662,11 @@ fn rule_set(rules: &str) -> RuleSet {
     let env: std::collections::HashMap<String, String> = Default::default();
     let config = sysport::config::load_file(&path, &env).expect("valid rules");
     let _ = std::fs::remove_file(&path);
-    RuleSet::new(&config.upstreams[0].metric_relabel_configs, &[], &[]).expect("some rules")
+    config.upstreams[0].metric_relabel_configs.clone()
+}
+
+fn rule_set(rules: &[Rule]) -> RuleSet {
+    RuleSet::new(rules, &[], &[]).expect("some rules")
 }
 
 /// [`pipeline`] with the page through `rules` between the parse and the merge.
@@ -693,10 +698,12 @@ fn bench_relabel(c: &mut Criterion, inputs: &[Input]) {
     else {
         return;
     };
+    let typical = rules(TYPICAL_RULES);
+    let rewrite_all = rules(REWRITE_ALL_RULES);
     let sets = [
         ("none", None),
-        ("typical", Some(rule_set(TYPICAL_RULES))),
-        ("rewrite-all", Some(rule_set(REWRITE_ALL_RULES))),
+        ("typical", Some(rule_set(&typical))),
+        ("rewrite-all", Some(rule_set(&rewrite_all))),
     ];
     for (name, rules) in &sets {
         let out = relabelled_pipeline(&input.body, rules.as_ref());
@@ -708,9 +715,20 @@ fn bench_relabel(c: &mut Criterion, inputs: &[Input]) {
         .throughput(Throughput::Bytes(input.body.len() as u64))
         .sampling_mode(SamplingMode::Flat)
         .sample_size(10);
+    // The same rule set page after page, as an upstream's scrapes go: what the rules made of
+    // each family of the last page is reused (only values change between scrapes).
     for (name, rules) in &sets {
         group.bench_function(format!("{name}/{}", input.name), |b| {
             b.iter(|| black_box(relabelled_pipeline(&input.body, rules.as_ref())))
+        });
+    }
+    // The first page of an upstream: nothing known yet.
+    for (name, rules) in [
+        ("typical-first", &typical),
+        ("rewrite-all-first", &rewrite_all),
+    ] {
+        group.bench_function(format!("{name}/{}", input.name), |b| {
+            b.iter(|| black_box(relabelled_pipeline(&input.body, Some(&rule_set(rules)))))
         });
     }
     group.finish();
