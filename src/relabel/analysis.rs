@@ -124,11 +124,19 @@ impl FamilyLabels<'_> {
 /// Every label name some sample of `family` carries.
 fn read_names(exp: &Exposition, family: &Family) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
+    // Consecutive samples mostly carry the same names in the same order: a name where the
+    // sample before had it is known already.
+    let mut last: Vec<&[u8]> = Vec::new();
     for s in exp.samples(family) {
-        for (name, _) in exp.label_pairs(s) {
+        for (i, (name, _)) in exp.label_pairs(s).enumerate() {
+            if last.get(i) == Some(&name) {
+                continue;
+            }
             if !names.iter().any(|n| n.as_bytes() == name) {
                 names.push(String::from_utf8_lossy(name).into_owned());
             }
+            last.truncate(i);
+            last.push(name);
         }
     }
     names
