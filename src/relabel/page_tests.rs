@@ -159,6 +159,14 @@ fn served(page: &Page, added: &[(String, String)]) -> (BTreeMap<Series, String>,
     (out, String::from_utf8(text).expect("utf-8"))
 }
 
+/// A text page through `set`, and the text sysport serves for it.
+fn through(set: &RuleSet, body: &str) -> (Page, String) {
+    let exp = parse(body, Format::Text, &[]);
+    let page = relabel(exp, set, LIMITS, hasher()).expect("relabels");
+    let text = served(&page, &[]).1;
+    (page, text)
+}
+
 /// Checks a rule set on a page against the reference, twice: the second time with what the
 /// rules made of the first page (the same label sets); returns the page.
 fn check(body: &str, format: Format, rule_set: &[Rule], added: &[(String, String)]) -> Page {
@@ -375,9 +383,7 @@ fn label_names_kept_from_the_last_page_follow_a_change_of_labels() {
     )
     .expect("rules");
     let page = |body: &str| {
-        let exp = parse(body, Format::Text, &[]);
-        let page = relabel(exp, &set, LIMITS, hasher()).expect("relabels");
-        let (_, text) = served(&page, &[]);
+        let (page, text) = through(&set, body);
         (page.served.len(), text)
     };
     let plain = "# TYPE vllm:g gauge\nvllm:g{a=\"1\"} 1\n";
@@ -410,10 +416,9 @@ fn samples_dropped_from_the_last_page_go_again_and_the_new_values_come_through()
             body.push_str(&format!("vllm:h_bucket{{le=\"{le}\"}} {v}\n"));
         }
         body.push_str("vllm:h_count 9\nvllm:h_sum 1\n");
-        let exp = parse(&body, Format::Text, &[]);
-        let page = relabel(exp, &set, LIMITS, hasher()).expect("relabels");
+        let (page, text) = through(&set, &body);
         assert_eq!(page.relabel_dropped, 1);
-        served(&page, &[]).1
+        text
     };
     let first = page(&[("0.1", 1), ("0.5", 2), ("+Inf", 9)]);
     assert!(first.contains("le=\"0.1\"} 1\n") && !first.contains("0.5"));
@@ -448,9 +453,8 @@ fn a_family_rewritten_on_the_last_page_takes_the_new_values() {
     )
     .expect("rules");
     let page = |body: &str| {
-        let exp = parse(body, Format::Text, &[]);
-        let page = relabel(exp, &set, LIMITS, hasher()).expect("relabels");
-        (page.relabel_dropped, served(&page, &[]).1)
+        let (page, text) = through(&set, body);
+        (page.relabel_dropped, text)
     };
     let body = |a: u32, b: u32| {
         format!(

@@ -35,13 +35,23 @@ fn rule(fields: &[(&str, &str)]) -> Rule {
 
 /// The label set after `rules`, or `None` when they drop it.
 fn process(input: &[(&str, &str)], rules: &[Rule]) -> Option<BTreeMap<String, String>> {
+    let mut memos: Vec<Memo> = rules.iter().map(|_| Memo::default()).collect();
+    process_with(input, rules, &mut memos)
+}
+
+/// [`process`] with the rules remembering what they worked out in `memos`.
+fn process_with(
+    input: &[(&str, &str)],
+    rules: &[Rule],
+    memos: &mut [Memo],
+) -> Option<BTreeMap<String, String>> {
     let mut labels = SampleLabels::default();
     for &(n, v) in input {
         labels.push(Cow::Borrowed(n), Cow::Borrowed(v));
     }
     let mut buf = String::new();
-    for r in rules {
-        if r.apply(&mut labels, &mut buf, &mut Memo::default()) == Step::Drop {
+    for (r, memo) in rules.iter().zip(memos) {
+        if r.apply(&mut labels, &mut buf, memo) == Step::Drop {
             return None;
         }
     }
@@ -288,25 +298,7 @@ fn what_a_rule_remembers_serves_only_the_same_values() {
         rule(&[("source_labels", "a"), ("regex", "boo"), ("action", "drop")]),
     ];
     let mut memos: Vec<Memo> = rules.iter().map(|_| Memo::default()).collect();
-    let mut run = |input: &[(&'static str, &'static str)]| {
-        let mut labels = SampleLabels::default();
-        for &(n, v) in input {
-            labels.push(Cow::Borrowed(n), Cow::Borrowed(v));
-        }
-        let mut buf = String::new();
-        for (r, memo) in rules.iter().zip(&mut memos) {
-            if r.apply(&mut labels, &mut buf, memo) == Step::Drop {
-                return None;
-            }
-        }
-        Some(
-            labels
-                .pairs()
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.to_string()))
-                .collect(),
-        )
-    };
+    let mut run = |input: &[(&str, &str)]| process_with(input, &rules, &mut memos);
     assert_eq!(
         run(&[("a", "foo"), ("b", "1")]),
         map(&[("a", "foo"), ("b", "1"), ("d", "oo"), ("x_b", "1")])

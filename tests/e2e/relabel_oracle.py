@@ -131,30 +131,19 @@ upstreams:
             out[(name, tuple(sorted(labels.items())))] = r["value"][1]
         return out
 
-    def run(self):
-        t0 = time.monotonic()
-        logs = ()
-        try:
-            self.setup()
-            for name in self.sets:
-                self.compare(name)
-            self.effects()
-            self.valid_output()
-        except Fatal as err:
-            print(f"FAIL  the suite could not continue after: {err}", flush=True)
-            logs = ("sysport-all", "sysport-readme", "prometheus")
-        else:
-            logs = ("sysport-all", "sysport-readme", "prometheus") if self.failed else ()
-        finally:
-            self.procs.stop_all()
-            procs.stop_all()
-        for name in logs:
-            tail = self.procs.log_tail(name, 15)
-            if tail:
-                print(f"---- {name} log (tail) ----\n{tail}", flush=True)
-        print(f"took {time.monotonic() - t0:.0f} s", flush=True)
-        print(f"relabel-oracle: {self.passed} passed, {self.failed} failed", flush=True)
-        return 1 if self.failed else 0
+    name = "relabel-oracle"
+    fatal_logs = failure_logs = ("sysport-all", "sysport-readme", "prometheus")
+
+    def steps(self):
+        self.setup()
+        for name in self.sets:
+            self.compare(name)
+        self.effects()
+        self.valid_output()
+
+    def stop_all(self):
+        super().stop_all()
+        procs.stop_all()
 
     def setup(self):
         def start():

@@ -404,29 +404,41 @@ scrape_configs:
 
     # -- the run
 
+    # What `run` prints its counts under, and the logs it shows when the suite stopped early
+    # and when a check failed.
+    name = "e2e-prometheus"
+    fatal_logs = ("sysport", "prometheus", "vllm", "lmcache")
+    failure_logs = ("sysport", "prometheus")
+
+    def steps(self):
+        self.setup()
+        self.steady_state()
+        self.outage()
+        self.dashboard()
+        self.rules()
+        self.shutdown()
+
+    def stop_all(self):
+        self.procs.stop_all()
+
     def run(self):
         t0 = time.monotonic()
         try:
-            self.setup()
-            self.steady_state()
-            self.outage()
-            self.dashboard()
-            self.rules()
-            self.shutdown()
+            self.steps()
         except Fatal as err:
             print(f"FAIL  the suite could not continue after: {err}", flush=True)
-            logs = ("sysport", "prometheus", "vllm", "lmcache")
+            logs = self.fatal_logs
         else:
-            logs = ("sysport", "prometheus") if self.failed else ()
+            logs = self.failure_logs if self.failed else ()
         finally:
-            self.procs.stop_all()
+            self.stop_all()
         if logs:
             for name in logs:
                 tail = self.procs.log_tail(name, 15)
                 if tail:
                     print(f"---- {name} log (tail) ----\n{tail}", flush=True)
         print(f"took {time.monotonic() - t0:.0f} s", flush=True)
-        print(f"e2e-prometheus: {self.passed} passed, {self.failed} failed", flush=True)
+        print(f"{self.name}: {self.passed} passed, {self.failed} failed", flush=True)
         return 1 if self.failed else 0
 
     def setup(self):
