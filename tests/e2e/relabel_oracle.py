@@ -25,7 +25,7 @@ sys.path.insert(0, HERE)
 sys.path.append(os.path.join(os.path.dirname(HERE), "conformance"))
 
 import run  # noqa: E402
-from run import ROOT, Fatal, Suite, expect, eventually, free_ports, http_get  # noqa: E402
+from run import ROOT, Suite, expect, eventually, free_ports, http_get  # noqa: E402
 import expo  # noqa: E402
 import procs  # noqa: E402
 from inputs import Input  # noqa: E402
