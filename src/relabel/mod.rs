@@ -20,9 +20,14 @@
 //! under `dynamo_sysport_`. Labels whose names start with `__` are left out of the output
 //! (the exposition formats reserve them; Prometheus would store them).
 //!
-//! Series that two rules make equal leave one, the first (counted as a duplicate). A family no
-//! rule can touch is served as parsed, without any work per sample ([`analysis`]); see
-//! [`page`] for the rest.
+//! Series that two rules make equal leave one, the first (counted as a duplicate).
+//!
+//! Layout: `rule` (the fields and Prometheus' checks), `pattern` (Go's regex reading and
+//! `Expand`), `apply` (what a rule does to a label set), `labels` (one sample's label set),
+//! `analysis` (what the rules do to a family, decided per sample name so that a family no rule
+//! can touch costs no work per sample), `page` (a page through the rules: untouched families
+//! as parsed, dropped samples left out, changed families written anew by `made`), `seen` (what
+//! the rules made of each family, kept for the next page).
 
 mod analysis;
 mod apply;
