@@ -38,18 +38,26 @@ impl Made {
         self.families.len() - 1
     }
 
-    /// The body: each family's HELP and TYPE (a new family is untyped), then its lines.
+    /// The body: each family's HELP and TYPE, then its lines. A family without a type (a new
+    /// one among them) is declared `untyped`, so that its samples cannot be read as another
+    /// family's, whatever comes before them in this body.
     pub(crate) fn body(&self, exp: &Exposition) -> Vec<u8> {
         let len = self.families.iter().map(|(_, l)| l.len() + 256).sum();
         let mut body = Vec::with_capacity(len);
         for (target, lines) in &self.families {
-            match target {
-                Target::Page(fi) => exp.write_text_header(&exp.families()[*fi as usize], &mut body),
-                Target::New(name) => {
-                    body.extend_from_slice(b"# TYPE ");
-                    body.extend_from_slice(name);
-                    body.extend_from_slice(b" untyped\n");
+            let untyped = match target {
+                Target::Page(fi) => {
+                    let family = &exp.families()[*fi as usize];
+                    exp.write_text_header(family, &mut body);
+                    let (base, suffix) = exp.family_name(family);
+                    (!family.typed).then(|| [base, suffix].concat())
                 }
+                Target::New(name) => Some(name.clone()),
+            };
+            if let Some(name) = untyped {
+                body.extend_from_slice(b"# TYPE ");
+                body.extend_from_slice(&name);
+                body.extend_from_slice(b" untyped\n");
             }
             body.extend_from_slice(lines);
         }

@@ -481,3 +481,51 @@ fn a_family_rewritten_on_the_last_page_takes_the_new_values() {
         "# TYPE vllm:renamed untyped\nvllm:renamed{m=\"x\"} 5\n"
     );
 }
+
+#[test]
+fn a_rewritten_untyped_family_stays_its_own_whatever_is_written_before_it() {
+    // `vllm:x_sum` comes before `vllm:x` is declared: an untyped family of its own. A renamed
+    // sample puts the histogram first among the rewritten families.
+    let body = "# TYPE vllm:y gauge\nvllm:y{le=\"+Inf\",src=\"y\"} 5\nvllm:x_sum{b=\"1\"} 7\n\
+                # TYPE vllm:x histogram\nvllm:x_bucket{le=\"+Inf\"} 1\nvllm:x_count 1\nvllm:x_sum 2\n";
+    let set = RuleSet::new(
+        &rules(&[
+            &[
+                ("source_labels", "__name__"),
+                ("regex", "vllm:y"),
+                ("target_label", "__name__"),
+                ("replacement", "vllm:x_bucket"),
+            ],
+            &[
+                ("source_labels", "__name__,b"),
+                ("regex", "vllm:x_sum;1"),
+                ("target_label", "t"),
+                ("replacement", "1"),
+            ],
+        ]),
+        &[],
+        &[],
+    )
+    .expect("rules");
+    let exp = parse(body, Format::Text, &[]);
+    let page = relabel(exp, &set, LIMITS, hasher()).expect("relabels");
+    let sources: Vec<&Exposition> = page.served.iter().map(|e| &**e).collect();
+    let merged = expfmt::merge(
+        &sources,
+        &MergeOptions {
+            added: &[],
+            names: None,
+            hasher: hasher(),
+        },
+    );
+    let mut om = Vec::new();
+    let stats = expfmt::write_openmetrics(&merged, &mut om);
+    let om = String::from_utf8(om).expect("utf-8");
+    // The histogram keeps only its own samples (and the renamed bucket): OpenMetrics can
+    // express it, and the untyped `_sum` is a family of its own.
+    assert_eq!(stats.dropped_samples, 0, "{om}");
+    assert!(
+        om.contains("# TYPE vllm:x_sum unknown\nvllm:x_sum{b=\"1\",t=\"1\"} 7\n"),
+        "{om}"
+    );
+}
