@@ -8,6 +8,7 @@
 //! - [`scrape`]: fetches upstreams concurrently, single-flight, with limits and timeouts.
 //! - [`fetch`]: one GET of an upstream, and why its answer may be unusable.
 //! - [`decode`]: undoes an upstream body's `Content-Encoding` within the body limit.
+//! - [`relabel`]: Prometheus' `metric_relabel_configs`, applied to each page before it is served.
 //! - [`health`]: background checks and the readiness state.
 //! - [`telemetry`]: sysport's own `dynamo_sysport_*` metrics.
 //! - [`parts`]: a response body of shared byte runs.
@@ -28,6 +29,7 @@ pub mod fetch;
 pub mod health;
 pub mod listener;
 pub mod parts;
+pub mod relabel;
 pub mod scrape;
 pub mod server;
 pub mod status;

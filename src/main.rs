@@ -314,6 +314,7 @@ fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) 
             drain_delay: Duration::ZERO,
         },
         views: Vec::new(),
+        metric_relabel_configs: Vec::new(),
         source: None,
     }
 }

@@ -23,11 +23,12 @@ use crate::expfmt::{
 };
 use crate::fetch::{Buffers, Fetched, get};
 pub use crate::fetch::{ScrapeError, http_client};
+use crate::relabel::{self, Page, RuleSet};
 use crate::status::history::{LastScrape, Outcome, Point, Recorded};
 use crate::telemetry::Telemetry;
 
-/// What one upstream got from one fetch.
-pub type UpstreamResult = Result<Arc<Exposition>, ScrapeError>;
+/// What one upstream got from one fetch: its page as parsed and as its rules leave it.
+pub type UpstreamResult = Result<Arc<Page>, ScrapeError>;
 
 /// One completed fetch of a URL, parsed for every upstream that shares it.
 #[derive(Debug)]
@@ -189,6 +190,8 @@ struct Inner {
     limits: crate::config::Limits,
     added_names: Vec<Vec<u8>>,
     hasher: PairHasher,
+    /// Per upstream: its `metric_relabel_configs` and the top-level ones, if any.
+    rules: Vec<Option<RuleSet>>,
 }
 
 /// Fetches and parses upstreams for one configuration.
@@ -254,6 +257,17 @@ impl Scraper {
                 limits: config.limits.clone(),
                 added_names: added.iter().map(|a| a.name().to_vec()).collect(),
                 hasher: PairHasher::random(),
+                rules: config
+                    .upstreams
+                    .iter()
+                    .map(|u| {
+                        RuleSet::new(
+                            &u.metric_relabel_configs,
+                            &config.metric_relabel_configs,
+                            &config.labels,
+                        )
+                    })
+                    .collect(),
             }),
             targets: targets.into_iter().map(Arc::new).collect(),
             position,
@@ -276,12 +290,20 @@ impl Scraper {
         &self.inner.upstreams
     }
 
-    /// Whether upstream `i` keeps a family that `selection` selects (one of its prefixes
-    /// starts one).
+    /// Whether upstream `i` may serve a family that `selection` selects: one of its prefixes
+    /// starts one, or its rules may rename series.
     pub fn may_hold(&self, i: usize, selection: &Selection) -> bool {
-        self.inner.keep[i]
-            .iter()
-            .any(|k| selection.selects_under(k.as_bytes()))
+        self.renames(i)
+            || self.inner.keep[i]
+                .iter()
+                .any(|k| selection.selects_under(k.as_bytes()))
+    }
+
+    /// Whether upstream `i`'s rules may move a series to another family.
+    fn renames(&self, i: usize) -> bool {
+        self.inner.rules[i]
+            .as_ref()
+            .is_some_and(RuleSet::may_rename)
     }
 
     /// What the last fetches of upstream `i` left.
@@ -403,7 +425,10 @@ impl Scraper {
             sets.push(set);
             (slot, checked)
         };
+        // Renamed series come from families other than those named: only the page has them.
+        let renames = target.upstreams.iter().any(|&u| self.renames(u));
         match checked {
+            _ if renames => self.fetch(target, &target.full, budget).await,
             Some(true) => self.fetch(target, &slot, budget).await,
             Some(false) => self.fetch(target, &target.full, budget).await,
             None => {
@@ -522,8 +547,8 @@ fn selection_agrees(full: &Fetch, selected: Option<&Fetch>, selection: &Selectio
                 let (Ok(f), Ok(s)) = (f, s) else {
                     return false;
                 };
-                let has = selected_families(s, selection);
-                selected_families(f, selection)
+                let has = selected_families(&s.parsed, selection);
+                selected_families(&f.parsed, selection)
                     .iter()
                     .all(|n| has.contains(n))
             }),
@@ -592,7 +617,9 @@ async fn run_fetch(
                 .iter()
                 .enumerate()
                 .map(|(i, &u)| {
-                    let prior = prior.as_ref().and_then(|p| p.results.get(i)?.as_ref().ok());
+                    let prior = prior
+                        .as_ref()
+                        .and_then(|p| Some(&p.results.get(i)?.as_ref().ok()?.parsed));
                     contained(|| parse_for(&inner, u, &fetched, prior))
                 })
                 .collect()
@@ -651,24 +678,31 @@ fn parse_for(
         hasher: inner.hasher,
         allow_reserved: false,
     };
-    match expfmt::parse_after(fetched.body.clone(), fetched.format, &opts, prior) {
-        Ok(exp) => {
-            let stats = exp.stats();
-            // JSON or an HTML error page: every line malformed, nothing else. An empty body
-            // is an empty exposition.
-            if stats.kept == 0
-                && stats.dropped == 0
-                && stats.malformed > 0
-                && exp.families().is_empty()
-            {
-                return Err(ScrapeError::NotExposition {
-                    content_type: fetched.content_type.clone(),
-                    malformed: stats.malformed,
-                });
-            }
-            Ok(Arc::new(exp))
-        }
-        Err(ParseError::TooLarge { limit, line }) => {
+    let exp = match expfmt::parse_after(fetched.body.clone(), fetched.format, &opts, prior) {
+        Ok(exp) => exp,
+        Err(err) => return Err(too_large(err)),
+    };
+    let stats = exp.stats();
+    // JSON or an HTML error page: every line malformed, nothing else. An empty body is an
+    // empty exposition.
+    if stats.kept == 0 && stats.dropped == 0 && stats.malformed > 0 && exp.families().is_empty() {
+        return Err(ScrapeError::NotExposition {
+            content_type: fetched.content_type.clone(),
+            malformed: stats.malformed,
+        });
+    }
+    let exp = Arc::new(exp);
+    let page = match &inner.rules[u] {
+        None => Ok(Page::unchanged(exp)),
+        Some(rules) => relabel::relabel(exp, rules, opts.limits, opts.hasher),
+    };
+    page.map(Arc::new).map_err(too_large)
+}
+
+/// A body over one of the parse's limits.
+fn too_large(err: ParseError) -> ScrapeError {
+    match err {
+        ParseError::TooLarge { limit, line } => {
             let limit = match limit {
                 expfmt::Limit::LineBytes => "line length",
                 expfmt::Limit::Series => "series",
@@ -677,9 +711,9 @@ fn parse_for(
                 expfmt::Limit::LabelValueBytes => "label value length",
             };
             tracing::debug!(line, limit, "upstream body over a limit");
-            Err(ScrapeError::TooLarge { limit })
+            ScrapeError::TooLarge { limit }
         }
-        Err(ParseError::BodyTooLarge) => Err(ScrapeError::TooLarge { limit: "body size" }),
+        ParseError::BodyTooLarge => ScrapeError::TooLarge { limit: "body size" },
     }
 }
 
@@ -698,7 +732,14 @@ fn record(
     let name = inner.upstreams[u].name.as_str();
     let up = result.is_ok();
     let reason = result.as_ref().map_or_else(|e| e.reason(), |_| "success");
-    let stats = result.as_ref().ok().map(|exp| exp.stats());
+    // Until a full `/metrics` read merges the page (and takes out conflicts and duplicates),
+    // the parse's count less what the rules dropped is the best one the status page can show.
+    let kept = result.as_ref().ok().map(|page| {
+        page.parsed
+            .stats()
+            .kept
+            .saturating_sub(page.relabel_dropped)
+    });
     t.scrapes.with_label_values(&[name, reason]).inc();
     if !selective {
         t.scrape_duration
@@ -707,13 +748,13 @@ fn record(
         if let Some(len) = body_len {
             t.response_bytes.with_label_values(&[name]).set(len as i64);
         }
-        match &stats {
-            Some(s) => {
-                // Until a full `/metrics` read merges the page (and takes out conflicts and
-                // duplicates), the parse's count is the best one the status page can show.
-                t.set_series(name, "kept", s.kept);
+        match result {
+            Ok(page) => {
+                let s = page.parsed.stats();
+                t.set_series(name, "kept", kept.unwrap_or_default());
                 t.set_series(name, "dropped", s.dropped);
                 t.set_series(name, "malformed", s.malformed);
+                t.set_series(name, "relabel_dropped", page.relabel_dropped);
                 if s.malformed > 0 {
                     tracing::debug!(
                         upstream = name,
@@ -722,7 +763,7 @@ fn record(
                     );
                 }
             }
-            None => {
+            Err(_) => {
                 for outcome in crate::telemetry::SERIES_OUTCOMES {
                     t.set_series(name, outcome, 0);
                 }
@@ -752,7 +793,7 @@ fn record(
         result: reason,
         took: elapsed,
         selective,
-        kept: stats.map(|s| s.kept),
+        kept,
         body_bytes: body_len.map(|n| n as u64),
     });
 }

@@ -618,11 +618,14 @@ fn render_engines(
         None => views::aliases(&runtime.scraper, which, scraped),
         Some(_) => views::Aliases::default(),
     };
-    let engines: Vec<&expfmt::Exposition> = scraped
+    // Each upstream's page as its rules leave it (one part or two), and whose each part is.
+    let (mut engines, owners): (Vec<&expfmt::Exposition>, Vec<usize>) = which
         .iter()
-        .filter_map(|s| s.result.as_ref().ok().map(|e| &**e))
-        .chain(&aliases.expositions)
-        .collect();
+        .zip(scraped)
+        .filter_map(|(&i, s)| Some((i, s.result.as_ref().ok()?)))
+        .flat_map(|(i, page)| page.served.iter().map(move |part| (&**part, i)))
+        .unzip();
+    engines.extend(&aliases.expositions);
     let merged = expfmt::merge(
         &engines,
         &MergeOptions {
@@ -633,12 +636,18 @@ fn render_engines(
     );
     if names.is_none() {
         let upstreams = runtime.scraper.upstreams();
-        let oks = which
-            .iter()
-            .zip(scraped)
-            .filter(|(_, s)| s.result.is_ok())
-            .map(|(&i, _)| i);
-        for (i, stats) in oks.zip(merged.stats()) {
+        let mut totals: Vec<(usize, expfmt::MergeStats)> = Vec::new();
+        for (&i, stats) in owners.iter().zip(merged.stats()) {
+            match totals.last_mut() {
+                Some((last, total)) if *last == i => {
+                    total.kept += stats.kept;
+                    total.conflict += stats.conflict;
+                    total.duplicate += stats.duplicate;
+                }
+                _ => totals.push((i, *stats)),
+            }
+        }
+        for (i, stats) in totals {
             let name = upstreams[i].name.as_str();
             let t = &app.telemetry;
             t.set_series(name, "kept", stats.kept);

@@ -16,13 +16,14 @@ use prometheus::{
 pub const NAMESPACE: &str = "dynamo_sysport";
 
 /// Outcomes counted in `dynamo_sysport_upstream_series`.
-pub const SERIES_OUTCOMES: [&str; 6] = [
+pub const SERIES_OUTCOMES: [&str; 7] = [
     "kept",
     "dropped",
     "conflict",
     "duplicate",
     "malformed",
     "aliased",
+    "relabel_dropped",
 ];
 
 /// The sidecar's own metrics.

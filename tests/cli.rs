@@ -236,6 +236,54 @@ fn a_port_in_use_is_named_in_the_error_for_the_server_and_the_demo() {
     }
 }
 
+#[test]
+fn check_config_refuses_bad_relabel_rules_and_prints_good_ones() {
+    let bad = temp_file(
+        "relabel-bad",
+        "metric_relabel_configs:\n  - source_labels: [__name__]\n    regex: \"vllm:(\"\n    action: drop\n  - action: rename\n    target_label: x\n  - action: hashmod\n    modulus: 8\n",
+    );
+    let out = Command::new(BIN)
+        .args(["check-config", "--config"])
+        .arg(&bad)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let file = bad.display().to_string();
+    for needle in [
+        format!("{file}:3:12: metric_relabel_configs[0].regex: invalid regular expression"),
+        format!("{file}:5:13: metric_relabel_configs[1].action: unknown action \"rename\""),
+        format!(
+            "{file}:7:5: metric_relabel_configs[2].target_label: missing: the hashmod action \
+             needs a target_label"
+        ),
+    ] {
+        assert!(err.contains(&needle), "missing {needle:?} in:\n{err}");
+    }
+
+    let good = temp_file(
+        "relabel-good",
+        "upstreams:\n  - name: vllm\n    url: http://127.0.0.1:8000/metrics\n    metric_relabel_configs:\n      - source_labels: [__name__]\n        regex: vllm:request_params_.*\n        action: drop\n",
+    );
+    let out = Command::new(BIN)
+        .args(["check-config", "--config"])
+        .arg(&good)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The effective rule, defaults filled in.
+    for line in [
+        "      - source_labels: [\"__name__\"]",
+        "        separator: \";\"",
+        "        regex: \"vllm:request_params_.*\"",
+        "        replacement: \"$1\"",
+        "        action: drop",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in:\n{text}");
+    }
+}
+
 #[tokio::test]
 async fn sigterm_drains_and_exits_zero_and_sighup_reloads() {
     let a = Upstream::start(Reply::text("# TYPE vllm:a gauge\nvllm:a 1\n")).await;

@@ -104,6 +104,8 @@ impl Loader<'_> {
         let labels = self.labels(raw.labels.map(|labels| labels.0).unwrap_or_default());
         let upstreams = self.upstreams(raw.upstreams, &overrides.upstreams);
         let limits = self.limits(raw.limits.unwrap_or_default());
+        let metric_relabel_configs =
+            self.relabel_rules(raw.metric_relabel_configs, "metric_relabel_configs");
         let drain_delay = raw.shutdown.and_then(|shutdown| {
             self.unknown_keys(&shutdown.unknown, "shutdown", RawShutdown::FIELDS);
             self.file_value(
@@ -141,6 +143,7 @@ impl Loader<'_> {
             limits,
             shutdown,
             views,
+            metric_relabel_configs,
             source: self.file,
         })
     }
@@ -439,6 +442,8 @@ impl Loader<'_> {
             parse_duration,
         );
         let aliases = self.file_value(raw.aliases.as_ref(), &field("aliases"), parse_bool);
+        let metric_relabel_configs =
+            self.relabel_rules(raw.metric_relabel_configs, &field("metric_relabel_configs"));
 
         let defaults = UpstreamConfig::new(name?.0, url?);
         Some(UpstreamConfig {
@@ -449,6 +454,7 @@ impl Loader<'_> {
             required: required.map_or(defaults.required, |(required, _)| required),
             min_interval: min_interval.map_or(defaults.min_interval, |(interval, _)| interval),
             aliases: aliases.is_some_and(|(aliases, _)| aliases),
+            metric_relabel_configs,
             ..defaults
         })
     }

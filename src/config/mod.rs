@@ -23,6 +23,11 @@
 //!     required: true
 //!     min_interval: 0s
 //!     aliases: false
+//!     metric_relabel_configs:            # Prometheus' rules, applied before the wire
+//!       - source_labels: [__name__]
+//!         regex: "vllm:request_params_.*"
+//!         action: drop
+//! metric_relabel_configs: []            # applied to every upstream, after its own rules
 //! limits:
 //!   max_body_bytes: 16MiB
 //!   max_line_bytes: 1MiB
@@ -38,6 +43,7 @@
 //! ```
 //!
 //! [`Config`]'s `Display` renders the effective configuration in this same schema.
+//! `metric_relabel_configs` values are taken literally (no `${VAR}`): see `relabel`.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
@@ -46,6 +52,7 @@ use std::time::Duration;
 pub use reqwest::Url;
 
 pub use crate::engine::Engine;
+use crate::relabel::Rule;
 pub use crate::views::{Op, ViewFamily};
 
 mod check;
@@ -58,6 +65,9 @@ mod load;
 mod loader;
 mod path;
 mod raw;
+mod relabel;
+#[cfg(test)]
+mod relabel_tests;
 mod render;
 #[cfg(test)]
 mod tests;
@@ -90,6 +100,8 @@ pub struct Config {
     /// Views served at `/metrics/<name>` besides the built-in `router` (which one named
     /// `router` replaces), in file order.
     pub views: Vec<ViewConfig>,
+    /// Rules applied to every engine series, after its upstream's own.
+    pub metric_relabel_configs: Vec<Rule>,
     /// The file this configuration was read from, if any (used by `SIGHUP` reload).
     pub source: Option<PathBuf>,
 }
@@ -188,6 +200,8 @@ pub struct UpstreamConfig {
     pub min_interval: Duration,
     /// Also serve renamed families under their other name in the full `/metrics`, default false.
     pub aliases: bool,
+    /// Rules applied to this upstream's series before the top-level ones; default none.
+    pub metric_relabel_configs: Vec<Rule>,
 }
 
 /// Limits applied to each upstream response.
@@ -244,6 +258,7 @@ impl Default for Config {
             limits: Limits::default(),
             shutdown: ShutdownConfig::default(),
             views: Vec::new(),
+            metric_relabel_configs: Vec::new(),
             source: None,
         }
     }
@@ -297,6 +312,7 @@ impl UpstreamConfig {
             required: true,
             min_interval: Duration::ZERO,
             aliases: false,
+            metric_relabel_configs: Vec::new(),
         }
     }
 }

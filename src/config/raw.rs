@@ -10,6 +10,8 @@ use serde::Deserialize;
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde_saphyr::Spanned;
 
+use super::relabel::RawRules;
+
 /// A scalar value as written in the file, with its position.
 pub(crate) type Text = Spanned<String>;
 
@@ -84,6 +86,9 @@ section! {
         /// More pages computed from the upstreams' families, each served at `/metrics/<name>`; one
         /// named `router` replaces the built-in view for endpoint pickers.
         views: Spanned<Vec<Spanned<RawView>>>,
+        /// Prometheus `metric_relabel_configs` applied to every engine series, after the
+        /// upstream's own.
+        metric_relabel_configs: RawRules,
     }
 }
 
@@ -172,6 +177,9 @@ section! {
         /// Also serve each family the engine renamed under its other name in the full `/metrics`
         /// (`true` or `false`, default), when the page has only one of the two.
         aliases: Text,
+        /// Prometheus `metric_relabel_configs` (the same schema and meaning) applied to this
+        /// upstream's series before the wire, before the top-level ones.
+        metric_relabel_configs: RawRules,
     }
 }
 

@@ -5,6 +5,7 @@ use std::fmt;
 
 use super::Config;
 use super::units::{format_bytes, format_duration};
+use crate::relabel::Rule;
 
 impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -16,6 +17,7 @@ impl fmt::Display for Config {
             limits,
             shutdown,
             views,
+            metric_relabel_configs,
             source: _,
         } = self;
         writeln!(f, "listen:")?;
@@ -104,7 +106,9 @@ impl fmt::Display for Config {
                     .collect();
                 writeln!(f, "    # /metrics/router: {}", router.join(", "))?;
             }
+            write_rules(f, &upstream.metric_relabel_configs, "    ")?;
         }
+        write_rules(f, metric_relabel_configs, "")?;
         writeln!(f, "limits:")?;
         writeln!(
             f,
@@ -149,16 +153,57 @@ impl fmt::Display for Config {
     }
 }
 
+/// `metric_relabel_configs` at `indent`, every field with its effective value (those an
+/// action must leave at their default are left out when they are).
+fn write_rules(f: &mut fmt::Formatter<'_>, rules: &[Rule], indent: &str) -> fmt::Result {
+    if rules.is_empty() {
+        return writeln!(f, "{indent}metric_relabel_configs: []");
+    }
+    writeln!(f, "{indent}metric_relabel_configs:")?;
+    for rule in rules {
+        let mut lead = format!("{indent}  - ");
+        let mut field = |f: &mut fmt::Formatter<'_>, key: &str, value: &str| {
+            let line = writeln!(f, "{lead}{key}: {value}");
+            lead = format!("{indent}    ");
+            line
+        };
+        if !rule.source_labels.is_empty() {
+            let names: Vec<String> = rule.source_labels.iter().map(|n| literal(n)).collect();
+            field(f, "source_labels", &format!("[{}]", names.join(", ")))?;
+        }
+        field(f, "separator", &literal(&rule.separator))?;
+        field(f, "regex", &literal(rule.regex.as_str()))?;
+        if rule.modulus != 0 {
+            field(f, "modulus", &rule.modulus.to_string())?;
+        }
+        if !rule.target_label.is_empty() {
+            field(f, "target_label", &literal(&rule.target_label))?;
+        }
+        field(f, "replacement", &literal(&rule.replacement))?;
+        field(f, "action", rule.action.as_str())?;
+    }
+    Ok(())
+}
+
 /// A YAML double-quoted scalar that reads back as `text`: `$` is doubled because loading expands
 /// `${VAR}` in every value.
 fn quoted(text: &str) -> String {
+    quote(text, true)
+}
+
+/// A YAML double-quoted scalar that reads back as `text` where no `${VAR}` is expanded.
+fn literal(text: &str) -> String {
+    quote(text, false)
+}
+
+fn quote(text: &str, expands: bool) -> String {
     let mut out = String::with_capacity(text.len() + 2);
     out.push('"');
     for c in text.chars() {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
-            '$' => out.push_str("$$"),
+            '$' if expands => out.push_str("$$"),
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),

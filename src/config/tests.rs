@@ -32,7 +32,7 @@ fn ip(text: &str) -> IpAddr {
 }
 
 /// Loads `yaml` as if read from `sysport.yaml`.
-fn load_yaml(yaml: &str, env: &HashMap<String, String>) -> Result<Config, ConfigError> {
+pub(super) fn load_yaml(yaml: &str, env: &HashMap<String, String>) -> Result<Config, ConfigError> {
     load_text(yaml, Some(Path::new(FILE)), &Overrides::default(), env)
 }
 
@@ -79,10 +79,10 @@ pub(super) fn assert_issue(
 }
 
 /// A file under the system temp directory, removed on drop.
-struct TempFile(PathBuf);
+pub(super) struct TempFile(pub(super) PathBuf);
 
 impl TempFile {
-    fn new(contents: &str) -> Self {
+    pub(super) fn new(contents: &str) -> Self {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let name = format!(
             "sysport-config-test-{}-{}.yaml",
@@ -141,8 +141,10 @@ fn defaults_without_file_env_or_flags() {
         min_interval: Duration::ZERO,
         engine: crate::config::Engine::Vllm,
         aliases: false,
+        metric_relabel_configs: Vec::new(),
     };
     assert_eq!(config.upstreams, [vllm]);
+    assert!(config.metric_relabel_configs.is_empty());
 }
 
 #[test]
@@ -477,7 +479,7 @@ fn unknown_fields_name_the_field_and_position() {
         only_issue("upstreams:\n  - name: vllm\n    url: http://h/metrics\n    tiemout: 2s\n");
     assert_eq!(
         issue,
-        "sysport.yaml:4:5: upstreams[0].tiemout: unknown field `tiemout`, expected one of name, engine, url, keep, timeout, health_url, required, min_interval, aliases"
+        "sysport.yaml:4:5: upstreams[0].tiemout: unknown field `tiemout`, expected one of name, engine, url, keep, timeout, health_url, required, min_interval, aliases, metric_relabel_configs"
     );
     let issues = problems("listen:\n  port: 1\nhelth: {}\n", &no_env());
     assert_issue(&issues[0], 3, 1, "helth", "unknown field `helth`");

@@ -21,7 +21,10 @@ pub fn aliases(scraper: &Scraper, which: &[usize], scraped: &[Scraped]) -> Alias
     let mut out = Aliases::default();
     for (&u, s) in which.iter().zip(scraped) {
         let upstream = &scraper.upstreams()[u];
-        let Ok(exp) = &s.result else { continue };
+        // The engine's page as parsed: aliases stand beside the engine's own names, whatever
+        // `metric_relabel_configs` make of the page.
+        let Ok(page) = &s.result else { continue };
+        let exp = &page.parsed;
         if !upstream.aliases {
             continue;
         }

@@ -217,7 +217,9 @@ impl Views {
         let parts: Vec<Exposition> = which
             .iter()
             .zip(scraped)
-            .filter_map(|(&u, s)| Some((u, s.result.as_ref().ok()?)))
+            // Views read the engine's page as parsed: their families and operations are their
+            // own contract with the pickers, apart from `metric_relabel_configs`.
+            .filter_map(|(&u, s)| Some((u, &s.result.as_ref().ok()?.parsed)))
             .map(|(u, exp)| {
                 let mut text = Vec::with_capacity(1024);
                 write_upstream(

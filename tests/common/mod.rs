@@ -197,6 +197,7 @@ pub fn config(upstreams: Vec<UpstreamConfig>) -> Config {
             drain_delay: Duration::ZERO,
         },
         views: Vec::new(),
+        metric_relabel_configs: Vec::new(),
         source: None,
     }
 }

@@ -331,6 +331,43 @@ class Suite:
         eventually(ready, 15)
         return port
 
+    def start_sysport(self, config, name="sysport", port=None):
+        """Starts sysport (the process `name`, listening on `port` as `config` says) and waits
+        for /live."""
+        expect(os.access(self.sysport_bin, os.X_OK), f"SYSPORT_BIN {self.sysport_bin} is not executable")
+        self.procs.start(name, [self.sysport_bin, "--config", config])
+        base = f"http://127.0.0.1:{port or self.sysport_port}"
+
+        def live():
+            proc = self.procs.running[name]
+            if proc.poll() is not None:
+                raise Fatal(f"{name} exited with {proc.returncode}:\n{self.procs.log_tail(name)}")
+            status, _, _ = http_get(f"{base}/live", timeout=1.0)
+            expect(status == 200, f"/live: HTTP {status}")
+
+        eventually(live, 20, 0.2)
+
+    def start_prometheus(self, config):
+        """Starts Prometheus with `config` and a fresh TSDB, and waits until it is ready."""
+        tsdb = os.path.join(self.workdir, "tsdb")
+        os.mkdir(tsdb)
+        self.procs.start("prometheus", [
+            self.prometheus_bin,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tsdb}",
+            f"--web.listen-address=127.0.0.1:{self.prom_port}",
+            "--log.level=warn",
+        ])
+
+        def ready():
+            proc = self.procs.running["prometheus"]
+            if proc.poll() is not None:
+                raise Fatal(f"prometheus exited with {proc.returncode}:\n{self.procs.log_tail('prometheus')}")
+            status, _, _ = http_get(f"{self.prom.base}/-/ready", timeout=1.0)
+            expect(status == 200, f"/-/ready: HTTP {status}")
+
+        eventually(ready, 30, 0.3)
+
     def write_sysport_config(self):
         path = os.path.join(self.workdir, "sysport.yaml")
         v, l = self.vllm_port, self.lmcache_port
@@ -367,29 +404,41 @@ scrape_configs:
 
     # -- the run
 
+    # What `run` prints its counts under, and the logs it shows when the suite stopped early
+    # and when a check failed.
+    name = "e2e-prometheus"
+    fatal_logs = ("sysport", "prometheus", "vllm", "lmcache")
+    failure_logs = ("sysport", "prometheus")
+
+    def steps(self):
+        self.setup()
+        self.steady_state()
+        self.outage()
+        self.dashboard()
+        self.rules()
+        self.shutdown()
+
+    def stop_all(self):
+        self.procs.stop_all()
+
     def run(self):
         t0 = time.monotonic()
         try:
-            self.setup()
-            self.steady_state()
-            self.outage()
-            self.dashboard()
-            self.rules()
-            self.shutdown()
+            self.steps()
         except Fatal as err:
             print(f"FAIL  the suite could not continue after: {err}", flush=True)
-            logs = ("sysport", "prometheus", "vllm", "lmcache")
+            logs = self.fatal_logs
         else:
-            logs = ("sysport", "prometheus") if self.failed else ()
+            logs = self.failure_logs if self.failed else ()
         finally:
-            self.procs.stop_all()
+            self.stop_all()
         if logs:
             for name in logs:
                 tail = self.procs.log_tail(name, 15)
                 if tail:
                     print(f"---- {name} log (tail) ----\n{tail}", flush=True)
         print(f"took {time.monotonic() - t0:.0f} s", flush=True)
-        print(f"e2e-prometheus: {self.passed} passed, {self.failed} failed", flush=True)
+        print(f"{self.name}: {self.passed} passed, {self.failed} failed", flush=True)
         return 1 if self.failed else 0
 
     def setup(self):
@@ -406,17 +455,7 @@ scrape_configs:
         self.check("loopback vLLM and LMCache engines serve /metrics and /health", engines, fatal=True)
 
         def sysport_live():
-            expect(os.access(self.sysport_bin, os.X_OK), f"SYSPORT_BIN {self.sysport_bin} is not executable")
-            self.procs.start("sysport", [self.sysport_bin, "--config", self.write_sysport_config()])
-
-            def live():
-                proc = self.procs.running["sysport"]
-                if proc.poll() is not None:
-                    raise Fatal(f"sysport exited with {proc.returncode}:\n{self.procs.log_tail('sysport')}")
-                status, _, _ = http_get(f"{self.sysport}/live", timeout=1.0)
-                expect(status == 200, f"/live: HTTP {status}")
-
-            eventually(live, 20, 0.2)
+            self.start_sysport(self.write_sysport_config())
             return f":{self.sysport_port}"
 
         self.check("sysport starts and /live answers 200", sysport_live, fatal=True)
@@ -437,24 +476,7 @@ scrape_configs:
         self.check("sysport /health reports ready once the engine is healthy", sysport_ready)
 
         def prometheus_ready():
-            tsdb = os.path.join(self.workdir, "tsdb")
-            os.mkdir(tsdb)
-            self.procs.start("prometheus", [
-                self.prometheus_bin,
-                f"--config.file={self.write_prometheus_config()}",
-                f"--storage.tsdb.path={tsdb}",
-                f"--web.listen-address=127.0.0.1:{self.prom_port}",
-                "--log.level=warn",
-            ])
-
-            def ready():
-                proc = self.procs.running["prometheus"]
-                if proc.poll() is not None:
-                    raise Fatal(f"prometheus exited with {proc.returncode}:\n{self.procs.log_tail('prometheus')}")
-                status, _, _ = http_get(f"{self.prom.base}/-/ready", timeout=1.0)
-                expect(status == 200, f"/-/ready: HTTP {status}")
-
-            eventually(ready, 30, 0.3)
+            self.start_prometheus(self.write_prometheus_config())
             return f":{self.prom_port}"
 
         self.check("Prometheus starts with the deploy rules and becomes ready", prometheus_ready, fatal=True)
@@ -869,14 +891,15 @@ scrape_configs:
         self.check("sysport exits 0 on SIGTERM", sigterm)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(suite=Suite, doc=__doc__):
+    """Runs `suite` (a Suite) with the command line of tests/suites/e2e-prometheus.sh."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", required=True, help="an empty directory for configs, logs and the TSDB")
     ap.add_argument("--pidfile", help="kept listing the pids of the processes still running")
     args = ap.parse_args()
     # SIGTERM/SIGINT unwind through the cleanup in Suite.run.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    return Suite(args.workdir, args.pidfile).run()
+    return suite(args.workdir, args.pidfile).run()
 
 
 if __name__ == "__main__":

@@ -7,15 +7,20 @@
 #
 # Usage (from the repo root; scripts/test.sh sets both variables):
 #   SYSPORT_BIN=target/debug/sysport VENV=.venv bash tests/suites/e2e-prometheus.sh
+# Other suites with a real Prometheus run their own driver through this wrapper:
+#   E2E_SUITE=relabel-oracle E2E_DRIVER=tests/e2e/relabel_oracle.py bash tests/suites/e2e-prometheus.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+
+suite=${E2E_SUITE:-e2e-prometheus}
+driver_script=${E2E_DRIVER:-tests/e2e/run.py}
 
 SYSPORT_BIN=${SYSPORT_BIN:-$PWD/target/debug/sysport}
 VENV=${VENV:-$PWD/.venv}
 PROMETHEUS_BIN=${PROMETHEUS_BIN:-/usr/bin/prometheus}
 export SYSPORT_BIN PROMETHEUS_BIN
 
-fail() { echo "e2e-prometheus: $*" >&2; echo "e2e-prometheus: 0 passed, 1 failed"; exit 1; }
+fail() { echo "$suite: $*" >&2; echo "$suite: 0 passed, 1 failed"; exit 1; }
 [ -x "$SYSPORT_BIN" ] || fail "SYSPORT_BIN=$SYSPORT_BIN is not an executable (cargo build --bin sysport)"
 [ -x "$VENV/bin/python" ] || fail "no Python at $VENV/bin/python (python3 -m venv $VENV)"
 "$VENV/bin/python" -c 'import prometheus_client' 2>/dev/null \
@@ -24,7 +29,7 @@ fail() { echo "e2e-prometheus: $*" >&2; echo "e2e-prometheus: 0 passed, 1 failed
 version=$("$PROMETHEUS_BIN" --version 2>&1) || fail "$PROMETHEUS_BIN --version failed: $version"
 echo "${version%%$'\n'*}"
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/sysport-e2e.XXXXXX")
+work=$(mktemp -d "${TMPDIR:-/tmp}/sysport-$suite.XXXXXX")
 driver=
 
 cleanup() {
@@ -48,7 +53,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-"$VENV/bin/python" -u tests/e2e/run.py --workdir "$work" --pidfile "$work/pids" &
+"$VENV/bin/python" -u "$driver_script" --workdir "$work" --pidfile "$work/pids" &
 driver=$!
 rc=0
 wait "$driver" || rc=$?

@@ -11,6 +11,8 @@
 //! - [`Selection`] is what a reader's `?name=` selects, for merging and for asking an engine.
 //! - [`write_text`] and [`write_openmetrics`] render a merge into a [`Sink`]: one pre-sized
 //!   buffer, or [`Pieces`], runs of the upstream bodies wherever the output repeats them.
+//! - [`Exposition::retain`], [`Exposition::label_pairs`] and the text line writers serve
+//!   programs that rewrite samples: the result goes back through [`parse`].
 //!
 //! Families are modelled the way text 0.0.4 names them (a counter `x` is the family `x_total`,
 //! its `x_created` is a gauge family of its own, as `prometheus_client` renders them), because
@@ -26,6 +28,7 @@ mod merge;
 mod openmetrics;
 mod out;
 mod parse;
+mod rewrite;
 mod select;
 mod text;
 mod values;
@@ -39,6 +42,7 @@ pub use parse::{
     Limit, Malformed, ParseError, ParseLimits, ParseOptions, Rule, Split, parse, parse_after,
     parse_with,
 };
+pub use rewrite::{escape_label_value, unescape_label_value};
 pub use select::Selection;
 pub use text::write_text;
 pub use values::write_value;

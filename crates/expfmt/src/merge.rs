@@ -24,14 +24,7 @@ impl AddedLabel {
     /// A label from its name and plain value.
     pub fn new(name: &str, value: &str) -> AddedLabel {
         let mut escaped = Vec::with_capacity(value.len());
-        for &b in value.as_bytes() {
-            match b {
-                b'\\' => escaped.extend_from_slice(b"\\\\"),
-                b'"' => escaped.extend_from_slice(b"\\\""),
-                b'\n' => escaped.extend_from_slice(b"\\n"),
-                _ => escaped.push(b),
-            }
-        }
+        super::escape_label_value(value.as_bytes(), &mut escaped);
         AddedLabel {
             name: name.as_bytes().to_vec(),
             escaped,
