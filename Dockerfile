@@ -13,17 +13,18 @@ FROM rust:1-bookworm AS builder
 WORKDIR /build
 
 # Dependencies first: build them against stub targets so that a source change reuses this
-# layer instead of recompiling every crate. The workspace's exposition crate declares a bench
-# target, so it needs a stub too.
+# layer instead of recompiling every crate. sysport and the workspace's exposition crate
+# declare bench targets, so they need stubs too.
 COPY Cargo.toml Cargo.lock ./
 COPY crates/expfmt/Cargo.toml crates/expfmt/
-RUN mkdir -p src crates/expfmt/src crates/expfmt/benches \
+RUN mkdir -p src benches crates/expfmt/src crates/expfmt/benches \
     && echo 'fn main() {}' > src/main.rs \
+    && echo 'fn main() {}' > benches/relabel.rs \
     && echo '' > src/lib.rs \
     && echo '' > crates/expfmt/src/lib.rs \
     && echo 'fn main() {}' > crates/expfmt/benches/expfmt.rs \
     && cargo build --release --locked \
-    && rm -rf src crates \
+    && rm -rf src benches crates \
         target/release/sysport target/release/sysport.d \
         target/release/deps/sysport-* target/release/deps/libsysport-* \
         target/release/deps/sysport_expfmt-* target/release/deps/libsysport_expfmt-* \
