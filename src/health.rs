@@ -5,15 +5,19 @@
 //! single-flight). sysport is ready when every `required` upstream is healthy. Before an
 //! upstream's first check its state is `DYN_SYSTEM_STARTING_HEALTH_STATUS`. Once shutdown begins
 //! it is never ready again. `/live` never looks at any of this.
+//!
+//! An upstream with `stall_after` is also not ready while its engine is stalled (see
+//! [`crate::stall`]); each check feeds its stall [`Watch`].
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
 use crate::config::{HealthConfig, StartingStatus, UpstreamConfig};
 use crate::scrape::Scraper;
+use crate::stall::{self, Reading, StallStatus, Watch};
 use crate::telemetry::Telemetry;
 
 /// One upstream's last check.
@@ -23,6 +27,8 @@ struct Check {
     healthy: Option<bool>,
     last_error: Option<String>,
     last_check: Option<SystemTime>,
+    /// With `stall_after`: the stall judgement.
+    stall: Option<Watch>,
 }
 
 /// The readiness state machine, written by the check task and read by `/health`.
@@ -44,7 +50,15 @@ impl Readiness {
                 .iter()
                 .map(|u| (u.name.clone(), u.required, u.health_url.is_some()))
                 .collect(),
-            checks: Mutex::new(vec![Check::default(); upstreams.len()]),
+            checks: Mutex::new(
+                upstreams
+                    .iter()
+                    .map(|u| Check {
+                        stall: u.stall.as_ref().map(|s| Watch::new(s.after)),
+                        ..Check::default()
+                    })
+                    .collect(),
+            ),
             shutting_down: AtomicBool::new(false),
             ready: AtomicBool::new(false),
         };
@@ -74,6 +88,7 @@ impl Readiness {
         check
             .healthy
             .unwrap_or(self.starting == StartingStatus::Ready)
+            && !check.stall.as_ref().is_some_and(Watch::is_stalled)
     }
 
     fn compute(&self, checks: &[Check]) -> bool {
@@ -100,7 +115,43 @@ impl Readiness {
         if let Err(e) = result {
             c.last_error = Some(e);
         }
-        let ready = self.compute(&checks);
+        self.update(&checks)
+    }
+
+    /// Feeds upstream `i`'s stall watch (if it has one) with what this check read, or why it
+    /// read nothing; returns the new overall readiness.
+    pub fn observe_stall(&self, i: usize, reading: Result<Reading, String>) -> bool {
+        let mut checks = self.checks.lock().expect("checks lock");
+        if let Some(watch) = checks[i].stall.as_mut() {
+            let was = watch.is_stalled();
+            let now = Instant::now();
+            if watch.observe(now, reading) != was {
+                let name = &self.upstreams[i].0;
+                let detail = watch.status(now).describe();
+                if was {
+                    tracing::info!(upstream = %name, %detail, "engine progressing again");
+                } else {
+                    tracing::warn!(upstream = %name, %detail, "engine stalled");
+                }
+            }
+        }
+        self.update(&checks)
+    }
+
+    /// The stall judgement of every upstream with `stall_after`, in configuration order: the
+    /// read-only view `/live/engine`, the gauges and the status page share.
+    pub fn stalls(&self) -> Vec<(String, StallStatus)> {
+        let now = Instant::now();
+        let checks = self.checks.lock().expect("checks lock");
+        self.upstreams
+            .iter()
+            .zip(checks.iter())
+            .filter_map(|((name, ..), c)| Some((name.clone(), c.stall.as_ref()?.status(now))))
+            .collect()
+    }
+
+    fn update(&self, checks: &[Check]) -> bool {
+        let ready = self.compute(checks);
         if self.ready.swap(ready, Ordering::AcqRel) != ready {
             tracing::info!(ready, "readiness changed");
         }
@@ -110,9 +161,11 @@ impl Readiness {
     /// The `/health` body: Dynamo's `status`, `uptime`, `endpoints`, plus per-upstream detail.
     pub fn report(&self, uptime_seconds: f64) -> (bool, Value) {
         let ready = self.is_ready();
+        let now = Instant::now();
         let checks = self.checks.lock().expect("checks lock");
         let mut endpoints = Map::new();
         let mut detail = Map::new();
+        let mut stalled = Vec::new();
         for ((name, required, has_url), c) in self.upstreams.iter().zip(checks.iter()) {
             let status = if self.upstream_ready(c) {
                 "ready"
@@ -120,17 +173,22 @@ impl Readiness {
                 "notready"
             };
             endpoints.insert(name.clone(), Value::from(status));
-            detail.insert(
-                name.clone(),
-                json!({
-                    "status": status,
-                    "required": required,
-                    "checked": c.healthy.is_some(),
-                    "check": if *has_url { "health_url" } else { "scrape" },
-                    "last_check_unix_seconds": c.last_check.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_secs_f64()),
-                    "last_error": c.last_error,
-                }),
-            );
+            let mut upstream = json!({
+                "status": status,
+                "required": required,
+                "checked": c.healthy.is_some(),
+                "check": if *has_url { "health_url" } else { "scrape" },
+                "last_check_unix_seconds": c.last_check.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_secs_f64()),
+                "last_error": c.last_error,
+            });
+            if let Some(watch) = &c.stall {
+                let status = watch.status(now);
+                if status.stalled {
+                    stalled.push(format!("{name}: {}", status.describe()));
+                }
+                upstream["stall"] = stall::status_json(&status);
+            }
+            detail.insert(name.clone(), upstream);
         }
         let mut body = json!({
             "status": if ready { "ready" } else { "notready" },
@@ -140,6 +198,8 @@ impl Readiness {
         });
         if self.is_shutting_down() {
             body["reason"] = Value::from("shutting down");
+        } else if !stalled.is_empty() {
+            body["reason"] = Value::from(format!("engine stalled: {}", stalled.join("; ")));
         }
         (ready, body)
     }
@@ -157,35 +217,68 @@ pub async fn check_all(
         .iter()
         .enumerate()
         .map(|(i, u)| async move {
-            let result = match &u.health_url {
-                Some(url) => match client.get(url.clone()).timeout(u.timeout).send().await {
-                    Ok(resp) if resp.status().is_success() => Ok(()),
-                    Ok(resp) => Err(format!(
-                        "health check failed: {}",
-                        crate::scrape::ScrapeError::from_status(&resp)
-                    )),
-                    Err(e) => Err(format!(
-                        "health check failed: {}",
-                        crate::scrape::ScrapeError::from_reqwest(e, u.timeout)
-                    )),
-                },
-                None => match scraper
-                    .scrape(&[i], None, None)
-                    .await
-                    .pop()
-                    .map(|s| s.result)
-                {
-                    Some(Ok(_)) => Ok(()),
-                    Some(Err(e)) => Err(format!("scrape failed: {e}")),
-                    None => Err("no scrape result".to_string()),
-                },
-            };
-            (i, result)
+            match &u.health_url {
+                // The stall read is a fetch of its own: made while the health URL answers.
+                Some(url) => {
+                    let (result, reading) = tokio::join!(
+                        check_url(client, url, u.timeout),
+                        read_stall(scraper, i, None)
+                    );
+                    (i, result, reading)
+                }
+                None => {
+                    let page = scraper
+                        .scrape(&[i], None, None)
+                        .await
+                        .pop()
+                        .map(|s| s.result);
+                    let result = match &page {
+                        Some(Ok(_)) => Ok(()),
+                        Some(Err(e)) => Err(format!("scrape failed: {e}")),
+                        None => Err("no scrape result".to_string()),
+                    };
+                    (i, result, read_stall(scraper, i, page).await)
+                }
+            }
         });
-    for (i, result) in futures_util::future::join_all(checks).await {
+    for (i, result, reading) in futures_util::future::join_all(checks).await {
         readiness.record(i, result);
+        if let Some(reading) = reading {
+            readiness.observe_stall(i, reading);
+        }
     }
     telemetry.health_ready.set(readiness.is_ready() as i64);
+    stall::set_gauges(&readiness.stalls(), telemetry);
+}
+
+/// A GET of a health URL: any 2xx is healthy.
+async fn check_url(
+    client: &reqwest::Client,
+    url: &crate::config::Url,
+    timeout: Duration,
+) -> Result<(), String> {
+    match client.get(url.clone()).timeout(timeout).send().await {
+        Ok(resp) if resp.status().is_success() => Ok(()),
+        Ok(resp) => Err(format!(
+            "health check failed: {}",
+            crate::scrape::ScrapeError::from_status(&resp)
+        )),
+        Err(e) => Err(format!(
+            "health check failed: {}",
+            crate::scrape::ScrapeError::from_reqwest(e, timeout)
+        )),
+    }
+}
+
+/// Upstream `i`'s stall reading, when it has `stall_after`: from `page` when the check fetched
+/// it, else fetched.
+async fn read_stall(
+    scraper: &Scraper,
+    i: usize,
+    page: Option<crate::scrape::UpstreamResult>,
+) -> Option<Result<Reading, String>> {
+    let stall = scraper.upstreams()[i].stall.as_ref()?;
+    Some(stall::read_upstream(scraper, i, stall, page).await)
 }
 
 /// Runs [`check_all`] every `interval` until `stop` fires.

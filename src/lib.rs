@@ -9,6 +9,7 @@
 //! - [`fetch`]: one GET of an upstream, and why its answer may be unusable.
 //! - [`decode`]: undoes an upstream body's `Content-Encoding` within the body limit.
 //! - [`health`]: background checks and the readiness state.
+//! - [`stall`]: telling a busy engine from a stuck one (`stall_after`, `/live/engine`).
 //! - [`telemetry`]: sysport's own `dynamo_sysport_*` metrics.
 //! - [`parts`]: a response body of shared byte runs.
 //! - [`listener`]: the accept loop and what a client may hold: deadlines, head size, connection
@@ -29,6 +30,7 @@ pub mod listener;
 pub mod parts;
 pub mod scrape;
 pub mod server;
+pub mod stall;
 pub mod telemetry;
 pub mod views;
 pub mod web;

@@ -21,6 +21,7 @@ use crate::expfmt::{self, MergeOptions, ParseLimits, ParseOptions, Selection, TE
 use crate::health::{self, Readiness};
 use crate::parts::Parts;
 use crate::scrape::{Scraped, Scraper};
+use crate::stall;
 use crate::telemetry::Telemetry;
 use crate::views::{self, Views};
 use crate::web;
@@ -50,6 +51,7 @@ impl Runtime {
         let scraper = Arc::new(Scraper::new(&config, client.clone(), telemetry.clone()));
         let readiness = Arc::new(Readiness::new(&config.health, &config.upstreams));
         telemetry.health_ready.set(readiness.is_ready() as i64);
+        stall::register_gauges(&config.upstreams, telemetry);
         let (stop_checks, stop) = watch::channel(false);
         tokio::spawn(health::run(
             scraper.clone(),
@@ -181,11 +183,15 @@ fn router(app: Arc<App>, guard: Option<web::auth::Guard>) -> Router {
     )
 }
 
+/// Whether `path` is a probe: open without credentials, and served on the probe port.
+fn is_probe(config: &Config, path: &str) -> bool {
+    path == config.health.path || path == config.health.live_path || path == stall::LIVE_ENGINE_PATH
+}
+
 /// The probe port: the probes, nothing else.
 async fn probes_only(State(app): State<Arc<App>>, req: Request) -> Response {
     let runtime = app.current();
-    let path = req.uri().path();
-    if path == runtime.config.health.path || path == runtime.config.health.live_path {
+    if is_probe(&runtime.config, req.uri().path()) {
         dispatch(State(app), req).await
     } else {
         (
@@ -203,6 +209,8 @@ enum Route {
     View(usize),
     Health,
     Live,
+    /// `/live/engine`: the engine container's liveness (stall detection).
+    LiveEngine,
 }
 
 async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
@@ -215,6 +223,8 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
         Some(Route::Health)
     } else if path == runtime.config.health.live_path {
         Some(Route::Live)
+    } else if path == stall::LIVE_ENGINE_PATH {
+        Some(Route::LiveEngine)
     } else {
         path.strip_prefix("/metrics/")
             .and_then(|name| runtime.views.find(name))
@@ -231,6 +241,15 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
             r
         }
         (Some(Route::Live), _) => live(&runtime),
+        (Some(Route::LiveEngine), _) => {
+            let (live, body) = stall::live_engine(&runtime.readiness.stalls());
+            let code = if live {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            json_response(code, body.to_string())
+        }
         (Some(Route::Health), _) => health(&app, &runtime),
         (Some(Route::Metrics), _) => {
             let names = requested_names(req.uri().query());
@@ -262,6 +281,7 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
         }
         Some(Route::Health) => runtime.config.health.path.as_str(),
         Some(Route::Live) => runtime.config.health.live_path.as_str(),
+        Some(Route::LiveEngine) => stall::LIVE_ENGINE_PATH,
         None => "other",
     };
     let t = &app.telemetry;
@@ -419,6 +439,7 @@ async fn metrics(
     // Rendered after the engine merge, so the series counts it sets are this scrape's.
     let own = if wants_own(selection.as_ref()) {
         set_fetch_ages(app, runtime, &which, &scraped, now);
+        stall::set_gauges(&runtime.readiness.stalls(), &app.telemetry);
         render_own(app, runtime, selection.as_ref(), openmetrics)
     } else if openmetrics {
         Bytes::from_static(expfmt::OPENMETRICS_EOF)

@@ -23,6 +23,8 @@
 //!     required: true
 //!     min_interval: 0s
 //!     aliases: false
+//!     stall_after: 0s
+//!     stall: { busy: "vllm:num_requests_running", progress: "vllm:iteration_tokens_total" }
 //! limits:
 //!   max_body_bytes: 16MiB
 //!   max_line_bytes: 1MiB
@@ -59,6 +61,9 @@ mod loader;
 mod path;
 mod raw;
 mod render;
+mod stall;
+#[cfg(test)]
+mod stall_tests;
 #[cfg(test)]
 mod tests;
 mod units;
@@ -188,6 +193,48 @@ pub struct UpstreamConfig {
     pub min_interval: Duration,
     /// Also serve renamed families under their other name in the full `/metrics`, default false.
     pub aliases: bool,
+    /// Stall detection (`stall_after` above zero), default off.
+    pub stall: Option<StallConfig>,
+}
+
+/// Stall detection of one upstream: requests running at every check for `after`, and the
+/// progress counters never moving in that time, is a stalled engine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StallConfig {
+    /// How long requests may run without progress; more than zero.
+    pub after: Duration,
+    /// The gauge of requests being worked on: busy when a series is above zero.
+    pub busy: StallFamily,
+    /// Counters that move while requests are worked on, summed over every series (a
+    /// histogram's or summary's `_count`); never empty.
+    pub progress: Vec<StallFamily>,
+}
+
+/// A family read for one number: its text-format name and the label values (plain, not
+/// escaped) that pick its series.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StallFamily {
+    pub name: String,
+    pub select: Vec<(String, String)>,
+}
+
+impl StallFamily {
+    /// A preset's family.
+    pub fn from_preset(read: &crate::engine::Read) -> StallFamily {
+        StallFamily {
+            name: read.name.to_owned(),
+            select: read
+                .select
+                .iter()
+                .map(|&(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        }
+    }
+
+    /// `name` or `name{label="value"}`, as the configuration writes it.
+    pub fn key(&self) -> String {
+        crate::views::family_key(&self.name, &self.select)
+    }
 }
 
 /// Limits applied to each upstream response.
@@ -285,7 +332,8 @@ impl Default for ShutdownConfig {
 
 impl UpstreamConfig {
     /// An upstream with the defaults of `--upstream NAME=URL`: vLLM, keep `vllm:` and
-    /// `lmcache:`, 2 s timeout, required, no health URL, always fetch, no aliases.
+    /// `lmcache:`, 2 s timeout, required, no health URL, always fetch, no aliases, no stall
+    /// detection.
     pub fn new(name: impl Into<String>, url: Url) -> Self {
         UpstreamConfig {
             name: name.into(),
@@ -297,6 +345,7 @@ impl UpstreamConfig {
             required: true,
             min_interval: Duration::ZERO,
             aliases: false,
+            stall: None,
         }
     }
 }
