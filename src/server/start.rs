@@ -71,8 +71,8 @@ impl Sysport {
         })
     }
 
-    /// Serves only the probes (`/live`, `/health`, `/live/engine`), over plain HTTP, on `probes` too: the
-    /// kubelet's way in when the main port requires client certificates.
+    /// Serves only the probes (`/live`, `/health`, `/live/engine`), over plain HTTP, on `probes`
+    /// too: the kubelet's way in when the main port requires client certificates.
     pub fn with_probe_listener(mut self, probes: TcpListener) -> Sysport {
         self.probes = Some(probes);
         self
