@@ -288,12 +288,11 @@ const DEMO_STALL_AFTER: std::time::Duration = std::time::Duration::from_secs(10)
 /// detection), LMCache not.
 fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) -> config::Config {
     use config::{
-        Config, Engine, HealthConfig, Limits, Listen, ShutdownConfig, StallConfig, StallFamily,
-        StartingStatus, UpstreamConfig, Url,
+        Config, Engine, HealthConfig, Limits, Listen, ShutdownConfig, StallConfig, StartingStatus,
+        UpstreamConfig, Url,
     };
     use std::time::Duration;
     let url = |s: String| Url::parse(&s).expect("the demo servers have valid URLs");
-    let stall = Engine::Vllm.preset().stall;
     let upstream =
         |name: &str, metrics: String, keep: &str, health: Option<String>, required: bool| {
             UpstreamConfig {
@@ -318,15 +317,7 @@ fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) 
         labels: vec![("worker_id".into(), "demo-0".into())],
         upstreams: vec![
             UpstreamConfig {
-                stall: Some(StallConfig {
-                    after: DEMO_STALL_AFTER,
-                    busy: StallFamily::from_preset(&stall.busy),
-                    progress: stall
-                        .progress
-                        .iter()
-                        .map(StallFamily::from_preset)
-                        .collect(),
-                }),
+                stall: Some(StallConfig::preset(Engine::Vllm, DEMO_STALL_AFTER)),
                 ..upstream(
                     "vllm",
                     engines.vllm_metrics_url(),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use common::{Reply, Running, Upstream, config, eventually, metric, upstream_config};
-use sysport::config::{Config, StallConfig, StallFamily};
+use sysport::config::{Config, Engine, StallConfig};
 
 const INTERVAL: Duration = Duration::from_millis(100);
 const STALL_AFTER: Duration = Duration::from_millis(600);
@@ -36,16 +36,7 @@ fn stall_config(engine: &Upstream, health_url: bool) -> Config {
     if health_url {
         u.health_url = Some(engine.health_url().parse().expect("url"));
     }
-    let families = sysport::config::Engine::Vllm.preset().stall;
-    u.stall = Some(StallConfig {
-        after: STALL_AFTER,
-        busy: StallFamily::from_preset(&families.busy),
-        progress: families
-            .progress
-            .iter()
-            .map(StallFamily::from_preset)
-            .collect(),
-    });
+    u.stall = Some(StallConfig::preset(Engine::Vllm, STALL_AFTER));
     let mut c = config(vec![u]);
     c.health.interval = INTERVAL;
     c

@@ -218,6 +218,22 @@ pub struct StallFamily {
     pub select: Vec<(String, String)>,
 }
 
+impl StallConfig {
+    /// Stall detection after `after` with `engine`'s own families.
+    pub fn preset(engine: Engine, after: Duration) -> StallConfig {
+        let families = engine.preset().stall;
+        StallConfig {
+            after,
+            busy: StallFamily::from_preset(&families.busy),
+            progress: families
+                .progress
+                .iter()
+                .map(StallFamily::from_preset)
+                .collect(),
+        }
+    }
+}
+
 impl StallFamily {
     /// A preset's family.
     pub fn from_preset(read: &crate::engine::Read) -> StallFamily {

@@ -30,7 +30,6 @@ impl Loader<'_> {
                 after
             }
         };
-        let preset = engine.preset().stall;
         let (mut busy, mut progress) = (None, None);
         if let Some(raw) = raw {
             let at = raw.referenced;
@@ -57,14 +56,9 @@ impl Loader<'_> {
         let Some((after, at)) = after.filter(|(d, _)| !d.is_zero()) else {
             return Some(None);
         };
-        let busy = busy.unwrap_or_else(|| StallFamily::from_preset(&preset.busy));
-        let progress = progress.unwrap_or_else(|| {
-            preset
-                .progress
-                .iter()
-                .map(StallFamily::from_preset)
-                .collect()
-        });
+        let defaults = StallConfig::preset(engine, after);
+        let busy = busy.unwrap_or(defaults.busy);
+        let progress = progress.unwrap_or(defaults.progress);
         // The engine's families under a `keep` that leaves them out would never be read.
         let keep = keep?;
         let unkept: Vec<String> = std::iter::once(&busy)

@@ -2,32 +2,12 @@
 
 use super::*;
 use crate::config::{Engine, StallFamily};
-use crate::expfmt::{self, Format, PairHasher, ParseLimits, ParseOptions};
-
-fn parsed(page: &str, format: Format, keep: &[&str]) -> Exposition {
-    let keep: Vec<String> = keep.iter().map(|k| k.to_string()).collect();
-    let opts = ParseOptions {
-        keep: &keep,
-        limits: ParseLimits::DERIVED,
-        added_labels: &[],
-        hasher: PairHasher::new(1),
-        allow_reserved: false,
-    };
-    expfmt::parse(page.as_bytes().to_vec().into(), format, &opts).expect("parses")
-}
+use crate::expfmt::Format;
+use crate::views::tests::parsed;
 
 /// The preset's stall families of `engine`.
 fn preset(engine: Engine) -> StallConfig {
-    let families = engine.preset().stall;
-    StallConfig {
-        after: std::time::Duration::from_secs(60),
-        busy: StallFamily::from_preset(&families.busy),
-        progress: families
-            .progress
-            .iter()
-            .map(StallFamily::from_preset)
-            .collect(),
-    }
+    StallConfig::preset(engine, std::time::Duration::from_secs(60))
 }
 
 fn reading(engine: Engine, page: &str, format: Format) -> Reading {

@@ -402,4 +402,4 @@ fn derived(text: Vec<u8>, upstream: &UpstreamConfig, scraper: &Scraper) -> Expos
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
