@@ -359,6 +359,58 @@ mod tests {
     }
 
     #[test]
+    fn a_stalled_engine_is_not_ready_and_says_why_unless_not_required() {
+        let stalling = |name: &str, required: bool| UpstreamConfig {
+            stall: Some(crate::config::StallConfig::preset(
+                crate::config::Engine::Vllm,
+                Duration::ZERO,
+            )),
+            ..upstream(name, required)
+        };
+        let busy = |progress: f64| {
+            Ok(Reading {
+                running: Some(2.0),
+                progress: Some(progress),
+            })
+        };
+        let ups = [stalling("vllm", true), stalling("side", false)];
+        let r = Readiness::new(&health(StartingStatus::NotReady), &ups);
+        assert!(!r.record(1, Ok(())));
+        assert!(r.record(0, Ok(())));
+        // stall_after 0: the first busy reading without progress already counts.
+        assert!(r.observe_stall(1, busy(5.0)), "a side upstream's stall");
+        assert!(!r.observe_stall(0, busy(5.0)));
+        let (ready, body) = r.report(1.0);
+        assert!(!ready);
+        assert_eq!(body["endpoints"]["vllm"], "notready");
+        assert_eq!(body["upstreams"]["vllm"]["stall"]["stalled"], true);
+        assert_eq!(body["upstreams"]["vllm"]["stall"]["running"], 2.0);
+        let reason = body["reason"].as_str().expect("a reason");
+        assert!(
+            reason.starts_with("engine stalled: vllm: 2 requests running, no progress for"),
+            "{reason}"
+        );
+        assert!(reason.contains("side: 2 requests running"), "{reason}");
+        let stalled: Vec<String> = r
+            .stalls()
+            .into_iter()
+            .filter(|(_, s)| s.stalled)
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(stalled, ["vllm", "side"]);
+        // Nothing running clears it (with stall_after 0 any busy check would be a stall).
+        let idle = Ok(Reading {
+            running: Some(0.0),
+            progress: Some(6.0),
+        });
+        assert!(r.observe_stall(0, idle));
+        assert_eq!(
+            r.report(2.0).1["upstreams"]["vllm"]["stall"]["stalled"],
+            false
+        );
+    }
+
+    #[test]
     fn shutdown_is_never_ready_again() {
         let r = Readiness::new(&health(StartingStatus::Ready), &[upstream("vllm", true)]);
         r.begin_shutdown();

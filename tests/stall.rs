@@ -259,3 +259,24 @@ async fn without_stall_after_live_engine_is_always_200_and_there_are_no_stall_ga
     );
     sp.shutdown().await.expect("clean shutdown");
 }
+
+#[tokio::test]
+async fn a_reload_that_turns_stall_detection_off_frees_a_stalled_engine() {
+    let engine = Upstream::start(page(3, 100)).await;
+    let sp = Running::start(stall_config(&engine, false)).await;
+    until_live_engine(&sp, StatusCode::SERVICE_UNAVAILABLE, STALL_AFTER + MARGIN).await;
+    let mut off = stall_config(&engine, false);
+    off.upstreams[0].stall = None;
+    sp.handle.reload(off);
+    assert_eq!(status(&sp, "/live/engine").await, StatusCode::OK);
+    assert_eq!(gauge(&sp, "dynamo_sysport_engine_stalled").await, None);
+    assert_eq!(
+        gauge(&sp, "dynamo_sysport_engine_progress_age_seconds").await,
+        None
+    );
+    eventually(MARGIN, "/health 200", || async {
+        status(&sp, "/health").await == StatusCode::OK
+    })
+    .await;
+    sp.shutdown().await.expect("clean shutdown");
+}
