@@ -98,10 +98,12 @@ async fn never_stalls_for(sp: &Running, window: Duration, progress_stands: bool)
 #[tokio::test]
 async fn busy_and_frozen_turns_health_and_live_engine_503_until_progress() {
     let engine = Upstream::start(page(3, 100)).await;
+    let started = Instant::now();
     let sp = Running::start(stall_config(&engine, false)).await;
-    let took = until_live_engine(&sp, StatusCode::SERVICE_UNAVAILABLE, STALL_AFTER + MARGIN).await;
+    until_live_engine(&sp, StatusCode::SERVICE_UNAVAILABLE, STALL_AFTER + MARGIN).await;
     // Judged at a check, from checks that all saw requests running and the same count for
     // stall_after: never sooner.
+    let took = started.elapsed();
     assert!(took >= STALL_AFTER, "stalled after {took:?}");
     let (code, body) = sp.get("/health").await;
     assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{body}");
@@ -202,10 +204,11 @@ async fn an_engine_that_cannot_be_scraped_is_down_not_stalled() {
     );
     assert!(body.get("reason").is_none(), "down, not stalled: {body}");
 
-    // Back with the very same page: the stall clock starts over from the first reading.
+    // Back with the very same page: the stall clock starts over from the first reading (whose
+    // check may have been due a moment before the engine was back: an interval of slack).
     engine.restart().await;
     let took = until_live_engine(&sp, StatusCode::SERVICE_UNAVAILABLE, STALL_AFTER + MARGIN).await;
-    assert!(took >= STALL_AFTER, "stalled after {took:?}");
+    assert!(took >= STALL_AFTER - INTERVAL, "stalled after {took:?}");
     sp.shutdown().await.expect("clean shutdown");
 }
 
