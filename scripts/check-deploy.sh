@@ -174,6 +174,17 @@ for var in ("POD_NAME", "POD_NAMESPACE"):
 drain = str(cfg.get("shutdown", {}).get("drain_delay", "5s"))
 if not drain.endswith("s") or float(drain[:-1]) >= spec["terminationGracePeriodSeconds"]:
     errors.append("terminationGracePeriodSeconds must exceed shutdown.drain_delay")
+# The engine's liveness is sysport's /live/engine: the sidecar's port by number (a name would be
+# looked up among the engine container's own ports), generous enough that restarting the
+# sidecar does not restart the engine, and stall detection on (else it never fails).
+engine = next(c for c in spec["containers"] if c["name"] != "sysport")
+lp = engine.get("livenessProbe") or {}
+if lp.get("httpGet", {}).get("path") != "/live/engine" or lp.get("httpGet", {}).get("port") != ports.get("system"):
+    errors.append(f"the {engine['name']} container's livenessProbe must GET /live/engine on port {ports.get('system')}")
+if lp.get("periodSeconds", 10) * lp.get("failureThreshold", 3) < 60:
+    errors.append(f"the {engine['name']} livenessProbe must tolerate 60 s of failures (periodSeconds x failureThreshold)")
+if not any(str(u.get("stall_after", "0s")).strip() not in ("0s", "0ms", "0") for u in cfg.get("upstreams") or []):
+    errors.append("no upstream sets stall_after: /live/engine would never fail")
 ann = pod["metadata"].get("annotations", {})
 if ann.get("prometheus.io/port") != str(ports.get("system")):
     errors.append("prometheus.io/port annotation does not match the system port")
@@ -203,6 +214,8 @@ if web_path:
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             if sidecar[probe]["httpGet"].get("scheme") != "HTTPS":
                 errors.append(f"sysport {probe} must use scheme HTTPS: the port serves TLS")
+        if lp.get("httpGet", {}).get("scheme") != "HTTPS":
+            errors.append(f"the {engine['name']} livenessProbe on /live/engine must use scheme HTTPS: the port serves TLS")
         if ann.get("prometheus.io/scheme") != "https":
             errors.append("prometheus.io/scheme annotation must be https")
     for ep in pm["spec"]["podMetricsEndpoints"]:
@@ -228,7 +241,7 @@ for e in errors:
 sys.exit(1 if errors else 0)
 EOF
 }
-check "kubernetes cross-references (PodMonitor selector, port, TLS and basic auth; ConfigMap, web config and certificate mounts; HTTPS probes; env; grace period)" kube_cross_refs
+check "kubernetes cross-references (PodMonitor selector, port, TLS and basic auth; ConfigMap, web config and certificate mounts; HTTPS probes; the engine's liveness on /live/engine; env; grace period)" kube_cross_refs
 
 example_config_parses() {
     "$PY" -c 'import sys, yaml; c = yaml.safe_load(open(sys.argv[1])); assert c["upstreams"], "no upstreams"' \

@@ -17,6 +17,23 @@
 //!
 //! The router families are the ones the Gateway API Inference Extension's endpoint picker and
 //! llm-d's read for each engine type (their `engineConfigs` defaults).
+//!
+//! The stall families (see [`crate::stall`]) are a gauge of requests being worked on and
+//! counters that move while they are, not only when one completes:
+//! - vLLM: `vllm:num_requests_running`, and `vllm:iteration_tokens_total`, a histogram observed
+//!   once per engine step (`vllm/v1/metrics/loggers.py`), whose `_count` is a step counter.
+//! - SGLang: `sglang:num_running_reqs`, and `sglang:realtime_tokens_total` (`mode` = prefill
+//!   compute, prefill cache, decode), which the scheduler adds to after every prefill batch and
+//!   decode step (`sglang/srt/metrics/collector.py`, `increment_realtime_tokens`). Versions
+//!   before it have no such counter: their `generation_tokens_total` moves when a request ends.
+//! - trtllm-serve: `trtllm_num_requests_running`, and, with no iteration counter on offer, two
+//!   counters of its iteration statistics (`tensorrt_llm/metrics/collector.py`,
+//!   `log_iteration_stats`): `trtllm_kv_cache_gen_alloc_blocks_total`, a KV block for every
+//!   `tokens_per_block` tokens a running request generates, and
+//!   `trtllm_num_requests_completed_total`, for requests too short to fill a block.
+//! - Triton's TensorRT-LLM backend: `nv_trt_llm_request_metrics{request_type="active"}`, and
+//!   `nv_trt_llm_general_metrics{general_type="iteration_counter"}`, the executor's iteration
+//!   number (a gauge that only counts up), from the backend's metrics documentation.
 
 use crate::views::Op;
 
@@ -36,6 +53,22 @@ pub struct RouterFamily {
     pub name: &'static str,
     pub select: Option<(&'static str, &'static str)>,
     pub op: Op,
+}
+
+/// A family read for one number: its text-format name and the label value that picks its series
+/// (Triton puts several numbers in one family).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Read {
+    pub name: &'static str,
+    pub select: Option<(&'static str, &'static str)>,
+}
+
+/// What tells a busy engine from a stuck one: a gauge of requests being worked on, and
+/// counters (or a histogram's `_count`) that move while they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StallFamilies {
+    pub busy: Read,
+    pub progress: &'static [Read],
 }
 
 /// A family the engine renamed: `old` was deprecated in favour of `new` (declared names; a
@@ -70,6 +103,8 @@ pub struct Preset {
     pub rank_labels: &'static [&'static str],
     /// Families renamed by the engine, from its own deprecation notes.
     pub renames: &'static [Rename],
+    /// The families `stall_after` watches.
+    pub stall: StallFamilies,
 }
 
 const fn family(name: &'static str, op: Op) -> RouterFamily {
@@ -91,6 +126,10 @@ const fn selected(
         select: Some((label, value)),
         op,
     }
+}
+
+const fn read(name: &'static str) -> Read {
+    Read { name, select: None }
 }
 
 /// Every preset, `vllm` (the default) first.
@@ -132,6 +171,10 @@ pub const PRESETS: [Preset; 4] = [
                 new: "vllm:inter_token_latency_seconds",
             },
         ],
+        stall: StallFamilies {
+            busy: read("vllm:num_requests_running"),
+            progress: &[read("vllm:iteration_tokens_total")],
+        },
     },
     Preset {
         engine: Engine::Sglang,
@@ -149,6 +192,10 @@ pub const PRESETS: [Preset; 4] = [
         replica_labels: &["tp_rank", "pp_rank", "moe_ep_rank"],
         rank_labels: &["dp_rank"],
         renames: &[],
+        stall: StallFamilies {
+            busy: read("sglang:num_running_reqs"),
+            progress: &[read("sglang:realtime_tokens_total")],
+        },
     },
     Preset {
         engine: Engine::Trtllm,
@@ -165,6 +212,13 @@ pub const PRESETS: [Preset; 4] = [
         replica_labels: &[],
         rank_labels: &[],
         renames: &[],
+        stall: StallFamilies {
+            busy: read("trtllm_num_requests_running"),
+            progress: &[
+                read("trtllm_kv_cache_gen_alloc_blocks_total"),
+                read("trtllm_num_requests_completed_total"),
+            ],
+        },
     },
     Preset {
         engine: Engine::Triton,
@@ -196,6 +250,16 @@ pub const PRESETS: [Preset; 4] = [
         replica_labels: &[],
         rank_labels: &[],
         renames: &[],
+        stall: StallFamilies {
+            busy: Read {
+                name: "nv_trt_llm_request_metrics",
+                select: Some(("request_type", "active")),
+            },
+            progress: &[Read {
+                name: "nv_trt_llm_general_metrics",
+                select: Some(("general_type", "iteration_counter")),
+            }],
+        },
     },
 ];
 
@@ -223,6 +287,15 @@ impl Engine {
 }
 
 impl Preset {
+    /// The labels whose series are copies of one number: processes, then replicas of a rank.
+    pub fn copy_labels(&self) -> Vec<&'static str> {
+        self.process_labels
+            .iter()
+            .chain(self.replica_labels)
+            .copied()
+            .collect()
+    }
+
     /// For a text-format family or sample name this engine renamed: the declared name it starts
     /// with and the other one (`vllm:prefix_cache_hits_total` → `vllm:prefix_cache_hits`,
     /// `vllm:gpu_prefix_cache_hits`).
@@ -263,6 +336,15 @@ mod tests {
                     f.name
                 );
             }
+            for f in std::iter::once(&p.stall.busy).chain(p.stall.progress) {
+                assert!(
+                    p.keep.iter().any(|k| f.name.starts_with(k)),
+                    "{}: stall family {} is not kept",
+                    p.name,
+                    f.name
+                );
+            }
+            assert!(!p.stall.progress.is_empty(), "{}", p.name);
             for u in [p.metrics_url, p.health_url] {
                 assert!(reqwest::Url::parse(u).is_ok(), "{u}");
             }

@@ -5,15 +5,19 @@
 //! single-flight). sysport is ready when every `required` upstream is healthy. Before an
 //! upstream's first check its state is `DYN_SYSTEM_STARTING_HEALTH_STATUS`. Once shutdown begins
 //! it is never ready again. `/live` never looks at any of this.
+//!
+//! An upstream with `stall_after` is also not ready while its engine is stalled (see
+//! [`crate::stall`]); each check feeds its stall [`Watch`].
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
 use crate::config::{HealthConfig, StartingStatus, UpstreamConfig};
 use crate::scrape::Scraper;
+use crate::stall::{self, Reading, StallStatus, Watch};
 use crate::telemetry::Telemetry;
 
 /// One upstream's last check.
@@ -23,6 +27,8 @@ struct Check {
     healthy: Option<bool>,
     last_error: Option<String>,
     last_check: Option<SystemTime>,
+    /// With `stall_after`: the stall judgement.
+    stall: Option<Watch>,
 }
 
 /// One upstream's readiness, as `/health` and the status page report it.
@@ -42,6 +48,8 @@ pub struct UpstreamReadiness {
     pub last_check: Option<SystemTime>,
     /// The error of the last failed check, kept after it passes again.
     pub last_error: Option<String>,
+    /// With `stall_after`: the stall judgement now.
+    pub stall: Option<StallStatus>,
 }
 
 /// The readiness state machine, written by the check task and read by `/health`.
@@ -63,7 +71,15 @@ impl Readiness {
                 .iter()
                 .map(|u| (u.name.clone(), u.required, u.health_url.is_some()))
                 .collect(),
-            checks: Mutex::new(vec![Check::default(); upstreams.len()]),
+            checks: Mutex::new(
+                upstreams
+                    .iter()
+                    .map(|u| Check {
+                        stall: u.stall.as_ref().map(|s| Watch::new(s.after)),
+                        ..Check::default()
+                    })
+                    .collect(),
+            ),
             shutting_down: AtomicBool::new(false),
             ready: AtomicBool::new(false),
         };
@@ -93,6 +109,7 @@ impl Readiness {
         check
             .healthy
             .unwrap_or(self.starting == StartingStatus::Ready)
+            && !check.stall.as_ref().is_some_and(Watch::is_stalled)
     }
 
     fn compute(&self, checks: &[Check]) -> bool {
@@ -119,7 +136,42 @@ impl Readiness {
         if let Err(e) = result {
             c.last_error = Some(e);
         }
-        let ready = self.compute(&checks);
+        self.update(&checks)
+    }
+
+    /// Feeds upstream `i`'s stall watch (if it has one) with what the check scheduled `at`
+    /// read, or why it read nothing; returns the new overall readiness.
+    pub fn observe_stall(&self, i: usize, at: Instant, reading: Result<Reading, String>) -> bool {
+        let mut checks = self.checks.lock().expect("checks lock");
+        if let Some(watch) = checks[i].stall.as_mut() {
+            let was = watch.is_stalled();
+            if watch.observe(at, reading) != was {
+                let name = &self.upstreams[i].0;
+                let detail = watch.status(Instant::now()).describe();
+                if was {
+                    tracing::info!(upstream = %name, %detail, "engine progressing again");
+                } else {
+                    tracing::warn!(upstream = %name, %detail, "engine stalled");
+                }
+            }
+        }
+        self.update(&checks)
+    }
+
+    /// The stall judgement of every upstream with `stall_after`, in configuration order: the
+    /// read-only view `/live/engine`, the gauges and the status page share.
+    pub fn stalls(&self) -> Vec<(String, StallStatus)> {
+        let now = Instant::now();
+        let checks = self.checks.lock().expect("checks lock");
+        self.upstreams
+            .iter()
+            .zip(checks.iter())
+            .filter_map(|((name, ..), c)| Some((name.clone(), c.stall.as_ref()?.status(now))))
+            .collect()
+    }
+
+    fn update(&self, checks: &[Check]) -> bool {
+        let ready = self.compute(checks);
         if self.ready.swap(ready, Ordering::AcqRel) != ready {
             tracing::info!(ready, "readiness changed");
         }
@@ -128,6 +180,7 @@ impl Readiness {
 
     /// Each upstream's readiness, in configuration order.
     pub fn upstreams(&self) -> Vec<UpstreamReadiness> {
+        let now = Instant::now();
         let checks = self.checks.lock().expect("checks lock");
         self.upstreams
             .iter()
@@ -140,6 +193,7 @@ impl Readiness {
                 check: if *has_url { "health_url" } else { "scrape" },
                 last_check: c.last_check,
                 last_error: c.last_error.clone(),
+                stall: c.stall.as_ref().map(|w| w.status(now)),
             })
             .collect()
     }
@@ -158,6 +212,10 @@ impl Readiness {
             .into_iter()
             .filter(|u| u.required && !u.ready)
             .map(|u| match (&u.last_error, u.checked) {
+                _ if u.stall.as_ref().is_some_and(|s| s.stalled) => {
+                    let stall = u.stall.as_ref().expect("stalled");
+                    format!("{} is stalled: {}", u.name, stall.describe())
+                }
                 (Some(err), true) => format!("{} is not ready: {err}", u.name),
                 _ => format!(
                     "{} is not checked yet (starting status {})",
@@ -174,20 +232,25 @@ impl Readiness {
         let ready = self.is_ready();
         let mut endpoints = Map::new();
         let mut detail = Map::new();
+        let mut stalled = Vec::new();
         for u in self.upstreams() {
             let status = if u.ready { "ready" } else { "notready" };
             endpoints.insert(u.name.clone(), Value::from(status));
-            detail.insert(
-                u.name,
-                json!({
-                    "status": status,
-                    "required": u.required,
-                    "checked": u.checked,
-                    "check": u.check,
-                    "last_check_unix_seconds": u.last_check.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_secs_f64()),
-                    "last_error": u.last_error,
-                }),
-            );
+            let mut upstream = json!({
+                "status": status,
+                "required": u.required,
+                "checked": u.checked,
+                "check": u.check,
+                "last_check_unix_seconds": u.last_check.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_secs_f64()),
+                "last_error": u.last_error,
+            });
+            if let Some(status) = &u.stall {
+                if status.stalled && u.required {
+                    stalled.push(format!("{}: {}", u.name, status.describe()));
+                }
+                upstream["stall"] = stall::status_json(status);
+            }
+            detail.insert(u.name, upstream);
         }
         let mut body = json!({
             "status": if ready { "ready" } else { "notready" },
@@ -197,52 +260,90 @@ impl Readiness {
         });
         if self.is_shutting_down() {
             body["reason"] = Value::from("shutting down");
+        } else if !stalled.is_empty() {
+            body["reason"] = Value::from(format!("engine stalled: {}", stalled.join("; ")));
         }
         (ready, body)
     }
 }
 
-/// Checks every upstream once, concurrently, and records the results.
+/// Checks every upstream once, concurrently, and records the results as of `at`, when the
+/// check was due: stall detection measures its windows between due times, as Prometheus
+/// stamps a scrape with its scheduled time, so a fetch that answers late does not shorten one.
 pub async fn check_all(
     scraper: &Scraper,
     readiness: &Readiness,
     client: &reqwest::Client,
     telemetry: &Telemetry,
+    at: Instant,
 ) {
     let checks = scraper
         .upstreams()
         .iter()
         .enumerate()
         .map(|(i, u)| async move {
-            let result = match &u.health_url {
-                Some(url) => match client.get(url.clone()).timeout(u.timeout).send().await {
-                    Ok(resp) if resp.status().is_success() => Ok(()),
-                    Ok(resp) => Err(format!(
-                        "health check failed: {}",
-                        crate::scrape::ScrapeError::from_status(&resp)
-                    )),
-                    Err(e) => Err(format!(
-                        "health check failed: {}",
-                        crate::scrape::ScrapeError::from_reqwest(e, u.timeout)
-                    )),
-                },
-                None => match scraper
-                    .scrape(&[i], None, None)
-                    .await
-                    .pop()
-                    .map(|s| s.result)
-                {
-                    Some(Ok(_)) => Ok(()),
-                    Some(Err(e)) => Err(format!("scrape failed: {e}")),
-                    None => Err("no scrape result".to_string()),
-                },
-            };
-            (i, result)
+            match &u.health_url {
+                // The stall read is a fetch of its own: made while the health URL answers.
+                Some(url) => {
+                    let (result, reading) = tokio::join!(
+                        check_url(client, url, u.timeout),
+                        read_stall(scraper, i, None)
+                    );
+                    (i, result, reading)
+                }
+                None => {
+                    let page = scraper
+                        .scrape(&[i], None, None)
+                        .await
+                        .pop()
+                        .map(|s| s.result);
+                    let result = match &page {
+                        Some(Ok(_)) => Ok(()),
+                        Some(Err(e)) => Err(format!("scrape failed: {e}")),
+                        None => Err("no scrape result".to_string()),
+                    };
+                    (i, result, read_stall(scraper, i, page).await)
+                }
+            }
         });
-    for (i, result) in futures_util::future::join_all(checks).await {
+    for (i, result, reading) in futures_util::future::join_all(checks).await {
         readiness.record(i, result);
+        if let Some(reading) = reading {
+            readiness.observe_stall(i, at, reading);
+        }
     }
     telemetry.health_ready.set(readiness.is_ready() as i64);
+    stall::set_gauges(&readiness.stalls(), telemetry);
+}
+
+/// A GET of a health URL: any 2xx is healthy.
+async fn check_url(
+    client: &reqwest::Client,
+    url: &crate::config::Url,
+    timeout: Duration,
+) -> Result<(), String> {
+    match client.get(url.clone()).timeout(timeout).send().await {
+        Ok(resp) if resp.status().is_success() => Ok(()),
+        Ok(resp) => Err(format!(
+            "health check failed: {}",
+            crate::scrape::ScrapeError::from_status(&resp)
+        )),
+        Err(e) => Err(format!(
+            "health check failed: {}",
+            crate::scrape::ScrapeError::from_reqwest(e, timeout)
+        )),
+    }
+}
+
+/// Upstream `i`'s stall reading, when it has `stall_after`: from `page` when the check fetched
+/// it, else fetched.
+async fn read_stall(
+    scraper: &Scraper,
+    i: usize,
+    page: Option<crate::scrape::UpstreamResult>,
+) -> Option<Result<Reading, String>> {
+    let stall = scraper.upstreams()[i].stall.as_ref()?;
+    Some(stall::read_upstream(scraper, i, stall, page).await)
 }
 
 /// Runs [`check_all`] every `interval` until `stop` fires.
@@ -257,12 +358,12 @@ pub async fn run(
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
+        let at = tokio::select! {
+            at = tick.tick() => at.into_std(),
             _ = stop.changed() => return,
-        }
+        };
         tokio::select! {
-            _ = check_all(&scraper, &readiness, &client, &telemetry) => {}
+            _ = check_all(&scraper, &readiness, &client, &telemetry, at) => {}
             _ = stop.changed() => return,
         }
         if *stop.borrow() {
@@ -351,6 +452,62 @@ mod tests {
         assert_eq!(lmcache.check, "scrape");
         r.begin_shutdown();
         assert_eq!(r.not_ready_reason().as_deref(), Some("shutting down"));
+    }
+
+    #[test]
+    fn a_stalled_engine_is_not_ready_and_says_why_unless_not_required() {
+        let stalling = |name: &str, required: bool| UpstreamConfig {
+            stall: Some(crate::config::StallConfig::preset(
+                crate::config::Engine::Vllm,
+                Duration::ZERO,
+            )),
+            ..upstream(name, required)
+        };
+        let busy = |progress: f64| {
+            Ok(Reading {
+                running: Some(2.0),
+                progress: Some(progress),
+            })
+        };
+        let ups = [stalling("vllm", true), stalling("side", false)];
+        let r = Readiness::new(&health(StartingStatus::NotReady), &ups);
+        assert!(!r.record(1, Ok(())));
+        assert!(r.record(0, Ok(())));
+        // stall_after 0: the first busy reading without progress already counts.
+        assert!(
+            r.observe_stall(1, Instant::now(), busy(5.0)),
+            "a side upstream's stall"
+        );
+        assert!(!r.observe_stall(0, Instant::now(), busy(5.0)));
+        let (ready, body) = r.report(1.0);
+        assert!(!ready);
+        assert_eq!(body["endpoints"]["vllm"], "notready");
+        assert_eq!(body["upstreams"]["vllm"]["stall"]["stalled"], true);
+        assert_eq!(body["upstreams"]["vllm"]["stall"]["running"], 2.0);
+        let reason = body["reason"].as_str().expect("a reason");
+        assert!(
+            reason.starts_with("engine stalled: vllm: 2 requests running, no progress for"),
+            "{reason}"
+        );
+        assert!(!reason.contains("side"), "not required: {reason}");
+        assert_eq!(body["upstreams"]["side"]["stall"]["stalled"], true);
+        let stalled: Vec<String> = r
+            .stalls()
+            .into_iter()
+            .filter(|(_, s)| s.stalled)
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(stalled, ["vllm", "side"]);
+        // Nothing running clears it (with stall_after 0 any busy check would be a stall).
+        let idle = Ok(Reading {
+            running: Some(0.0),
+            progress: Some(6.0),
+        });
+        assert!(r.observe_stall(0, Instant::now(), idle));
+        assert_eq!(
+            r.report(2.0).1["upstreams"]["vllm"]["stall"]["stalled"],
+            false
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! - [`decode`]: undoes an upstream body's `Content-Encoding` within the body limit.
 //! - [`relabel`]: Prometheus' `metric_relabel_configs`, applied to each page before it is served.
 //! - [`health`]: background checks and the readiness state.
+//! - [`stall`]: telling a busy engine from a stuck one (`stall_after`, `/live/engine`).
 //! - [`telemetry`]: sysport's own `dynamo_sysport_*` metrics.
 //! - [`parts`]: a response body of shared byte runs.
 //! - [`listener`]: the accept loop and what a client may hold: deadlines, head size, connection
@@ -32,6 +33,7 @@ pub mod parts;
 pub mod relabel;
 pub mod scrape;
 pub mod server;
+pub mod stall;
 pub mod status;
 pub mod telemetry;
 pub mod views;

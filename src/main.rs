@@ -250,6 +250,22 @@ async fn demo(host: IpAddr, port: u16) -> ExitCode {
     println!(
         "  a selective read: http://{addr}/metrics?name=vllm:num_requests_waiting&name=vllm:kv_cache_usage_perc"
     );
+    println!(
+        "  the engine's liveness (stall_after {}s): http://{addr}/live/engine",
+        DEMO_STALL_AFTER.as_secs()
+    );
+    println!(
+        "To watch a stall, hang the simulated engine with requests running (its own /health stays 200):"
+    );
+    println!("  curl -X POST {}", engines.vllm_stall_url());
+    println!(
+        "  within about {}s /health and /live/engine answer 503 and dynamo_sysport_engine_stalled is 1;",
+        (DEMO_STALL_AFTER + DEMO_INTERVAL).as_secs()
+    );
+    println!(
+        "  let it go on with: curl -X POST {} (both answer 200 at the next check)",
+        engines.vllm_resume_url()
+    );
     println!("Ctrl-C stops it.");
     let handle = sysport.handle();
     let result = sysport.run(signals(handle)).await;
@@ -264,10 +280,17 @@ async fn demo(host: IpAddr, port: u16) -> ExitCode {
     }
 }
 
-/// sysport in front of the simulated engines: vLLM required (with its health URL), LMCache not.
+/// How often the demo checks its upstreams.
+const DEMO_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long the demo's vLLM may run requests without progress.
+const DEMO_STALL_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// sysport in front of the simulated engines: vLLM required (with its health URL and stall
+/// detection), LMCache not.
 fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) -> config::Config {
     use config::{
-        Config, HealthConfig, Limits, Listen, ShutdownConfig, StartingStatus, UpstreamConfig, Url,
+        Config, Engine, HealthConfig, Limits, Listen, ShutdownConfig, StallConfig, StartingStatus,
+        UpstreamConfig, Url,
     };
     use std::time::Duration;
     let url = |s: String| Url::parse(&s).expect("the demo servers have valid URLs");
@@ -290,17 +313,20 @@ fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) 
             path: "/health".into(),
             live_path: "/live".into(),
             starting_status: StartingStatus::NotReady,
-            interval: Duration::from_secs(2),
+            interval: DEMO_INTERVAL,
         },
         labels: vec![("worker_id".into(), "demo-0".into())],
         upstreams: vec![
-            upstream(
-                "vllm",
-                engines.vllm_metrics_url(),
-                "vllm:",
-                Some(engines.vllm_health_url()),
-                true,
-            ),
+            UpstreamConfig {
+                stall: Some(StallConfig::preset(Engine::Vllm, DEMO_STALL_AFTER)),
+                ..upstream(
+                    "vllm",
+                    engines.vllm_metrics_url(),
+                    "vllm:",
+                    Some(engines.vllm_health_url()),
+                    true,
+                )
+            },
             upstream(
                 "lmcache",
                 engines.lmcache_metrics_url(),

@@ -22,6 +22,7 @@ use crate::expfmt::{self, MergeOptions, ParseLimits, ParseOptions, Selection, TE
 use crate::health::{self, Readiness};
 use crate::parts::Parts;
 use crate::scrape::{Scraped, Scraper};
+use crate::stall;
 use crate::status;
 use crate::telemetry::Telemetry;
 use crate::views::{self, Views};
@@ -52,6 +53,7 @@ impl Runtime {
         let scraper = Arc::new(Scraper::new(&config, client.clone(), telemetry.clone()));
         let readiness = Arc::new(Readiness::new(&config.health, &config.upstreams));
         telemetry.health_ready.set(readiness.is_ready() as i64);
+        stall::register_gauges(&config.upstreams, telemetry);
         let (stop_checks, stop) = watch::channel(false);
         tokio::spawn(health::run(
             scraper.clone(),
@@ -185,11 +187,15 @@ fn router(app: Arc<App>, guard: Option<web::auth::Guard>) -> Router {
     )
 }
 
+/// Whether `path` is a probe: open without credentials, and served on the probe port.
+fn is_probe(config: &Config, path: &str) -> bool {
+    path == config.health.path || path == config.health.live_path || path == stall::LIVE_ENGINE_PATH
+}
+
 /// The probe port: the probes, nothing else.
 async fn probes_only(State(app): State<Arc<App>>, req: Request) -> Response {
     let runtime = app.current();
-    let path = req.uri().path();
-    if path == runtime.config.health.path || path == runtime.config.health.live_path {
+    if is_probe(&runtime.config, req.uri().path()) {
         dispatch(State(app), req).await
     } else {
         (
@@ -211,6 +217,8 @@ enum Route {
     Page,
     /// `/status`: its facts as JSON.
     Status,
+    /// `/live/engine`: the engine container's liveness (stall detection).
+    LiveEngine,
 }
 
 async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
@@ -223,6 +231,8 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
         Some(Route::Health)
     } else if path == runtime.config.health.live_path {
         Some(Route::Live)
+    } else if path == stall::LIVE_ENGINE_PATH {
+        Some(Route::LiveEngine)
     } else {
         path.strip_prefix("/metrics/")
             .and_then(|name| runtime.views.find(name))
@@ -244,6 +254,15 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
             r
         }
         (Some(Route::Live), _) => live(&runtime),
+        (Some(Route::LiveEngine), _) => {
+            let (live, body) = stall::live_engine(&runtime.readiness.stalls());
+            let code = if live {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            json_response(code, body.to_string())
+        }
         (Some(Route::Health), _) => health(&app, &runtime),
         (Some(Route::Status), _) => json_response(StatusCode::OK, facts(&app, &runtime).to_json()),
         (Some(Route::Page), _) => html_response(facts(&app, &runtime).to_html()),
@@ -279,6 +298,7 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
         Some(Route::Live) => runtime.config.health.live_path.as_str(),
         Some(Route::Page) => "/",
         Some(Route::Status) => "/status",
+        Some(Route::LiveEngine) => stall::LIVE_ENGINE_PATH,
         None => "other",
     };
     let t = &app.telemetry;
@@ -459,6 +479,7 @@ async fn metrics(
     // Rendered after the engine merge, so the series counts it sets are this scrape's.
     let own = if wants_own(selection.as_ref()) {
         set_fetch_ages(app, runtime, &which, &scraped, now);
+        stall::set_gauges(&runtime.readiness.stalls(), &app.telemetry);
         render_own(app, runtime, selection.as_ref(), openmetrics)
     } else if openmetrics {
         Bytes::from_static(expfmt::OPENMETRICS_EOF)

@@ -59,6 +59,10 @@ pub struct Telemetry {
     pub config_reloads: IntCounterVec,
     /// `openmetrics_dropped_series_total`: series OpenMetrics output could not express.
     pub openmetrics_dropped: IntCounter,
+    /// `engine_stalled{upstream}`: 1 while the upstream's engine is stalled (`stall_after`).
+    pub engine_stalled: IntGaugeVec,
+    /// `engine_progress_age_seconds{upstream}`: time since its progress counters last moved.
+    pub engine_progress_age: GaugeVec,
     process: Process,
 }
 
@@ -197,6 +201,24 @@ impl Telemetry {
             "Series left out of OpenMetrics responses because OpenMetrics cannot express their family.",
         ))
         .expect("valid metric");
+        let engine_stalled = IntGaugeVec::new(
+            opts(
+                "engine_stalled",
+                "1 while the upstream's engine is stalled: requests ran at every health check for \
+                 stall_after while its progress counters never moved; else 0.",
+            ),
+            &["upstream"],
+        )
+        .expect("valid metric");
+        let engine_progress_age = GaugeVec::new(
+            opts(
+                "engine_progress_age_seconds",
+                "Seconds since a health check last saw the upstream engine's progress counters \
+                 move (grows while idle too; absent before the first reading).",
+            ),
+            &["upstream"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(uptime.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(build_info),
@@ -213,6 +235,8 @@ impl Telemetry {
             Box::new(render_duration.clone()),
             Box::new(config_reloads.clone()),
             Box::new(openmetrics_dropped.clone()),
+            Box::new(engine_stalled.clone()),
+            Box::new(engine_progress_age.clone()),
         ] {
             registry.register(c).expect("metric names are unique");
         }
@@ -234,6 +258,8 @@ impl Telemetry {
             render_duration,
             config_reloads,
             openmetrics_dropped,
+            engine_stalled,
+            engine_progress_age,
             process,
         }
     }
@@ -300,6 +326,8 @@ impl Telemetry {
         let _ = self.response_bytes.remove_label_values(&[name]);
         let _ = self.last_fetch_age.remove_label_values(&[name]);
         let _ = self.scrape_duration.remove_label_values(&[name]);
+        let _ = self.engine_stalled.remove_label_values(&[name]);
+        let _ = self.engine_progress_age.remove_label_values(&[name]);
         for outcome in SERIES_OUTCOMES {
             let _ = self.series.remove_label_values(&[name, outcome]);
         }

@@ -347,9 +347,8 @@ async fn sigterm_drains_and_exits_zero_and_sighup_reloads() {
     assert!(log.contains("shutting down"), "{log}");
 }
 
-#[tokio::test]
-async fn demo_serves_the_router_view_of_its_two_data_parallel_engines() {
-    let port = free_port();
+/// `sysport demo` on `port`, and what it printed up to its last line ("Ctrl-C stops it.").
+fn start_demo(port: u16) -> (Child, Vec<String>) {
     let mut child = Command::new(BIN)
         .args(["demo", "--port", &port.to_string(), "--host", "127.0.0.1"])
         .env("SYSPORT_LOG", "warn")
@@ -362,18 +361,28 @@ async fn demo_serves_the_router_view_of_its_two_data_parallel_engines() {
     while let Some(Ok(line)) = lines.next() {
         let done = line.starts_with("Ctrl-C");
         printed.push(line);
-        if done || printed.len() > 20 {
+        if done || printed.len() > 40 {
             break;
         }
     }
-    let url_in = |marker: &str| {
-        printed
-            .iter()
-            .find(|l| l.contains(marker))
-            .and_then(|l| l.split_whitespace().find(|w| w.starts_with("http://")))
-            .map(|u| u.trim_end_matches(',').to_owned())
-            .unwrap_or_else(|| panic!("no {marker} URL in {printed:#?}"))
-    };
+    (child, printed)
+}
+
+/// The URL on the first printed line that contains `marker`.
+fn url_in(printed: &[String], marker: &str) -> String {
+    printed
+        .iter()
+        .find(|l| l.contains(marker))
+        .and_then(|l| l.split_whitespace().find(|w| w.starts_with("http://")))
+        .map(|u| u.trim_end_matches(',').to_owned())
+        .unwrap_or_else(|| panic!("no {marker} URL in {printed:#?}"))
+}
+
+#[tokio::test]
+async fn demo_serves_the_router_view_of_its_two_data_parallel_engines() {
+    let port = free_port();
+    let (mut child, printed) = start_demo(port);
+    let url_in = |marker: &str| url_in(&printed, marker);
     let router = url_in("/metrics/router");
     assert_eq!(router, format!("http://127.0.0.1:{port}/metrics/router"));
     let engine = url_in("simulated vLLM");
@@ -402,4 +411,56 @@ async fn demo_serves_the_router_view_of_its_two_data_parallel_engines() {
         assert!(!line.contains("engine=\""), "ranks combined: {line}");
     }
     assert_eq!(metric(&view, "vllm:gpu_cache_usage_perc").count(), 1);
+}
+
+#[tokio::test]
+async fn the_demo_engine_can_be_hung_and_let_go_as_it_prints() {
+    let port = free_port();
+    let (mut child, printed) = start_demo(port);
+    let url_in = |marker: &str| url_in(&printed, marker);
+    let live_engine = url_in("/live/engine");
+    assert_eq!(live_engine, format!("http://127.0.0.1:{port}/live/engine"));
+    let (stall, resume) = (url_in("/demo/stall"), url_in("/demo/resume"));
+    let health = format!("http://127.0.0.1:{port}/health");
+    let code = |url: String| async move {
+        client()
+            .get(url)
+            .send()
+            .await
+            .map_or(0, |r| r.status().as_u16())
+    };
+    let post = |url: String| async move {
+        let r = client()
+            .post(url)
+            .send()
+            .await
+            .expect("the demo engine answers");
+        assert_eq!(r.status(), 200);
+    };
+    eventually(Duration::from_secs(20), "demo ready", || async {
+        code(health.clone()).await == 200
+    })
+    .await;
+    post(stall).await;
+    // stall_after 10s, checked every 2s; a wide margin for a loaded machine.
+    eventually(Duration::from_secs(60), "/live/engine 503", || async {
+        code(live_engine.clone()).await == 503
+    })
+    .await;
+    assert_eq!(code(health.clone()).await, 503);
+    assert_eq!(
+        code(url_in("simulated vLLM").replace("/metrics", "/health")).await,
+        200
+    );
+    post(resume).await;
+    eventually(Duration::from_secs(30), "/live/engine 200", || async {
+        code(live_engine.clone()).await == 200
+    })
+    .await;
+    eventually(Duration::from_secs(30), "/health 200", || async {
+        code(health.clone()).await == 200
+    })
+    .await;
+    signal(&child, "-TERM");
+    assert!(wait_exit(&mut child, Duration::from_secs(20)).success());
 }

@@ -129,7 +129,15 @@ async fn status_keeps_its_schema_and_agrees_with_health_and_metrics() {
         }
         assert_eq!(
             keys(&u["health"]),
-            set(&["ready", "checked", "check", "last_check_at", "last_error"])
+            set(&[
+                "ready",
+                "checked",
+                "check",
+                "last_check_at",
+                "last_error",
+                "stall",
+                "stalled"
+            ])
         );
     }
 

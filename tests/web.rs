@@ -96,6 +96,13 @@ async fn https_with_basic_auth_guards_metrics_and_leaves_the_probes_open() {
         .await
         .expect("answers");
     assert_ne!(health.status(), 401);
+    // The engine container's liveness probe too: the kubelet sends no credentials for it.
+    let engine = client
+        .get(https(&sp, "/live/engine"))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(engine.status(), 200);
     let other = client
         .get(https(&sp, "/nope"))
         .send()
@@ -271,6 +278,12 @@ async fn required_client_certificates_refuse_clients_without_one_and_probes_use_
         .await
         .expect("answers");
     assert_eq!(live.status(), 200);
+    let engine = plain
+        .get(format!("{probe_base}/live/engine"))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(engine.status(), 200);
     let metrics = plain
         .get(format!("{probe_base}/metrics"))
         .send()

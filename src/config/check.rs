@@ -60,6 +60,11 @@ pub(super) fn parse_route(text: &str) -> Result<String, String> {
     if text == "/metrics" {
         return Err("invalid path \"/metrics\": that route serves the metrics".to_owned());
     }
+    if text == crate::stall::LIVE_ENGINE_PATH {
+        return Err(format!(
+            "invalid path {text:?}: that route serves the engine container's liveness"
+        ));
+    }
     Ok(text.to_owned())
 }
 

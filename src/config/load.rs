@@ -426,6 +426,13 @@ impl Loader<'_> {
             None => Some(default_keep(engine)),
             Some(keep) => self.keep(keep, &field("keep")),
         };
+        let stall = self.stall(
+            i,
+            raw.stall_after.as_ref(),
+            raw.stall,
+            engine,
+            keep.as_deref(),
+        );
         let timeout = self.file_value(raw.timeout.as_ref(), &field("timeout"), positive_duration);
         // The preset's health URL goes with its metrics URL: next to another URL it may be wrong.
         let health_url = match (&raw.health_url, &raw.url) {
@@ -455,6 +462,7 @@ impl Loader<'_> {
             min_interval: min_interval.map_or(defaults.min_interval, |(interval, _)| interval),
             aliases: aliases.is_some_and(|(aliases, _)| aliases),
             metric_relabel_configs,
+            stall: stall?,
             ..defaults
         })
     }

@@ -28,6 +28,8 @@
 //!         regex: "vllm:request_params_.*"
 //!         action: drop
 //! metric_relabel_configs: []            # applied to every upstream, after its own rules
+//!     stall_after: 0s
+//!     stall: { busy: "vllm:num_requests_running", progress: "vllm:iteration_tokens_total" }
 //! limits:
 //!   max_body_bytes: 16MiB
 //!   max_line_bytes: 1MiB
@@ -69,6 +71,9 @@ mod relabel;
 #[cfg(test)]
 mod relabel_tests;
 mod render;
+mod stall;
+#[cfg(test)]
+mod stall_tests;
 #[cfg(test)]
 mod tests;
 mod units;
@@ -202,6 +207,64 @@ pub struct UpstreamConfig {
     pub aliases: bool,
     /// Rules applied to this upstream's series before the top-level ones; default none.
     pub metric_relabel_configs: Vec<Rule>,
+    /// Stall detection (`stall_after` above zero), default off.
+    pub stall: Option<StallConfig>,
+}
+
+/// Stall detection of one upstream: requests running at every check for `after`, and the
+/// progress counters never moving in that time, is a stalled engine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StallConfig {
+    /// How long requests may run without progress; more than zero.
+    pub after: Duration,
+    /// The gauge of requests being worked on: busy when a series is above zero.
+    pub busy: StallFamily,
+    /// Counters that move while requests are worked on, summed over every series (a
+    /// histogram's or summary's `_count`); never empty.
+    pub progress: Vec<StallFamily>,
+}
+
+/// A family read for one number: its text-format name and the label values (plain, not
+/// escaped) that pick its series.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StallFamily {
+    pub name: String,
+    pub select: Vec<(String, String)>,
+}
+
+impl StallConfig {
+    /// Stall detection after `after` with `engine`'s own families.
+    pub fn preset(engine: Engine, after: Duration) -> StallConfig {
+        let families = engine.preset().stall;
+        StallConfig {
+            after,
+            busy: StallFamily::from_preset(&families.busy),
+            progress: families
+                .progress
+                .iter()
+                .map(StallFamily::from_preset)
+                .collect(),
+        }
+    }
+}
+
+impl StallFamily {
+    /// A preset's family.
+    pub fn from_preset(read: &crate::engine::Read) -> StallFamily {
+        StallFamily {
+            name: read.name.to_owned(),
+            select: read
+                .select
+                .iter()
+                .map(|&(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        }
+    }
+
+    /// `name` or `name{label="value"}`, as the configuration writes it.
+    pub fn key(&self) -> String {
+        crate::views::family_key(&self.name, &self.select)
+    }
 }
 
 /// Limits applied to each upstream response.
@@ -300,7 +363,8 @@ impl Default for ShutdownConfig {
 
 impl UpstreamConfig {
     /// An upstream with the defaults of `--upstream NAME=URL`: vLLM, keep `vllm:` and
-    /// `lmcache:`, 2 s timeout, required, no health URL, always fetch, no aliases.
+    /// `lmcache:`, 2 s timeout, required, no health URL, always fetch, no aliases, no stall
+    /// detection.
     pub fn new(name: impl Into<String>, url: Url) -> Self {
         UpstreamConfig {
             name: name.into(),
@@ -313,6 +377,7 @@ impl UpstreamConfig {
             min_interval: Duration::ZERO,
             aliases: false,
             metric_relabel_configs: Vec::new(),
+            stall: None,
         }
     }
 }

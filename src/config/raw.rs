@@ -180,6 +180,26 @@ section! {
         /// Prometheus `metric_relabel_configs` (the same schema and meaning) applied to this
         /// upstream's series before the wire, before the top-level ones.
         metric_relabel_configs: RawRules,
+        /// Stall detection (`60s`; default `0s`, off): an engine whose requests run at every
+        /// health check for this long while its progress counters never move is stalled:
+        /// `/health` and `/live/engine` answer 503 until the counters move again. Make it longer
+        /// than the longest prefill; several `health.interval`s.
+        stall_after: Text,
+        /// The families stall detection reads, instead of the engine's (needs `stall_after`).
+        stall: Spanned<RawStall>,
+    }
+}
+
+section! {
+    /// `stall:` of an upstream.
+    RawStall {
+        /// The gauge of requests being worked on (busy when any series is above zero), as a
+        /// family key: `vllm:num_requests_running`, or with label values that pick its series,
+        /// `'nv_trt_llm_request_metrics{request_type="active"}'`. Default the engine's.
+        busy: Text,
+        /// One family key, or a list: counters that move while requests are worked on (a
+        /// histogram's or summary's `_count`), summed over every series. Default the engine's.
+        progress: Spanned<RawList>,
     }
 }
 
@@ -228,6 +248,15 @@ section! {
         /// (`5s`, default 5s) so load balancers stop sending traffic first.
         drain_delay: Text,
     }
+}
+
+/// One value or a list of them. Its elements have no positions of their own (serde reads an
+/// untagged enum through a buffer): problems point at the whole value.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawList {
+    One(String),
+    Many(Vec<String>),
 }
 
 /// `labels:` as an ordered list of (name, value); the parser rejects duplicate names.

@@ -93,6 +93,17 @@ impl fmt::Display for Config {
                 format_duration(upstream.min_interval)
             )?;
             writeln!(f, "    aliases: {}", upstream.aliases)?;
+            match &upstream.stall {
+                None => writeln!(f, "    stall_after: 0s")?,
+                Some(stall) => {
+                    writeln!(f, "    stall_after: {}", format_duration(stall.after))?;
+                    writeln!(f, "    stall:")?;
+                    writeln!(f, "      busy: {}", quoted(&stall.busy.key()))?;
+                    let progress: Vec<String> =
+                        stall.progress.iter().map(|p| quoted(&p.key())).collect();
+                    writeln!(f, "      progress: [{}]", progress.join(", "))?;
+                }
+            }
             if !views.iter().any(|v| v.name == crate::views::ROUTER) {
                 let router: Vec<String> = upstream
                     .engine

@@ -142,6 +142,7 @@ fn defaults_without_file_env_or_flags() {
         engine: crate::config::Engine::Vllm,
         aliases: false,
         metric_relabel_configs: Vec::new(),
+        stall: None,
     };
     assert_eq!(config.upstreams, [vllm]);
     assert!(config.metric_relabel_configs.is_empty());
@@ -479,7 +480,7 @@ fn unknown_fields_name_the_field_and_position() {
         only_issue("upstreams:\n  - name: vllm\n    url: http://h/metrics\n    tiemout: 2s\n");
     assert_eq!(
         issue,
-        "sysport.yaml:4:5: upstreams[0].tiemout: unknown field `tiemout`, expected one of name, engine, url, keep, timeout, health_url, required, min_interval, aliases, metric_relabel_configs"
+        "sysport.yaml:4:5: upstreams[0].tiemout: unknown field `tiemout`, expected one of name, engine, url, keep, timeout, health_url, required, min_interval, aliases, metric_relabel_configs, stall_after, stall"
     );
     let issues = problems("listen:\n  port: 1\nhelth: {}\n", &no_env());
     assert_issue(&issues[0], 3, 1, "helth", "unknown field `helth`");
@@ -962,6 +963,23 @@ fn display_round_trips_through_load() {
         ),
         ("empty".to_owned(), String::new()),
     ];
+    config.upstreams[0].stall = Some(StallConfig {
+        after: Duration::from_secs(90),
+        busy: StallFamily {
+            name: "vllm:num_requests_running".to_owned(),
+            select: vec![("engine".to_owned(), "0".to_owned())],
+        },
+        progress: vec![
+            StallFamily {
+                name: "vllm:iteration_tokens_total_count".to_owned(),
+                select: Vec::new(),
+            },
+            StallFamily {
+                name: "lmcache:steps_total".to_owned(),
+                select: vec![("kind".to_owned(), "a b".to_owned())],
+            },
+        ],
+    });
     config.upstreams.push(upstream);
     config.limits.max_series = 12_345;
     config.limits.max_body_bytes = 1000;

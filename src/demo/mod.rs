@@ -8,6 +8,10 @@
 //! gauges swing while the demo runs. The text is what Python `prometheus_client` prints for these
 //! engines, including the families the sidecar has to drop (`python_*`, `process_*`, `http_*`).
 //!
+//! `POST /demo/stall` on the vLLM server hangs the engines at their next step with requests
+//! running, the way a deadlocked engine hangs: every number stands still while its `/health`
+//! stays 200. `POST /demo/resume` lets them go on.
+//!
 //! - `sim`: the workload (queueing, prefill, decode, preemption, prefix cache).
 //! - `lmcache`: the LMCache worker and its page; `vllm`: the vLLM page.
 //! - `process`: Python runtime and HTTP instrumentator families.
@@ -30,7 +34,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -76,6 +80,8 @@ impl DemoUpstreams {
         let vllm_app = Router::new()
             .route("/metrics", get(vllm_metrics))
             .route("/health", get(|| async { StatusCode::OK }))
+            .route("/demo/stall", post(stall))
+            .route("/demo/resume", post(resume))
             .with_state(workload.clone());
         let lmcache_app = Router::new()
             .route("/metrics", get(lmcache_metrics))
@@ -106,6 +112,16 @@ impl DemoUpstreams {
     /// `http://ADDR/health` of the simulated vLLM server (200, empty body, like vLLM).
     pub fn vllm_health_url(&self) -> String {
         format!("http://{}/health", self.vllm)
+    }
+
+    /// `http://ADDR/demo/stall` of the simulated vLLM server: `POST` hangs its engines.
+    pub fn vllm_stall_url(&self) -> String {
+        format!("http://{}/demo/stall", self.vllm)
+    }
+
+    /// `http://ADDR/demo/resume` of the simulated vLLM server: `POST` lets them go on.
+    pub fn vllm_resume_url(&self) -> String {
+        format!("http://{}/demo/resume", self.vllm)
     }
 
     /// `http://ADDR/metrics` of the simulated LMCache server.
@@ -167,18 +183,25 @@ impl Workload {
         }
     }
 
-    /// Advances the workload to now and renders one page into a buffer sized by the last one.
-    fn scrape(&self, page: Page) -> impl IntoResponse + use<> {
+    /// Advances the workload to now and applies `f` to it.
+    fn with_sim<T>(&self, f: impl FnOnce(&mut Sim) -> T) -> T {
         let now = WARM_UP_SECONDS + self.started.elapsed().as_secs_f64();
         let mut sim = self.sim.lock().unwrap_or_else(PoisonError::into_inner);
         sim.advance_to(now);
-        let mut out = String::with_capacity(sim.size_hints[page as usize] + 4096);
-        match page {
-            Page::Vllm => vllm::render(&sim, &mut out),
-            Page::Lmcache => lmcache::render(&sim, &mut out),
-        }
-        sim.size_hints[page as usize] = out.len();
-        drop(sim);
+        f(&mut sim)
+    }
+
+    /// Advances the workload to now and renders one page into a buffer sized by the last one.
+    fn scrape(&self, page: Page) -> impl IntoResponse + use<> {
+        let out = self.with_sim(|sim| {
+            let mut out = String::with_capacity(sim.size_hints[page as usize] + 4096);
+            match page {
+                Page::Vllm => vllm::render(sim, &mut out),
+                Page::Lmcache => lmcache::render(sim, &mut out),
+            }
+            sim.size_hints[page as usize] = out.len();
+            out
+        });
         ([(header::CONTENT_TYPE, CONTENT_TYPE_TEXT)], out)
     }
 }
@@ -189,6 +212,17 @@ async fn vllm_metrics(State(workload): State<Workload>) -> impl IntoResponse {
 
 async fn lmcache_metrics(State(workload): State<Workload>) -> impl IntoResponse {
     workload.scrape(Page::Lmcache)
+}
+
+async fn stall(State(workload): State<Workload>) -> &'static str {
+    workload.with_sim(Sim::hang);
+    "the engines hang at their next step with requests running: their numbers stand still, \
+     their /health stays 200\n"
+}
+
+async fn resume(State(workload): State<Workload>) -> &'static str {
+    workload.with_sim(Sim::resume);
+    "the engines step again\n"
 }
 
 #[cfg(test)]

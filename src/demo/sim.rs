@@ -66,6 +66,17 @@ pub(super) struct Sim {
     pub(super) lmcache_process: ProcessStats,
     /// Length of the previous render of each page, to size the next buffer in one allocation.
     pub(super) size_hints: [usize; 2],
+    hang: Hang,
+}
+
+/// The engines' state for `sysport demo`'s stall: a hang as a tensor-parallel deadlock leaves
+/// vLLM, with requests admitted and no step ever finishing, so every number stands still.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Hang {
+    No,
+    /// Hangs at the next step that has requests running.
+    Requested,
+    Hung,
 }
 
 impl Sim {
@@ -80,18 +91,25 @@ impl Sim {
             api_process: ProcessStats::new(created_unix - 41.7, 0.35, 3.22e9),
             lmcache_process: ProcessStats::new(created_unix - 12.9, 0.08, 9.6e8),
             size_hints: [96 * 1024, 48 * 1024],
+            hang: Hang::No,
         }
     }
 
     /// Runs the workload up to `t` simulated seconds since start (never backwards).
     pub(super) fn advance_to(&mut self, t: f64) {
+        if self.hang == Hang::Hung {
+            self.skip(t - self.now);
+            return;
+        }
         if t - self.now > MAX_CATCH_UP_SECONDS {
-            let skip = t - MAX_CATCH_UP_SECONDS - self.now;
-            self.now += skip;
-            self.engines.iter_mut().for_each(|e| e.shift(skip));
-            self.lmcache.iter_mut().for_each(|l| l.shift(skip));
+            self.skip(t - MAX_CATCH_UP_SECONDS - self.now);
         }
         while self.now + STEP_SECONDS <= t {
+            if self.hang == Hang::Requested && self.engines.iter().any(|e| e.num_running() > 0) {
+                self.hang = Hang::Hung;
+                self.skip(t - self.now);
+                return;
+            }
             let now = self.now;
             for (engine, lmc) in self.engines.iter_mut().zip(self.lmcache.iter_mut()) {
                 lmc.tick(now);
@@ -100,6 +118,33 @@ impl Sim {
             self.api.step(STEP_SECONDS, &mut self.rng);
             self.now += STEP_SECONDS;
         }
+    }
+
+    /// Moves the clock `by` seconds without simulating them: every number stays as it was.
+    fn skip(&mut self, by: f64) {
+        if by <= 0.0 {
+            return;
+        }
+        self.now += by;
+        self.engines.iter_mut().for_each(|e| e.shift(by));
+        self.lmcache.iter_mut().for_each(|l| l.shift(by));
+    }
+
+    /// Hangs the engines at the next step with requests running (at once if one has some).
+    pub(super) fn hang(&mut self) {
+        if self.hang == Hang::No {
+            self.hang = Hang::Requested;
+        }
+    }
+
+    /// Lets hung engines step again, from where they stopped.
+    pub(super) fn resume(&mut self) {
+        self.hang = Hang::No;
+    }
+
+    #[cfg(test)]
+    pub(super) fn hang_state(&self) -> Hang {
+        self.hang
     }
 
     /// Requests finished so far, which drives the Python runtime's own counters.

@@ -152,6 +152,31 @@ fn counters_and_histograms_never_decrease() {
 }
 
 #[test]
+fn a_hung_engine_keeps_its_requests_and_stops_counting_until_resumed() {
+    let mut sim = sim_at(60.0);
+    sim.hang();
+    sim.advance_to(61.0);
+    assert_eq!(sim.hang_state(), sim::Hang::Hung);
+    let [hung, _] = pages(&sim);
+    sim.advance_to(300.0);
+    let [later, _] = pages(&sim);
+    let steps = |page: &str| sum(page, "vllm:iteration_tokens_total_count", &[]);
+    let tokens = |page: &str| sum(page, "vllm:generation_tokens_total", &[]);
+    assert!(sum(&later, "vllm:num_requests_running", &[]) > 0.0);
+    assert_eq!(
+        sum(&later, "vllm:num_requests_running", &[]),
+        sum(&hung, "vllm:num_requests_running", &[])
+    );
+    assert_eq!(steps(&later), steps(&hung));
+    assert_eq!(tokens(&later), tokens(&hung));
+    sim.resume();
+    sim.advance_to(310.0);
+    let [resumed, _] = pages(&sim);
+    assert!(steps(&resumed) > steps(&later));
+    assert!(tokens(&resumed) > tokens(&later));
+}
+
+#[test]
 fn inf_bucket_equals_count_and_buckets_are_cumulative() {
     for page in pages(&sim_at(200.0)) {
         let types = types(&page);

@@ -10,7 +10,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::{App, Handle, Runtime, SHUTDOWN_GRACE, probes_only, router};
+use super::{App, Handle, Runtime, SHUTDOWN_GRACE, is_probe, probes_only, router};
 use crate::config::Config;
 use crate::listener::{self, ListenerMetrics, Slots};
 use crate::scrape;
@@ -71,8 +71,8 @@ impl Sysport {
         })
     }
 
-    /// Serves only the probes (`/live`, `/health`), over plain HTTP, on `probes` too: the
-    /// kubelet's way in when the main port requires client certificates.
+    /// Serves only the probes (`/live`, `/health`, `/live/engine`), over plain HTTP, on `probes`
+    /// too: the kubelet's way in when the main port requires client certificates.
     pub fn with_probe_listener(mut self, probes: TcpListener) -> Sysport {
         self.probes = Some(probes);
         self
@@ -144,10 +144,8 @@ impl Sysport {
         let guard = match auth {
             Some((users, headers)) => {
                 let probe_app = app.clone();
-                let is_open: web::auth::IsOpen = Arc::new(move |path: &str| {
-                    let runtime = probe_app.current();
-                    path == runtime.config.health.path || path == runtime.config.health.live_path
-                });
+                let is_open: web::auth::IsOpen =
+                    Arc::new(move |path: &str| is_probe(&probe_app.current().config, path));
                 let guard = web::auth::Guard::new(&users, &headers, is_open).map_err(web_error)?;
                 Some(guard.counting(app.telemetry.http_requests.clone()))
             }

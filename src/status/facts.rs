@@ -87,6 +87,8 @@ pub struct UpstreamFacts {
 #[serde(rename_all = "snake_case")]
 pub enum State {
     Up,
+    /// Up, but its engine is stalled (`stall_after`: busy with no progress).
+    Stalled,
     Down,
     /// Not scraped since sysport (or its configuration) started.
     Unknown,
@@ -112,6 +114,10 @@ pub struct HealthFacts {
     pub check: &'static str,
     pub last_check_at: Option<Timestamp>,
     pub last_error: Option<String>,
+    /// With `stall_after`: the stall judgement, as `/health` reports it; `null` without.
+    pub stall: Option<serde_json::Value>,
+    /// While stalled: what it is, in words.
+    pub stalled: Option<String>,
 }
 
 /// `dynamo_sysport_upstream_series` of one upstream, by outcome.
@@ -161,7 +167,9 @@ impl Facts {
             .map(|(i, u)| {
                 let s = src.scraper.status(i);
                 let check = &readiness[i];
+                let stalled = check.stall.as_ref().filter(|st| st.stalled);
                 let state = match s.up {
+                    Some(true) if stalled.is_some() => State::Stalled,
                     Some(true) => State::Up,
                     Some(false) => State::Down,
                     None => State::Unknown,
@@ -193,6 +201,8 @@ impl Facts {
                         check: check.check,
                         last_check_at: check.last_check.map(Timestamp),
                         last_error: check.last_error.clone(),
+                        stall: check.stall.as_ref().map(crate::stall::status_json),
+                        stalled: stalled.map(|st| st.describe()),
                     },
                     history: s.history,
                 }

@@ -108,6 +108,7 @@ pub(super) fn render(f: &Facts) -> String {
 fn card(u: &UpstreamFacts, now: SystemTime, out: &mut String) {
     let (class, word) = match u.state {
         State::Up => ("ok", "up"),
+        State::Stalled => ("bad", "stalled"),
         State::Down => ("bad", "down"),
         State::Unknown => ("idle", "not scraped yet"),
     };
@@ -129,6 +130,13 @@ fn card(u: &UpstreamFacts, now: SystemTime, out: &mut String) {
         Esc(&u.name),
         Esc(&u.url),
     );
+    if let Some(stalled) = &u.health.stalled {
+        let _ = write!(
+            out,
+            "<p class=\"error\">engine stalled: {}</p>",
+            Esc(stalled)
+        );
+    }
     if let Some(error) = &u.last_error {
         let when = u
             .last_error_at

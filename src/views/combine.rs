@@ -38,6 +38,11 @@ struct Value<'a> {
 }
 
 impl Series<'_> {
+    /// The value as a number: the lone member's, or what combining made.
+    pub(super) fn number(&self) -> f64 {
+        self.value.acc
+    }
+
     /// Appends the value: as the engine wrote it when nothing was combined, else computed.
     pub(super) fn write_value(&self, op: Op, out: &mut Vec<u8>) {
         match self.value.raw {

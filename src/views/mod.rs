@@ -20,7 +20,7 @@ mod combine;
 mod spec;
 
 pub use aliases::{Aliases, aliases};
-pub use spec::{Op, ViewFamily, parse_family_key};
+pub use spec::{Op, ViewFamily, family_key, parse_family_key};
 
 use bytes::Bytes;
 
@@ -260,14 +260,7 @@ fn wanted(f: &ViewFamily, preset: &Preset) -> Wanted {
         select: f
             .select
             .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    crate::expfmt::AddedLabel::new(k, v)
-                        .escaped_value()
-                        .to_vec(),
-                )
-            })
+            .map(|(k, v)| (k.clone(), escaped(k, v)))
             .collect(),
         op: f.op,
     }
@@ -283,6 +276,43 @@ fn find_family<'a>(exp: &'a Exposition, name: &str) -> Option<&'a Family> {
     })
 }
 
+/// The sum of the series of family `name` in `exp` that carry every `select` pair (plain
+/// values), where series that differ only in a `copies` label count once, with their largest
+/// value. A histogram's or summary's `_count` is its number, whether `name` is the family's or
+/// its `_count`'s. `None` when the page has no such series.
+pub fn total(
+    exp: &Exposition,
+    name: &str,
+    select: &[(String, String)],
+    copies: &[&str],
+) -> Option<f64> {
+    let family = find_family(exp, name).or_else(|| {
+        let f = find_family(exp, name.strip_suffix("_count")?)?;
+        matches!(f.kind, expfmt::Kind::Histogram | expfmt::Kind::Summary).then_some(f)
+    })?;
+    let tail: &[u8] = match family.kind {
+        expfmt::Kind::Histogram | expfmt::Kind::Summary => b"_count",
+        _ => b"",
+    };
+    let select: Vec<(String, Vec<u8>)> = select
+        .iter()
+        .map(|(k, v)| (k.clone(), escaped(k, v)))
+        .collect();
+    let labels = Labels { copies, ranks: &[] };
+    combine(exp, family, &select, Op::Sum, labels)
+        .iter()
+        .filter(|s| s.tail == tail)
+        .map(|s| s.number())
+        .reduce(|a, b| a + b)
+}
+
+/// A label value as the exposition writes it.
+fn escaped(name: &str, value: &str) -> Vec<u8> {
+    crate::expfmt::AddedLabel::new(name, value)
+        .escaped_value()
+        .to_vec()
+}
+
 /// One upstream's part of a view, as text 0.0.4.
 fn write_upstream(
     families: &[Wanted],
@@ -292,12 +322,7 @@ fn write_upstream(
     out: &mut Vec<u8>,
 ) {
     let preset = upstream.engine.preset();
-    let copies: Vec<&str> = preset
-        .process_labels
-        .iter()
-        .chain(preset.replica_labels)
-        .copied()
-        .collect();
+    let copies = preset.copy_labels();
     let ranks: Vec<&str> = match aggregate {
         Some(labels) => labels.iter().map(String::as_str).collect(),
         None => preset.rank_labels.to_vec(),
@@ -384,4 +409,4 @@ fn derived(text: Vec<u8>, upstream: &UpstreamConfig, scraper: &Scraper) -> Expos
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -56,16 +56,17 @@ impl ViewFamily {
     /// The family as a picker's flags write it: `name` or `name{label=value,...}` (values may be
     /// quoted).
     pub fn key(&self) -> String {
-        if self.select.is_empty() {
-            return self.name.clone();
-        }
-        let pairs: Vec<String> = self
-            .select
-            .iter()
-            .map(|(k, v)| format!("{k}={v:?}"))
-            .collect();
-        format!("{}{{{}}}", self.name, pairs.join(","))
+        family_key(&self.name, &self.select)
     }
+}
+
+/// A family key as [`parse_family_key`] reads it back: `name` or `name{label="value",...}`.
+pub fn family_key(name: &str, select: &[(String, String)]) -> String {
+    if select.is_empty() {
+        return name.to_owned();
+    }
+    let pairs: Vec<String> = select.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+    format!("{name}{{{}}}", pairs.join(","))
 }
 
 /// Reads a family key: `vllm:num_requests_waiting` or

@@ -4,7 +4,8 @@ use super::*;
 use crate::config::Engine;
 use crate::expfmt::{Format, PairHasher};
 
-fn parsed(page: &str, format: Format, keep: &[&str]) -> Exposition {
+/// `page` parsed as the scraper parses an upstream keeping `keep`.
+pub(crate) fn parsed(page: &str, format: Format, keep: &[&str]) -> Exposition {
     let keep: Vec<String> = keep.iter().map(|k| k.to_string()).collect();
     let opts = ParseOptions {
         keep: &keep,

@@ -378,7 +378,7 @@ health: {{ interval: 1s }}
 labels: {{ worker_id: "{WORKER_ID}" }}
 shutdown: {{ drain_delay: 1s }}
 upstreams:
-  - {{ name: vllm, url: "http://127.0.0.1:{v}/metrics", keep: ["vllm:"], health_url: "http://127.0.0.1:{v}/health", required: true, timeout: 2s }}
+  - {{ name: vllm, url: "http://127.0.0.1:{v}/metrics", keep: ["vllm:"], health_url: "http://127.0.0.1:{v}/health", required: true, timeout: 2s, stall_after: 2m }}
   - {{ name: lmcache, url: "http://127.0.0.1:{l}/metrics", keep: ["lmcache:"], required: false }}
 """)
         return path

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# What stall detection costs the engine (bench/stall/run.py; figures in bench/RESULTS.md §16):
+# engine /metrics requests, bytes and render time per health check, with and without
+# stall_after and health_url, against prometheus_client serving the 740 KB registry. The
+# figures are the engine's, so any sysport build serves: SYSPORT_BIN (default
+# target/release/sysport, built when missing).
+#
+# Usage: bash bench/stall.sh [OUT_DIR] [SECONDS]     (default bench/out/stall, 20)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+OUT=${1:-$ROOT/bench/out/stall}
+VENV=$ROOT/bench/.venv
+mkdir -p "$OUT"
+if [ ! -f "$ROOT/../shared/fixtures/gen_vllm_like.py" ] && [ -z "${GEN_VLLM_LIKE:-}" ]; then
+  echo "stall.sh: ../shared/fixtures/gen_vllm_like.py not found (set GEN_VLLM_LIKE)" >&2
+  exit 1
+fi
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/python" -c 'import prometheus_client' 2>/dev/null || "$VENV/bin/pip" install -q prometheus-client
+BIN=${SYSPORT_BIN:-$ROOT/target/release/sysport}
+[ -x "$BIN" ] || cargo build --release --locked --bin sysport
+echo "load average $(cut -d' ' -f1-3 /proc/loadavg) before the run"
+"$VENV/bin/python" bench/stall/run.py "$BIN" "$OUT" "${2:-20}" | tee "$OUT/results.md"

@@ -1,0 +1,115 @@
+"""What stall detection costs the engine: sysport checking a vLLM-like engine every second,
+with and without stall_after, with and without a health_url. The engine is prometheus_client's
+own WSGI app over the load test's 740 KB registry (bench/load/registry.py), wrapped to count
+each /metrics request, its bytes and its render time.
+
+    python run.py SYSPORT_BIN OUT_DIR [SECONDS]
+"""
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../load"))
+import registry  # noqa: E402
+from prometheus_client import make_wsgi_app  # noqa: E402
+
+SYSPORT, OUT = sys.argv[1], sys.argv[2]
+SECONDS = float(sys.argv[3]) if len(sys.argv) > 3 else 20.0
+
+
+class Quiet(WSGIRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+class Threaded(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class Counting:
+    """Records (selective, bytes, seconds) for every /metrics request."""
+
+    def __init__(self, app):
+        self.app, self.log, self.health, self.lock = app, [], 0, threading.Lock()
+
+    def __call__(self, environ, start_response):
+        if environ["PATH_INFO"] == "/health":
+            with self.lock:
+                self.health += 1
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return [b""]
+        t0 = time.perf_counter()
+        body = b"".join(self.app(environ, start_response))
+        took = time.perf_counter() - t0
+        with self.lock:
+            selective = "name%5B%5D" in environ.get("QUERY_STRING", "")
+            self.log.append((selective, len(body), took))
+        return [body]
+
+
+def run(scenario, url, health, stall, port):
+    config = os.path.join(OUT, f"{scenario}.yaml")
+    with open(config, "w") as f:
+        f.write(f"listen: {{ host: 127.0.0.1, port: {port} }}\n")
+        f.write("health: { interval: 1s }\nshutdown: { drain_delay: 0s }\n")
+        f.write("upstreams:\n  - name: vllm\n")
+        f.write(f"    url: {url}/metrics\n    keep: [\"vllm:\"]\n")
+        if health:
+            f.write(f"    health_url: {url}/health\n")
+        if stall:
+            f.write("    stall_after: 60s\n")
+    with app.lock:
+        app.log.clear()
+        app.health = 0
+    proc = subprocess.Popen([SYSPORT, "--config", config], stderr=subprocess.DEVNULL)
+    time.sleep(SECONDS)
+    proc.terminate()
+    proc.wait(timeout=30)
+    with app.lock:
+        log, health_gets = list(app.log), app.health
+    full = [r for r in log if not r[0]]
+    sel = [r for r in log if r[0]]
+    # A check is a GET of the health URL, or else the scrape that checks readiness.
+    checks = health_gets if health else len(full)
+
+    def mean(rows, i, scale=1.0):
+        return f"{statistics.mean(r[i] for r in rows) * scale:,.1f}" if rows else "-"
+
+    return [
+        scenario,
+        str(checks),
+        f"{len(full) / checks:.2f}",
+        f"{len(sel) / checks:.2f}",
+        mean(full, 1),
+        mean(sel, 1),
+        mean(full, 2, 1e3),
+        mean(sel, 2, 1e3),
+        f"{sum(r[1] for r in log) / checks / 1024:,.1f}",
+    ]
+
+
+reg = registry.build(12)
+app = Counting(make_wsgi_app(reg))
+server = make_server("127.0.0.1", 0, app, server_class=Threaded, handler_class=Quiet)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+url = f"http://127.0.0.1:{server.server_port}"
+rows = [
+    run("health_url, no stall_after", url, True, False, 18181),
+    run("health_url, stall_after", url, True, True, 18182),
+    run("no health_url, no stall_after", url, False, False, 18183),
+    run("no health_url, stall_after", url, False, True, 18184),
+]
+server.shutdown()
+print(f"{SECONDS:.0f} s per scenario, health.interval 1s, the 740 KB page (registry.build(12))\n")
+print(
+    "| scenario | checks | full pages / check | selective reads / check | full page bytes (gzip) "
+    "| selective bytes (gzip) | full page render ms | selective render ms | engine KiB / check |"
+)
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for r in rows:
+    print("| " + " | ".join(r) + " |")

@@ -1,0 +1,105 @@
+//! Stall detection: telling an engine that is busy and working from one that is busy and stuck.
+//!
+//! An engine can hang while its own `/health` keeps answering 200 (a tensor-parallel deadlock
+//! left vLLM's `/health` green while no token was produced; a liveness check on vLLM's
+//! iteration counter ended the false restarts, gonka-ai/gonka #1421). With `stall_after`, every
+//! health check also reads the engine's busy gauge and progress counters (its preset's, see
+//! [`crate::engine`], or `stall:`), and a [`Watch`] per upstream judges:
+//!
+//! - **Stalled** when requests were running at every check of the last `stall_after` and the
+//!   progress counters (summed over every series) never moved in that time. It is decided at a
+//!   check, from what that check read, never from the clock alone between checks.
+//! - **Progress** is any change of the sum: a counter that went down (the engine restarted, or
+//!   a process of it) is progress too. The first change clears a stall.
+//! - **Idle** (nothing running) is never stalled, however long the counters stay put.
+//! - **Down or unread** (the page cannot be fetched, or has no progress counter) is not
+//!   stalled: the watch starts over at the next reading. Down is what readiness reports.
+//!
+//! Which series count: the busy gauge is the engine's requests, so copies of one number (the
+//! preset's process labels like `pid`, and replica labels like `tp_rank`) count once, with
+//! their largest value, and the rest (data-parallel ranks) add up; busy means that total is
+//! above zero, which is the same as any series being above zero. The progress counters are
+//! plainly summed: a sum of counters moves whenever any of them does, while a largest value
+//! could hide a copy that moves below a stuck one.
+
+mod report;
+mod watch;
+
+pub use report::{LIVE_ENGINE_PATH, live_engine, register_gauges, set_gauges, status_json};
+pub use watch::{StallStatus, Watch};
+
+use crate::config::StallConfig;
+use crate::expfmt::{Exposition, Selection};
+use crate::scrape::{Scraper, UpstreamResult};
+
+/// What one check read from an engine's page.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reading {
+    /// Requests being worked on; `None` when the page has no series of the busy family.
+    pub running: Option<f64>,
+    /// The progress counters' sum; `None` when the page has none of them (or one is NaN).
+    pub progress: Option<f64>,
+}
+
+impl Reading {
+    /// Whether requests are being worked on.
+    pub fn busy(&self) -> bool {
+        self.running.is_some_and(|n| n > 0.0)
+    }
+}
+
+/// Reads the stall families of `stall` from one upstream's page; `copies` are the labels whose
+/// series are copies of one number (the engine preset's).
+pub fn read(exp: &Exposition, stall: &StallConfig, copies: &[&str]) -> Reading {
+    let running = crate::views::total(exp, &stall.busy.name, &stall.busy.select, copies);
+    let progress = stall
+        .progress
+        .iter()
+        .filter_map(|f| crate::views::total(exp, &f.name, &f.select, &[]))
+        .reduce(|a, b| a + b)
+        .filter(|p| !p.is_nan());
+    Reading { running, progress }
+}
+
+/// The families a stall read asks the engine for: the busy gauge and the progress counters,
+/// and for a `_count` name the histogram or summary it may belong to.
+pub fn selection(stall: &StallConfig) -> Selection {
+    let names = std::iter::once(&stall.busy)
+        .chain(&stall.progress)
+        .map(|f| f.name.as_str());
+    let bases = stall
+        .progress
+        .iter()
+        .filter_map(|f| f.name.strip_suffix("_count"));
+    Selection::new(names.chain(bases))
+}
+
+/// Reads upstream `i`'s stall families: from `page` when the health check fetched the full
+/// page anyway, else with a fetch of those families alone (the engine's `name[]` selection
+/// where it has been shown faithful, else the full page, shared with `/metrics`).
+pub async fn read_upstream(
+    scraper: &Scraper,
+    i: usize,
+    stall: &StallConfig,
+    page: Option<UpstreamResult>,
+) -> Result<Reading, String> {
+    let result = match page {
+        Some(page) => page,
+        None => scraper
+            .scrape(&[i], Some(&selection(stall)), None)
+            .await
+            .pop()
+            .map(|s| s.result)
+            .ok_or_else(|| "no scrape result".to_owned())?,
+    };
+    let copies = scraper.upstreams()[i].engine.preset().copy_labels();
+    match result {
+        // The engine's page as parsed: whatever `metric_relabel_configs` leave of its families
+        // for Prometheus, the stall families are read as the engine wrote them.
+        Ok(page) => Ok(read(&page.parsed, stall, &copies)),
+        Err(e) => Err(format!("cannot read the stall families: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests;

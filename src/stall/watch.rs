@@ -1,0 +1,303 @@
+//! One upstream's stall judgement, fed one reading per health check.
+
+use std::time::{Duration, Instant};
+
+use super::Reading;
+
+/// The state of one upstream's stall detection.
+#[derive(Debug, Clone)]
+pub struct Watch {
+    after: Duration,
+    /// The first check of the current run of checks that all found requests running and the
+    /// progress counters at the same sum; `None` while idle, unread, or not yet read.
+    quiet_since: Option<Instant>,
+    /// The progress counters' sum at the last check that read it.
+    last: Option<f64>,
+    /// When a check last saw the sum change (or first read it).
+    moved_at: Option<Instant>,
+    /// The last check.
+    checked: Option<Instant>,
+    /// Requests running at the last check.
+    running: Option<f64>,
+    /// Why the last check could not judge.
+    unread: Option<String>,
+    stalled: bool,
+}
+
+/// What a [`Watch`] says, for `/health`, `/live/engine` and the status page.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StallStatus {
+    /// Requests ran for `stall_after` without progress, as of the last check.
+    pub stalled: bool,
+    /// The configured `stall_after`.
+    pub after: Duration,
+    /// Requests running at the last check; `None` when it could not read them.
+    pub running: Option<f64>,
+    /// How long requests had been running without progress at the last check; `None` when
+    /// idle, unread, or the counters had just moved.
+    pub quiet_for: Option<Duration>,
+    /// Time since a check last saw the progress counters move; `None` before the first read.
+    pub progress_age: Option<Duration>,
+    /// Why the last check could not judge (the page could not be read, or has no progress
+    /// counter while requests run).
+    pub unread: Option<String>,
+}
+
+impl Watch {
+    /// A watch that calls a stall after `after` of busy checks without progress.
+    pub fn new(after: Duration) -> Watch {
+        Watch {
+            after,
+            quiet_since: None,
+            last: None,
+            moved_at: None,
+            checked: None,
+            running: None,
+            unread: None,
+            stalled: false,
+        }
+    }
+
+    /// Feeds the check made at `now`: what it read, or why it could read nothing. Returns
+    /// whether the engine is stalled.
+    pub fn observe(&mut self, now: Instant, reading: Result<Reading, String>) -> bool {
+        self.checked = Some(now);
+        let reading = match reading {
+            Ok(reading) => reading,
+            Err(why) => {
+                // Down is not stalled: the run starts over when the page can be read again.
+                self.quiet_since = None;
+                self.running = None;
+                self.unread = Some(why);
+                self.stalled = false;
+                return false;
+            }
+        };
+        self.running = reading.running;
+        let moved = match (self.last, reading.progress) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            // Down is progress as much as up: a restarted engine counts from zero again.
+            (Some(before), Some(now)) => before != now,
+        };
+        if let Some(progress) = reading.progress {
+            self.last = Some(progress);
+            if moved {
+                self.moved_at = Some(now);
+            }
+        }
+        self.unread = (reading.busy() && reading.progress.is_none())
+            .then(|| "requests are running but the page has no progress counter".to_owned());
+        self.quiet_since = match (reading.busy(), reading.progress) {
+            (true, Some(_)) if moved => Some(now),
+            (true, Some(_)) => self.quiet_since.or(Some(now)),
+            _ => None,
+        };
+        self.stalled = self
+            .quiet_since
+            .is_some_and(|since| now.saturating_duration_since(since) >= self.after);
+        self.stalled
+    }
+
+    /// Whether the last check found the engine stalled.
+    pub fn is_stalled(&self) -> bool {
+        self.stalled
+    }
+
+    /// The judgement of the last check, with the progress age as of `now`.
+    pub fn status(&self, now: Instant) -> StallStatus {
+        StallStatus {
+            stalled: self.stalled,
+            after: self.after,
+            running: self.running,
+            quiet_for: self
+                .quiet_since
+                .zip(self.checked)
+                .map(|(since, checked)| checked.saturating_duration_since(since)),
+            progress_age: self.moved_at.map(|at| now.saturating_duration_since(at)),
+            unread: self.unread.clone(),
+        }
+    }
+}
+
+impl StallStatus {
+    /// `3 requests running, no progress for 75.0 s (stall_after 60 s)`, for `/health`, logs
+    /// and `/live/engine`.
+    pub fn describe(&self) -> String {
+        let running = self.running.map_or_else(
+            || "running requests unknown".to_owned(),
+            |n| format!("{n} requests running"),
+        );
+        match self.quiet_for {
+            Some(quiet) => format!(
+                "{running}, no progress for {:.1} s (stall_after {:.1} s)",
+                quiet.as_secs_f64(),
+                self.after.as_secs_f64()
+            ),
+            None => running,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    fn busy(progress: f64) -> Result<Reading, String> {
+        Ok(Reading {
+            running: Some(3.0),
+            progress: Some(progress),
+        })
+    }
+
+    fn idle(progress: f64) -> Result<Reading, String> {
+        Ok(Reading {
+            running: Some(0.0),
+            progress: Some(progress),
+        })
+    }
+
+    /// Feeds one reading per second from `start`, returning the judgements.
+    fn feed(watch: &mut Watch, start: Instant, readings: &[Result<Reading, String>]) -> Vec<bool> {
+        readings
+            .iter()
+            .enumerate()
+            .map(|(k, r)| watch.observe(start + SECOND * k as u32, r.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn busy_without_progress_for_stall_after_is_stalled_and_progress_clears_it() {
+        let start = Instant::now();
+        let mut w = Watch::new(3 * SECOND);
+        let seen = feed(
+            &mut w,
+            start,
+            &[busy(10.0), busy(10.0), busy(10.0), busy(10.0), busy(10.0)],
+        );
+        // Counted from the first check that saw 10: stalled once 3 s of checks agree.
+        assert_eq!(seen, [false, false, false, true, true]);
+        let status = w.status(start + 4 * SECOND);
+        assert!(status.stalled);
+        assert_eq!(status.quiet_for, Some(4 * SECOND));
+        assert_eq!(status.running, Some(3.0));
+        assert_eq!(
+            status.describe(),
+            "3 requests running, no progress for 4.0 s (stall_after 3.0 s)"
+        );
+        assert!(!w.observe(start + 5 * SECOND, busy(11.0)));
+        assert_eq!(w.status(start + 5 * SECOND).quiet_for, Some(Duration::ZERO));
+        assert_eq!(
+            w.status(start + 7 * SECOND).progress_age,
+            Some(2 * SECOND),
+            "the age counts from the check that saw the move"
+        );
+    }
+
+    #[test]
+    fn an_idle_engine_is_never_stalled() {
+        let start = Instant::now();
+        let mut w = Watch::new(SECOND);
+        let seen = feed(&mut w, start, &vec![idle(5.0); 10]);
+        assert!(seen.iter().all(|s| !s));
+        let status = w.status(start + 10 * SECOND);
+        assert_eq!(status.quiet_for, None);
+        assert_eq!(status.progress_age, Some(10 * SECOND));
+    }
+
+    #[test]
+    fn an_idle_check_starts_the_run_over() {
+        let start = Instant::now();
+        let mut w = Watch::new(3 * SECOND);
+        let seen = feed(
+            &mut w,
+            start,
+            &[
+                busy(1.0),
+                busy(1.0),
+                busy(1.0),
+                idle(1.0),
+                busy(1.0),
+                busy(1.0),
+            ],
+        );
+        assert!(seen.iter().all(|s| !s), "{seen:?}");
+    }
+
+    #[test]
+    fn a_counter_that_goes_down_is_progress() {
+        let start = Instant::now();
+        let mut w = Watch::new(2 * SECOND);
+        let seen = feed(
+            &mut w,
+            start,
+            &[busy(100.0), busy(100.0), busy(3.0), busy(3.0), busy(1.0)],
+        );
+        assert!(seen.iter().all(|s| !s), "{seen:?}");
+        assert_eq!(
+            w.status(start + 4 * SECOND).progress_age,
+            Some(Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn a_page_that_cannot_be_read_is_down_not_stalled_and_restarts_the_run() {
+        let start = Instant::now();
+        let mut w = Watch::new(2 * SECOND);
+        let down = || Err("connection refused".to_owned());
+        let seen = feed(
+            &mut w,
+            start,
+            &[
+                busy(7.0),
+                busy(7.0),
+                down(),
+                down(),
+                down(),
+                busy(7.0),
+                busy(7.0),
+                busy(7.0),
+            ],
+        );
+        assert_eq!(
+            seen,
+            [false, false, false, false, false, false, false, true]
+        );
+        let mut w = Watch::new(2 * SECOND);
+        feed(&mut w, start, &[busy(7.0), busy(7.0), down()]);
+        let status = w.status(start + 2 * SECOND);
+        assert!(!status.stalled);
+        assert_eq!(status.running, None);
+        assert_eq!(status.unread.as_deref(), Some("connection refused"));
+    }
+
+    #[test]
+    fn without_a_progress_counter_nothing_is_judged() {
+        let start = Instant::now();
+        let mut w = Watch::new(SECOND);
+        let blind = Ok(Reading {
+            running: Some(2.0),
+            progress: None,
+        });
+        let seen = feed(&mut w, start, &vec![blind; 5]);
+        assert!(seen.iter().all(|s| !s));
+        let status = w.status(start);
+        assert!(
+            status
+                .unread
+                .expect("says why")
+                .contains("no progress counter")
+        );
+        assert_eq!(status.progress_age, None);
+        // Nor is an engine whose busy gauge is missing busy.
+        let mut w = Watch::new(SECOND);
+        let unknown = Ok(Reading {
+            running: None,
+            progress: Some(1.0),
+        });
+        assert!(feed(&mut w, start, &vec![unknown; 5]).iter().all(|s| !s));
+        assert_eq!(w.status(start).describe(), "running requests unknown");
+    }
+}
