@@ -94,8 +94,16 @@ async fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Some(Command::CheckConfig) => match config::load(&overrides, &ProcessEnv) {
             Ok(config) => {
-                print!("{config}");
-                ExitCode::SUCCESS
+                use std::io::Write as _;
+                // `check-config | head` closes the pipe early: that is not an error.
+                match write!(std::io::stdout().lock(), "{config}") {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                    Err(err) => {
+                        eprintln!("sysport: cannot print the configuration: {err}");
+                        ExitCode::from(1)
+                    }
+                }
             }
             Err(err) => {
                 eprintln!("{err}");

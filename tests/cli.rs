@@ -464,3 +464,19 @@ async fn the_demo_engine_can_be_hung_and_let_go_as_it_prints() {
     signal(&child, "-TERM");
     assert!(wait_exit(&mut child, Duration::from_secs(20)).success());
 }
+
+#[test]
+fn check_config_into_a_pipe_closed_early_exits_zero_without_a_panic() {
+    // `sysport check-config | head -1`: the reader goes away before sysport writes.
+    let mut child = Command::new(BIN)
+        .arg("check-config")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("exits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}
