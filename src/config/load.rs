@@ -363,9 +363,16 @@ impl Loader<'_> {
 
     fn labels(&mut self, raw: Vec<(Text, Text)>) -> Vec<(String, String)> {
         let mut labels = Vec::with_capacity(raw.len());
-        for (name, value) in raw {
+        for (i, (name, value)) in raw.into_iter().enumerate() {
             let field = format!("labels.{}", name.value);
             if let Err(message) = check_label_name(&name.value) {
+                self.issue(Origin::File(name.referenced), &field, message);
+            }
+            if i == crate::expfmt::MAX_ADDED_LABELS {
+                let message = format!(
+                    "at most {} labels can be added to every series",
+                    crate::expfmt::MAX_ADDED_LABELS
+                );
                 self.issue(Origin::File(name.referenced), &field, message);
             }
             if let Some(value) = self.expand(&value, &field) {

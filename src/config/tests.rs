@@ -1128,3 +1128,14 @@ fn listen_limits_are_read_and_bounded() {
         assert!(issue.contains("1KiB to 1MiB"), "{issue}");
     }
 }
+
+#[test]
+fn at_most_eight_labels_are_added() {
+    let labels = |n: usize| {
+        let pairs: Vec<String> = (0..n).map(|i| format!("l{i}: v")).collect();
+        format!("labels: {{ {} }}\n", pairs.join(", "))
+    };
+    assert_eq!(ok(&labels(8)).labels.len(), 8);
+    let issue = only_issue(&labels(9));
+    assert!(issue.contains("labels.l8: at most 8 labels"), "{issue}");
+}

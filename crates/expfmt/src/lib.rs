@@ -58,6 +58,9 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// No upstream family may use this prefix: it belongs to sysport's own metrics.
 pub const RESERVED_PREFIX: &[u8] = b"dynamo_sysport_";
+/// The most labels a caller may add to every series ([`ParseOptions::added_labels`]): the
+/// lexer notes which of them a line already carries in one byte ([`SampleLex::present`]).
+pub const MAX_ADDED_LABELS: usize = 8;
 
 /// An exposition format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
