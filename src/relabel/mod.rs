@@ -57,10 +57,6 @@ pub struct RuleSet {
     seen: std::sync::Arc<seen::Seen>,
 }
 
-/// The configured labels that rules see: the exposition engine tracks which of the first
-/// eight a sample carries; further ones are added after relabelling.
-const VISIBLE_ADDED_LABELS: usize = 8;
-
 impl RuleSet {
     /// The upstream's own rules, then the top-level ones, seeing the configured `labels`;
     /// `None` when there are no rules at all.
@@ -72,7 +68,7 @@ impl RuleSet {
         Some(RuleSet {
             renames: rules.iter().any(Rule::may_rename),
             rules,
-            added: labels.iter().take(VISIBLE_ADDED_LABELS).cloned().collect(),
+            added: labels.to_vec(),
             seen: Default::default(),
         })
     }
