@@ -22,19 +22,17 @@
 //! - [`demo`]: simulated vLLM and LMCache upstreams for `sysport demo`.
 
 pub mod config;
-pub mod decode;
 pub mod demo;
 pub mod engine;
 pub use sysport_expfmt as expfmt;
-pub mod fetch;
-pub mod health;
+pub(crate) mod health;
 pub mod listener;
-pub mod parts;
+pub(crate) mod parts;
 pub mod relabel;
-pub mod scrape;
+pub(crate) mod scrape;
 pub mod server;
-pub mod stall;
-pub mod status;
-pub mod telemetry;
+pub(crate) mod stall;
+pub(crate) mod status;
+pub(crate) mod telemetry;
 pub mod views;
 pub mod web;

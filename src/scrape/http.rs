@@ -1,0 +1,143 @@
+//! One GET of an upstream: the request sysport makes, and the body, read and decoded within the
+//! body limit into a reused block ([`BodyBlocks`]), with the format it is in.
+//!
+//! The scrape target is exactly the configured URL: a redirect is an error, not followed.
+//! Bodies are decoded here ([`super::decode`]), not by the HTTP client.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::blocks::BodyBlocks;
+use super::decode::{self, Decoder};
+use super::error::ScrapeError;
+use crate::config::Url;
+use crate::expfmt::Format;
+
+/// The HTTP client sysport uses for upstreams and health checks.
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .user_agent(concat!("sysport/", env!("CARGO_PKG_VERSION")))
+        .no_proxy()
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(2))
+        .pool_idle_timeout(Duration::from_secs(60))
+        // A redirect would make sysport scrape a target the configuration does not name and
+        // serve its series under the configured one: it is an error instead (`from_status`).
+        .redirect(reqwest::redirect::Policy::none())
+        // Bodies are decoded by sysport (`decode`): the client's own decoding looks at the
+        // first Content-Encoding value only.
+        .no_gzip()
+        .build()
+        .expect("the HTTP client builds with static settings")
+}
+
+/// An upstream's body and what its response said of it.
+pub(crate) struct Fetched {
+    pub(crate) body: Bytes,
+    /// As the body reads ([`Format::detect`]).
+    pub(crate) format: Format,
+    pub(crate) content_type: Option<String>,
+    /// The Content-Type names the other exposition format than the body's.
+    pub(crate) mislabelled: bool,
+}
+
+/// One GET of an upstream's metrics, body read and decoded up to `max_body` decoded bytes.
+pub(crate) async fn get(
+    client: &reqwest::Client,
+    url: &Url,
+    blocks: &BodyBlocks,
+    timeout: Duration,
+    max_body: usize,
+) -> Result<Fetched, ScrapeError> {
+    let mut resp = client
+        .get(url.clone())
+        // Never forward the scraper's Accept: prometheus_client mis-renders names with `:` as
+        // OpenMetrics (client_python#1177), so ask for the text format.
+        .header(
+            reqwest::header::ACCEPT,
+            "text/plain;version=0.0.4;q=1,*/*;q=0.1",
+        )
+        .header(reqwest::header::ACCEPT_ENCODING, "gzip")
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(|e| ScrapeError::from_reqwest(e, timeout))?;
+    if !resp.status().is_success() {
+        return Err(ScrapeError::from_status(&resp));
+    }
+    let headers = resp.headers();
+    let codings = decode::codings(
+        headers
+            .get_all(reqwest::header::CONTENT_ENCODING)
+            .iter()
+            .map(|v| v.as_bytes()),
+    )
+    .map_err(|e| ScrapeError::from_decode(e, max_body))?;
+    let content_type = headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    // The length a response declares is the encoded one.
+    let expected = resp
+        .content_length()
+        .filter(|_| codings.is_empty())
+        .map(|n| n as usize);
+    if expected.is_some_and(|n| n > max_body) {
+        return Err(ScrapeError::BodyTooLarge(max_body));
+    }
+    let mut buf = blocks.take(expected, max_body);
+    let chunk_error = |e| ScrapeError::from_reqwest(e, timeout);
+    if codings.is_empty() {
+        while let Some(chunk) = resp.chunk().await.map_err(chunk_error)? {
+            if buf.len() + chunk.len() > max_body {
+                return Err(ScrapeError::BodyTooLarge(max_body));
+            }
+            buf.extend_from_slice(&chunk);
+        }
+    } else {
+        let mut decoder = Decoder::new(&codings, &mut buf, max_body);
+        while let Some(chunk) = resp.chunk().await.map_err(chunk_error)? {
+            decoder.write(&chunk).map_err(|e| ScrapeError::from_decode(e, max_body))?;
+        }
+        decoder.finish().map_err(|e| ScrapeError::from_decode(e, max_body))?;
+    }
+    let body = blocks.give_back(buf, expected.is_none());
+    let format = Format::detect(&body);
+    let mislabelled = content_type
+        .as_deref()
+        .and_then(Format::declared)
+        .is_some_and(|declared| declared != format);
+    Ok(Fetched {
+        body,
+        format,
+        content_type,
+        mislabelled,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scrape::ScrapeError;
+
+    #[tokio::test]
+    async fn a_closed_port_is_connection_refused() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+            l.local_addr().expect("addr").port()
+        };
+        let url = Url::parse(&format!("http://127.0.0.1:{port}/metrics")).expect("url");
+        let err = get(
+            &http_client(),
+            &url,
+            &BodyBlocks::default(),
+            Duration::from_secs(2),
+            1 << 20,
+        )
+        .await
+        .err()
+        .expect("nothing listens there");
+        assert!(matches!(err, ScrapeError::Refused), "{err:?}");
+        assert_eq!(err.to_string(), "connection refused");
+    }
+}

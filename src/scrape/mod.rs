@@ -1,0 +1,288 @@
+//! Fetching upstreams: each distinct URL once per scrape, all concurrently, single-flight.
+//!
+//! A fetch runs in a task of its own and is shared by every request that arrives while it is in
+//! flight, so a burst of scrapers costs the engine one request. The task also parses the body for
+//! each upstream on that URL (each with its own `keep` prefixes), so the parse is shared too.
+//! Requests wait for the shared result with their own deadline, derived from Prometheus'
+//! `X-Prometheus-Scrape-Timeout-Seconds`, so sysport answers before its scraper gives up.
+//!
+//! With `min_interval` above zero a completed fetch is also reused: a request within
+//! `min_interval` of it gets it as it is, and one a little later gets it at once while a
+//! refresh starts behind it (see [`Reuse`]). The engine then sees at most one request per
+//! `min_interval` however many readers there are, and readers rarely wait for it.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::config::{Config, UpstreamConfig};
+use crate::expfmt::{AddedLabel, PairHasher, Selection};
+use crate::relabel::{Page, RuleSet};
+use crate::status::history::{LastScrape, Point};
+use crate::telemetry::Telemetry;
+
+mod blocks;
+mod decode;
+mod error;
+mod flight;
+mod http;
+mod parse;
+mod record;
+mod select;
+
+pub use error::ScrapeError;
+pub use http::http_client;
+
+use flight::{Target, Slot, next_generation};
+use record::{Kind, UpstreamState, record};
+
+/// What one upstream got from one fetch: its page as parsed and as its rules leave it.
+pub type UpstreamResult = Result<Arc<Page>, ScrapeError>;
+
+/// One completed fetch of a URL, parsed for every upstream that shares it.
+#[derive(Debug)]
+pub struct Fetch {
+    /// Unique per fetch: equal generations mean the very same results.
+    pub generation: u64,
+    /// When the fetch finished.
+    pub at: Instant,
+    /// How long it took.
+    pub took: Duration,
+    /// Per upstream of the target, in the order of `Target::upstreams`.
+    pub results: Vec<UpstreamResult>,
+}
+
+/// One upstream's part of a scrape.
+#[derive(Debug, Clone)]
+pub struct Scraped {
+    /// The generation of the fetch the result came from (a fresh one for a result made here).
+    pub generation: u64,
+    /// When that fetch finished: the age of the data is measured from here.
+    pub at: Instant,
+    pub result: UpstreamResult,
+}
+
+/// The state of an upstream as the last fetch left it.
+#[derive(Debug, Clone, Default)]
+pub struct UpstreamStatus {
+    /// `None` before the first fetch finished.
+    pub up: Option<bool>,
+    /// The error of the last failed fetch, kept after the upstream recovers.
+    pub last_error: Option<String>,
+    /// When the last failed fetch finished.
+    pub last_error_at: Option<SystemTime>,
+    /// Since when the fetches have succeeded, or failed, as the last one did.
+    pub state_since: Option<SystemTime>,
+    /// When the upstream last answered successfully.
+    pub last_success: Option<Instant>,
+    /// The last fetch.
+    pub last: Option<LastScrape>,
+    /// The decoded size of the last full page that arrived.
+    pub response_bytes: Option<u64>,
+    /// The seconds of the last few minutes that saw fetches, oldest first.
+    pub history: Vec<Point>,
+}
+
+struct Inner {
+    client: reqwest::Client,
+    telemetry: Telemetry,
+    upstreams: Vec<UpstreamConfig>,
+    keep: Vec<Vec<String>>,
+    states: Vec<Mutex<UpstreamState>>,
+    limits: crate::config::Limits,
+    added_names: Vec<Vec<u8>>,
+    hasher: PairHasher,
+    /// Per upstream: its `metric_relabel_configs` and the top-level ones, if any.
+    rules: Vec<Option<RuleSet>>,
+}
+
+/// Fetches and parses upstreams for one configuration.
+pub struct Scraper {
+    inner: Arc<Inner>,
+    targets: Vec<Arc<Target>>,
+    /// Upstream index → (target index, position within the target).
+    position: Vec<(usize, usize)>,
+    added: Vec<AddedLabel>,
+}
+
+impl std::fmt::Debug for Scraper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scraper")
+            .field("upstreams", &self.inner.upstreams.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scraper {
+    /// A scraper for the upstreams of `config`.
+    pub fn new(config: &Config, client: reqwest::Client, telemetry: Telemetry) -> Scraper {
+        let mut targets: Vec<Target> = Vec::new();
+        let mut position = Vec::with_capacity(config.upstreams.len());
+        for (i, u) in config.upstreams.iter().enumerate() {
+            telemetry.register_upstream(&u.name);
+            match targets.iter_mut().position(|t| t.full.url == u.url) {
+                Some(t) => {
+                    let target = &mut targets[t];
+                    target.timeout = target.timeout.max(u.timeout);
+                    target.min_interval = target.min_interval.min(u.min_interval);
+                    position.push((t, target.upstreams.len()));
+                    target.upstreams.push(i);
+                }
+                None => {
+                    position.push((targets.len(), 0));
+                    targets.push(Target {
+                        timeout: u.timeout,
+                        min_interval: u.min_interval,
+                        upstreams: vec![i],
+                        full: Slot::new(u.url.clone(), false),
+                        name_sets: Mutex::new(Vec::new()),
+                    });
+                }
+            }
+        }
+        let added: Vec<AddedLabel> = config
+            .labels
+            .iter()
+            .map(|(k, v)| AddedLabel::new(k, v))
+            .collect();
+        Scraper {
+            inner: Arc::new(Inner {
+                client,
+                telemetry,
+                upstreams: config.upstreams.clone(),
+                keep: config.upstreams.iter().map(|u| u.keep.clone()).collect(),
+                states: config
+                    .upstreams
+                    .iter()
+                    .map(|_| Mutex::new(UpstreamState::default()))
+                    .collect(),
+                limits: config.limits.clone(),
+                added_names: added.iter().map(|a| a.name().to_vec()).collect(),
+                hasher: PairHasher::random(),
+                rules: config
+                    .upstreams
+                    .iter()
+                    .map(|u| {
+                        RuleSet::new(
+                            &u.metric_relabel_configs,
+                            &config.metric_relabel_configs,
+                            &config.labels,
+                        )
+                    })
+                    .collect(),
+            }),
+            targets: targets.into_iter().map(Arc::new).collect(),
+            position,
+            added,
+        }
+    }
+
+    /// The labels added to engine series.
+    pub fn added_labels(&self) -> &[AddedLabel] {
+        &self.added
+    }
+
+    /// The key for series hashes of this scraper's expositions.
+    pub fn hasher(&self) -> PairHasher {
+        self.inner.hasher
+    }
+
+    /// The configured upstreams.
+    pub fn upstreams(&self) -> &[UpstreamConfig] {
+        &self.inner.upstreams
+    }
+
+    /// Whether upstream `i` may serve a family that `selection` selects: one of its prefixes
+    /// starts one, or its rules may rename series.
+    pub fn may_hold(&self, i: usize, selection: &Selection) -> bool {
+        self.renames(i)
+            || self.inner.keep[i]
+                .iter()
+                .any(|k| selection.selects_under(k.as_bytes()))
+    }
+
+    /// Whether upstream `i`'s rules may move a series to another family.
+    fn renames(&self, i: usize) -> bool {
+        self.inner.rules[i]
+            .as_ref()
+            .is_some_and(RuleSet::may_rename)
+    }
+
+    /// What the last fetches of upstream `i` left.
+    pub fn status(&self, i: usize) -> UpstreamStatus {
+        let now = Instant::now();
+        let s = self.inner.states[i].lock().expect("upstream state lock");
+        UpstreamStatus {
+            up: s.up,
+            last_error: s.last_error.clone(),
+            last_error_at: s.recorded.last_error_at(),
+            state_since: s.recorded.since(),
+            last_success: s.last_success,
+            last: s.recorded.last(),
+            response_bytes: s.recorded.response_bytes(),
+            history: s.recorded.points(now),
+        }
+    }
+
+    /// When upstream `i` last answered successfully.
+    pub fn last_success(&self, i: usize) -> Option<Instant> {
+        self.inner.states[i]
+            .lock()
+            .expect("upstream state lock")
+            .last_success
+    }
+
+    /// Scrapes the given upstreams concurrently (each distinct URL once), each bounded by its own
+    /// timeout and by `budget`; results come back in the order asked.
+    ///
+    /// With `names` (a selective read), each target is asked for those families only, once a
+    /// comparison with its full page has shown that it answers `name[]` faithfully.
+    pub async fn scrape(
+        &self,
+        which: &[usize],
+        names: Option<&Selection>,
+        budget: Option<Duration>,
+    ) -> Vec<Scraped> {
+        let mut targets: Vec<usize> = which.iter().map(|&u| self.position[u].0).collect();
+        targets.sort_unstable();
+        targets.dedup();
+        let fetches = futures_util::future::join_all(targets.iter().map(|&t| async move {
+            match names {
+                None => {
+                    self.fetch(&self.targets[t], &self.targets[t].full, budget)
+                        .await
+                }
+                Some(names) => self.fetch_selected(t, names, budget).await,
+            }
+        }))
+        .await;
+        which
+            .iter()
+            .map(|&u| {
+                let (t, pos) = self.position[u];
+                let k = targets
+                    .binary_search(&t)
+                    .expect("every asked target was fetched");
+                match &fetches[k] {
+                    Some(fetch) => Scraped {
+                        generation: fetch.generation,
+                        at: fetch.at,
+                        result: fetch.results[pos].clone(),
+                    },
+                    None => {
+                        // This request's deadline came before the shared fetch finished: for
+                        // this scrape the upstream timed out (the fetch still counts its own
+                        // result when it ends).
+                        let limit = budget.unwrap_or(self.inner.upstreams[u].timeout);
+                        let result = Err(ScrapeError::Timeout(limit));
+                        record(&self.inner, u, &result, limit, Kind::Deadline, None);
+                        Scraped {
+                            generation: next_generation(),
+                            at: Instant::now(),
+                            result,
+                        }
+                    }
+                }
+            })
+            .collect()
+    }
+}
