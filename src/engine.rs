@@ -18,7 +18,7 @@
 //! The router families are the ones the Gateway API Inference Extension's endpoint picker and
 //! llm-d's read for each engine type (their `engineConfigs` defaults).
 //!
-//! The stall families (see [`crate::stall`]) are a gauge of requests being worked on and
+//! The stall families (see the `stall` module) are a gauge of requests being worked on and
 //! counters that move while they are, not only when one completes:
 //! - vLLM: `vllm:num_requests_running`, and `vllm:iteration_tokens_total`, a histogram observed
 //!   once per engine step (`vllm/v1/metrics/loggers.py`), whose `_count` is a step counter.

@@ -33,7 +33,7 @@ struct Check {
 
 /// One upstream's readiness, as `/health` and the status page report it.
 #[derive(Debug, Clone)]
-pub struct UpstreamReadiness {
+pub(crate) struct UpstreamReadiness {
     /// The upstream's name.
     pub name: String,
     /// Whether readiness needs it.
@@ -54,7 +54,7 @@ pub struct UpstreamReadiness {
 
 /// The readiness state machine, written by the check task and read by `/health`.
 #[derive(Debug)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     starting: StartingStatus,
     upstreams: Vec<(String, bool, bool)>,
     checks: Mutex<Vec<Check>>,
@@ -64,7 +64,7 @@ pub struct Readiness {
 
 impl Readiness {
     /// A state for these upstreams, none checked yet.
-    pub fn new(health: &HealthConfig, upstreams: &[UpstreamConfig]) -> Readiness {
+    pub(crate) fn new(health: &HealthConfig, upstreams: &[UpstreamConfig]) -> Readiness {
         let r = Readiness {
             starting: health.starting_status,
             upstreams: upstreams
@@ -91,17 +91,17 @@ impl Readiness {
     }
 
     /// Whether `/health` answers 200.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         !self.shutting_down.load(Ordering::Acquire) && self.ready.load(Ordering::Acquire)
     }
 
     /// From now on never ready (SIGTERM).
-    pub fn begin_shutdown(&self) {
+    pub(crate) fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::Release);
     }
 
     /// Whether shutdown has begun.
-    pub fn is_shutting_down(&self) -> bool {
+    pub(crate) fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::Acquire)
     }
 
@@ -120,7 +120,7 @@ impl Readiness {
     }
 
     /// Records a check of upstream `i`; returns the new overall readiness.
-    pub fn record(&self, i: usize, result: Result<(), String>) -> bool {
+    pub(crate) fn record(&self, i: usize, result: Result<(), String>) -> bool {
         let mut checks = self.checks.lock().expect("checks lock");
         let c = &mut checks[i];
         let healthy = result.is_ok();
@@ -141,7 +141,12 @@ impl Readiness {
 
     /// Feeds upstream `i`'s stall watch (if it has one) with what the check scheduled `at`
     /// read, or why it read nothing; returns the new overall readiness.
-    pub fn observe_stall(&self, i: usize, at: Instant, reading: Result<Reading, String>) -> bool {
+    pub(crate) fn observe_stall(
+        &self,
+        i: usize,
+        at: Instant,
+        reading: Result<Reading, String>,
+    ) -> bool {
         let mut checks = self.checks.lock().expect("checks lock");
         if let Some(watch) = checks[i].stall.as_mut() {
             let was = watch.is_stalled();
@@ -160,7 +165,7 @@ impl Readiness {
 
     /// The stall judgement of every upstream with `stall_after`, in configuration order: the
     /// read-only view `/live/engine`, the gauges and the status page share.
-    pub fn stalls(&self) -> Vec<(String, StallStatus)> {
+    pub(crate) fn stalls(&self) -> Vec<(String, StallStatus)> {
         let now = Instant::now();
         let checks = self.checks.lock().expect("checks lock");
         self.upstreams
@@ -179,7 +184,7 @@ impl Readiness {
     }
 
     /// Each upstream's readiness, in configuration order.
-    pub fn upstreams(&self) -> Vec<UpstreamReadiness> {
+    pub(crate) fn upstreams(&self) -> Vec<UpstreamReadiness> {
         let now = Instant::now();
         let checks = self.checks.lock().expect("checks lock");
         self.upstreams
@@ -200,7 +205,7 @@ impl Readiness {
 
     /// Why `/health` is 503, in words: shutting down, or each required upstream that is not
     /// ready and its error. `None` when ready.
-    pub fn not_ready_reason(&self) -> Option<String> {
+    pub(crate) fn not_ready_reason(&self) -> Option<String> {
         if self.is_shutting_down() {
             return Some("shutting down".to_owned());
         }
@@ -228,7 +233,7 @@ impl Readiness {
     }
 
     /// The `/health` body: Dynamo's `status`, `uptime`, `endpoints`, plus per-upstream detail.
-    pub fn report(&self, uptime_seconds: f64) -> (bool, Value) {
+    pub(crate) fn report(&self, uptime_seconds: f64) -> (bool, Value) {
         let ready = self.is_ready();
         let mut endpoints = Map::new();
         let mut detail = Map::new();
@@ -270,7 +275,7 @@ impl Readiness {
 /// Checks every upstream once, concurrently, and records the results as of `at`, when the
 /// check was due: stall detection measures its windows between due times, as Prometheus
 /// stamps a scrape with its scheduled time, so a fetch that answers late does not shorten one.
-pub async fn check_all(
+pub(crate) async fn check_all(
     scraper: &Scraper,
     readiness: &Readiness,
     client: &reqwest::Client,
@@ -347,7 +352,7 @@ async fn read_stall(
 }
 
 /// Runs [`check_all`] every `interval` until `stop` fires.
-pub async fn run(
+pub(crate) async fn run(
     scraper: std::sync::Arc<Scraper>,
     readiness: std::sync::Arc<Readiness>,
     client: reqwest::Client,

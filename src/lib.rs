@@ -1,22 +1,43 @@
 //! sysport: a system-port sidecar for LLM inference workers.
 //!
-//! Layout:
+//! # One `/metrics` request, through the modules
+//!
+//! 1. `listener` accepts the connection and holds it to its limits (head deadline, head size,
+//!    idle time, connection cap); [`web`] terminates TLS and checks basic auth when configured.
+//! 2. [`server`] routes it (`server::routes`), reads what it asks for (`server::negotiate`: the
+//!    budget from `X-Prometheus-Scrape-Timeout-Seconds`, `?name=`, `Accept`) and asks `scrape`
+//!    for the upstreams' pages.
+//! 3. `scrape` fetches each distinct URL once, shared by every request waiting for it
+//!    (`scrape::flight`): one GET (`scrape::http`), the body decoded (`scrape::decode`) into a
+//!    reused block (`scrape::blocks`), parsed by [`expfmt`] with the upstream's `keep` prefixes
+//!    and limits, then relabelled by [`relabel`] (`scrape::parse`). `scrape::record` counts the
+//!    outcome in `telemetry`, in the status page's history and in the log.
+//! 4. Back in [`server`], `server::page` merges the pages ([`expfmt::merge`]), writes them in the
+//!    format asked for (mostly as runs of the upstream bodies), once for all requests that share
+//!    the fetches, then appends sysport's own `dynamo_sysport_*` families from `telemetry`.
+//!
+//! `health` checks the upstreams in the background for `/health`; `stall` tells a busy engine
+//! from a stuck one for `/live/engine`; [`views`] serves `/metrics/<name>`; `status` the status
+//! page. [`config`] turns the YAML file, `DYN_SYSTEM_*` variables and flags into one `Config`,
+//! [`engine`] knows each engine's families, [`demo`] simulates vLLM and LMCache.
+//!
+//! # Modules
+//!
 //! - [`config`]: YAML file + `DYN_SYSTEM_*` environment + CLI flags → one validated `Config`.
 //! - [`engine`]: what sysport knows about each inference engine (presets).
 //! - [`expfmt`]: the exposition format, pure and I/O-free: lexer, filter, merge, writers (the
 //!   `sysport-expfmt` crate in `crates/expfmt`, re-exported).
-//! - [`scrape`]: fetches upstreams concurrently, single-flight, with limits and timeouts.
-//! - [`fetch`]: one GET of an upstream, and why its answer may be unusable.
-//! - [`decode`]: undoes an upstream body's `Content-Encoding` within the body limit.
+//! - `scrape`: fetches upstreams concurrently, single-flight, with limits and timeouts, and
+//!   records each outcome.
 //! - [`relabel`]: Prometheus' `metric_relabel_configs`, applied to each page before it is served.
-//! - [`health`]: background checks and the readiness state.
-//! - [`stall`]: telling a busy engine from a stuck one (`stall_after`, `/live/engine`).
-//! - [`telemetry`]: sysport's own `dynamo_sysport_*` metrics.
-//! - [`parts`]: a response body of shared byte runs.
+//! - `health`: background checks and the readiness state.
+//! - `stall`: telling a busy engine from a stuck one (`stall_after`, `/live/engine`).
+//! - `telemetry`: sysport's own `dynamo_sysport_*` metrics.
 //! - [`listener`]: the accept loop and what a client may hold: deadlines, head size, connection
 //!   cap, the open-file budget.
-//! - [`server`]: the HTTP routes, graceful shutdown, and [`server::serve`] for tests on port 0.
-//! - [`status`]: the status page (`/`) and its facts as JSON (`/status`).
+//! - [`server`]: start-up, reload and graceful shutdown, the routes, the page and its response
+//!   body, content negotiation; [`server::serve`] for tests on port 0.
+//! - `status`: the status page (`/`) and its facts as JSON (`/status`).
 //! - [`web`]: TLS, client certificates and basic auth from an exporter-toolkit web config.
 //! - [`views`]: pages at `/metrics/<name>` computed from the upstreams' families (`router`).
 //! - [`demo`]: simulated vLLM and LMCache upstreams for `sysport demo`.
@@ -27,7 +48,6 @@ pub mod engine;
 pub use sysport_expfmt as expfmt;
 pub(crate) mod health;
 pub mod listener;
-pub(crate) mod parts;
 pub mod relabel;
 pub(crate) mod scrape;
 pub mod server;

@@ -13,10 +13,10 @@ use prometheus::{
 };
 
 /// Namespace of every metric here.
-pub const NAMESPACE: &str = "dynamo_sysport";
+pub(crate) const NAMESPACE: &str = "dynamo_sysport";
 
 /// Outcomes counted in `dynamo_sysport_upstream_series`.
-pub const SERIES_OUTCOMES: [&str; 7] = [
+pub(crate) const SERIES_OUTCOMES: [&str; 7] = [
     "kept",
     "dropped",
     "conflict",

@@ -3,25 +3,21 @@
 //! vLLM's own prefix cache, stored to after prefill, and evicts its oldest chunks when full.
 //! Counter and histogram names, HELP texts and buckets are those of `lmcache/observability.py`.
 
-mod page;
-
 use std::collections::VecDeque;
 
 use super::MODEL;
 use super::expo::Hist;
 use super::rng::Rng;
 
-pub(super) use self::page::render;
-
-const CHUNK_TOKENS: u32 = 256;
+pub(super) const CHUNK_TOKENS: u32 = 256;
 /// KV bytes per token of an 8B Llama-style model in fp16.
-const BYTES_PER_TOKEN: f64 = 131_072.0;
+pub(super) const BYTES_PER_TOKEN: f64 = 131_072.0;
 /// `max_local_cpu_size` of 20 GiB, in chunks.
 const CAPACITY_CHUNKS: u32 = 640;
 /// LMCache recomputes its hit-rate gauges once per log interval.
 const LOG_INTERVAL_SECONDS: f64 = 10.0;
 
-const COUNTERS: [(&str, &str); 23] = [
+pub(super) const COUNTERS: [(&str, &str); 23] = [
     (
         "lmcache:num_retrieve_requests",
         "Total number of retrieve requests sent to lmcache",
@@ -115,9 +111,9 @@ const COUNTERS: [(&str, &str); 23] = [
         "Number of ping successes to remote backends",
     ),
 ];
-const RETRIEVE_REQUESTS: usize = 0;
-const STORE_REQUESTS: usize = 1;
-const LOOKUP_REQUESTS: usize = 2;
+pub(super) const RETRIEVE_REQUESTS: usize = 0;
+pub(super) const STORE_REQUESTS: usize = 1;
+pub(super) const LOOKUP_REQUESTS: usize = 2;
 const REQUESTED_TOKENS: usize = 3;
 const HIT_TOKENS: usize = 4;
 const STORED_TOKENS: usize = 5;
@@ -127,7 +123,7 @@ const VLLM_HIT_TOKENS: usize = 8;
 const PROMPT_TOKENS: usize = 9;
 const EVICT_COUNT: usize = 14;
 const EVICT_KEYS_COUNT: usize = 15;
-const LOOKUP_0_HIT_REQUESTS: usize = 18;
+pub(super) const LOOKUP_0_HIT_REQUESTS: usize = 18;
 const SLOW_RETRIEVAL_BY_TIME: usize = 19;
 const SLOW_RETRIEVAL_BY_SPEED: usize = 20;
 
@@ -148,7 +144,7 @@ const LIFESPAN_BUCKETS: &[f64] = &[
     0.0, 1.0, 5.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 250.0, 500.0, 750.0, 1000.0, 2500.0, 5000.0,
 ];
 
-const HISTOGRAMS: [(&str, &str, &[f64]); 13] = [
+pub(super) const HISTOGRAMS: [(&str, &str, &[f64]); 13] = [
     (
         "lmcache:time_to_retrieve",
         "Time to retrieve from lmcache (seconds)",
@@ -231,15 +227,15 @@ const REQUEST_CACHE_LIFESPAN: usize = 12;
 
 pub(super) struct LmcWorker {
     id: &'static str,
-    counters: [f64; COUNTERS.len()],
-    hists: [Hist; HISTOGRAMS.len()],
+    pub(super) counters: [f64; COUNTERS.len()],
+    pub(super) hists: [Hist; HISTOGRAMS.len()],
     /// Stored entries, oldest first: (stored at, chunks). Eviction is FIFO.
     entries: VecDeque<(f64, u32)>,
-    cached_chunks: u32,
+    pub(super) cached_chunks: u32,
     /// Chunks recently retrieved and still pinned; decays each step.
-    pinned: f64,
-    retrieve_hit_rate: f64,
-    lookup_hit_rate: f64,
+    pub(super) pinned: f64,
+    pub(super) retrieve_hit_rate: f64,
+    pub(super) lookup_hit_rate: f64,
     /// Time of the last log and the counters then: requested, hit, lookup tokens, lookup hits.
     last_log: (f64, [f64; 4]),
 }
@@ -260,7 +256,7 @@ impl LmcWorker {
     }
 
     /// `model_name`, `role`, `served_model_name`, `worker_id`, sorted as printed.
-    fn labels(&self) -> [(&'static str, &'static str); 4] {
+    pub(super) fn labels(&self) -> [(&'static str, &'static str); 4] {
         [
             ("model_name", MODEL),
             ("role", "worker"),

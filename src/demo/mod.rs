@@ -19,10 +19,10 @@
 
 mod expo;
 mod lmcache;
+mod pages;
 mod process;
 mod rng;
 mod sim;
-mod vllm;
 
 use std::future::Future;
 use std::io;
@@ -196,8 +196,8 @@ impl Workload {
         let out = self.with_sim(|sim| {
             let mut out = String::with_capacity(sim.size_hints[page as usize] + 4096);
             match page {
-                Page::Vllm => vllm::render(sim, &mut out),
-                Page::Lmcache => lmcache::render(sim, &mut out),
+                Page::Vllm => pages::vllm(sim, &mut out),
+                Page::Lmcache => pages::lmcache(sim, &mut out),
             }
             sim.size_hints[page as usize] = out.len();
             out

@@ -94,9 +94,9 @@ fn sim_at(seconds: f64) -> Sim {
 
 fn pages(sim: &Sim) -> [String; 2] {
     let mut v = String::new();
-    vllm::render(sim, &mut v);
+    pages::vllm(sim, &mut v);
     let mut l = String::new();
-    lmcache::render(sim, &mut l);
+    pages::lmcache(sim, &mut l);
     [v, l]
 }
 

@@ -14,7 +14,7 @@ use flate2::write::{DeflateDecoder, MultiGzDecoder, ZlibDecoder};
 
 /// A content coding sysport can undo.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Coding {
+pub(super) enum Coding {
     /// `gzip` (or its old name `x-gzip`).
     Gzip,
     /// `deflate`: a zlib stream (RFC 1950), or a bare deflate stream as some servers send.
@@ -23,7 +23,7 @@ pub enum Coding {
 
 /// Why a body could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DecodeError {
+pub(crate) enum DecodeError {
     #[error("Content-Encoding {0:?} cannot be decoded: sysport decodes gzip and deflate only")]
     Unsupported(String),
     #[error("the body does not decode as Content-Encoding {encoding:?}: {reason}")]
@@ -34,7 +34,9 @@ pub enum DecodeError {
 
 /// The codings of a response in the order they were applied, from all its `Content-Encoding`
 /// lines (two lines are one list, RFC 9110 §5.3); `identity` is no coding.
-pub fn codings<'a>(values: impl Iterator<Item = &'a [u8]>) -> Result<Vec<Coding>, DecodeError> {
+pub(super) fn codings<'a>(
+    values: impl Iterator<Item = &'a [u8]>,
+) -> Result<Vec<Coding>, DecodeError> {
     let mut out = Vec::new();
     let mut listed = Vec::new();
     for value in values {
@@ -54,7 +56,7 @@ pub fn codings<'a>(values: impl Iterator<Item = &'a [u8]>) -> Result<Vec<Coding>
 }
 
 /// A decoder for a body with `codings`, appending what it decodes to a buffer.
-pub struct Decoder<'a> {
+pub(super) struct Decoder<'a> {
     layers: Box<dyn Layer + 'a>,
     /// The header's text, for errors.
     encoding: String,
@@ -62,7 +64,7 @@ pub struct Decoder<'a> {
 
 impl<'a> Decoder<'a> {
     /// Decodes into `out`, which may hold at most `limit` bytes.
-    pub fn new(codings: &[Coding], out: &'a mut BytesMut, limit: usize) -> Decoder<'a> {
+    pub(super) fn new(codings: &[Coding], out: &'a mut BytesMut, limit: usize) -> Decoder<'a> {
         let mut layers: Box<dyn Layer + 'a> = Box::new(Sink { out, limit });
         // The last coding applied is the first to undo: the outermost layer.
         for coding in codings {
@@ -85,13 +87,13 @@ impl<'a> Decoder<'a> {
     }
 
     /// Decodes the next piece of the body.
-    pub fn write(&mut self, chunk: &[u8]) -> Result<(), DecodeError> {
+    pub(super) fn write(&mut self, chunk: &[u8]) -> Result<(), DecodeError> {
         let result = self.layers.write_all(chunk);
         result.map_err(|err| self.error(err))
     }
 
     /// Ends the body: an incomplete stream is an error.
-    pub fn finish(mut self) -> Result<(), DecodeError> {
+    pub(super) fn finish(mut self) -> Result<(), DecodeError> {
         let result = self.layers.finish_all();
         result.map_err(|err| self.error(err))
     }

@@ -11,8 +11,8 @@ use super::blocks::BodyBlocks;
 use super::http::get;
 use super::parse::{contained, parse_for};
 use super::record::{Kind, record};
-use super::{Fetch, Inner, ScrapeError, Scraper, UpstreamResult};
 use super::select::NameSet;
+use super::{Fetch, Inner, ScrapeError, Scraper, UpstreamResult};
 use crate::config::Url;
 
 type SharedFetch = Shared<BoxFuture<'static, Arc<Fetch>>>;

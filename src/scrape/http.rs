@@ -15,7 +15,7 @@ use crate::config::Url;
 use crate::expfmt::Format;
 
 /// The HTTP client sysport uses for upstreams and health checks.
-pub fn http_client() -> reqwest::Client {
+pub(crate) fn http_client() -> reqwest::Client {
     reqwest::Client::builder()
         .user_agent(concat!("sysport/", env!("CARGO_PKG_VERSION")))
         .no_proxy()
@@ -97,9 +97,13 @@ pub(crate) async fn get(
     } else {
         let mut decoder = Decoder::new(&codings, &mut buf, max_body);
         while let Some(chunk) = resp.chunk().await.map_err(chunk_error)? {
-            decoder.write(&chunk).map_err(|e| ScrapeError::from_decode(e, max_body))?;
+            decoder
+                .write(&chunk)
+                .map_err(|e| ScrapeError::from_decode(e, max_body))?;
         }
-        decoder.finish().map_err(|e| ScrapeError::from_decode(e, max_body))?;
+        decoder
+            .finish()
+            .map_err(|e| ScrapeError::from_decode(e, max_body))?;
     }
     let body = blocks.give_back(buf, expected.is_none());
     let format = Format::detect(&body);

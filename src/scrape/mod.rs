@@ -29,18 +29,18 @@ mod parse;
 mod record;
 mod select;
 
-pub use error::ScrapeError;
-pub use http::http_client;
+pub(crate) use error::ScrapeError;
+pub(crate) use http::http_client;
 
-use flight::{Target, Slot, next_generation};
+use flight::{Slot, Target, next_generation};
 use record::{Kind, UpstreamState, record};
 
 /// What one upstream got from one fetch: its page as parsed and as its rules leave it.
-pub type UpstreamResult = Result<Arc<Page>, ScrapeError>;
+pub(crate) type UpstreamResult = Result<Arc<Page>, ScrapeError>;
 
 /// One completed fetch of a URL, parsed for every upstream that shares it.
 #[derive(Debug)]
-pub struct Fetch {
+pub(crate) struct Fetch {
     /// Unique per fetch: equal generations mean the very same results.
     pub generation: u64,
     /// When the fetch finished.

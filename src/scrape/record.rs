@@ -134,7 +134,10 @@ fn note_malformed(
             m.line,
             m.rule
         ),
-        None => tracing::info!(upstream, "the upstream's page has no malformed lines any more"),
+        None => tracing::info!(
+            upstream,
+            "the upstream's page has no malformed lines any more"
+        ),
     }
     state.first_malformed = first;
 }

@@ -12,13 +12,13 @@ use hyper::body::{Body, Frame, SizeHint};
 /// The runs, written in order, with their total length declared up front so the response goes
 /// out with a `Content-Length` and no chunk framing.
 #[derive(Debug)]
-pub struct Parts {
+pub(super) struct Parts {
     parts: VecDeque<Bytes>,
     remaining: u64,
 }
 
 impl Parts {
-    pub fn new(parts: impl IntoIterator<Item = Bytes>) -> Parts {
+    pub(super) fn new(parts: impl IntoIterator<Item = Bytes>) -> Parts {
         let parts: VecDeque<Bytes> = parts.into_iter().filter(|p| !p.is_empty()).collect();
         let remaining = parts.iter().map(|p| p.len() as u64).sum();
         Parts { parts, remaining }

@@ -10,7 +10,8 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::{App, Handle, Runtime, SHUTDOWN_GRACE, is_probe, probes_only, router};
+use super::routes::{is_probe, probes_only, router};
+use super::{App, Handle, Runtime, SHUTDOWN_GRACE};
 use crate::config::Config;
 use crate::listener::{self, ListenerMetrics, Slots};
 use crate::scrape;

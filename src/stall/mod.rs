@@ -25,8 +25,8 @@
 mod report;
 mod watch;
 
-pub use report::{LIVE_ENGINE_PATH, live_engine, register_gauges, set_gauges, status_json};
-pub use watch::{StallStatus, Watch};
+pub(crate) use report::{LIVE_ENGINE_PATH, live_engine, register_gauges, set_gauges, status_json};
+pub(crate) use watch::{StallStatus, Watch};
 
 use crate::config::StallConfig;
 use crate::expfmt::{Exposition, Selection};
@@ -34,7 +34,7 @@ use crate::scrape::{Scraper, UpstreamResult};
 
 /// What one check read from an engine's page.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Reading {
+pub(crate) struct Reading {
     /// Requests being worked on; `None` when the page has no series of the busy family.
     pub running: Option<f64>,
     /// The progress counters' sum; `None` when the page has none of them (or one is NaN).
@@ -43,14 +43,14 @@ pub struct Reading {
 
 impl Reading {
     /// Whether requests are being worked on.
-    pub fn busy(&self) -> bool {
+    pub(crate) fn busy(&self) -> bool {
         self.running.is_some_and(|n| n > 0.0)
     }
 }
 
 /// Reads the stall families of `stall` from one upstream's page; `copies` are the labels whose
 /// series are copies of one number (the engine preset's).
-pub fn read(exp: &Exposition, stall: &StallConfig, copies: &[&str]) -> Reading {
+pub(crate) fn read(exp: &Exposition, stall: &StallConfig, copies: &[&str]) -> Reading {
     let running = crate::views::total(exp, &stall.busy.name, &stall.busy.select, copies);
     let progress = stall
         .progress
@@ -63,7 +63,7 @@ pub fn read(exp: &Exposition, stall: &StallConfig, copies: &[&str]) -> Reading {
 
 /// The families a stall read asks the engine for: the busy gauge and the progress counters,
 /// and for a `_count` name the histogram or summary it may belong to.
-pub fn selection(stall: &StallConfig) -> Selection {
+pub(crate) fn selection(stall: &StallConfig) -> Selection {
     let names = std::iter::once(&stall.busy)
         .chain(&stall.progress)
         .map(|f| f.name.as_str());
@@ -77,7 +77,7 @@ pub fn selection(stall: &StallConfig) -> Selection {
 /// Reads upstream `i`'s stall families: from `page` when the health check fetched the full
 /// page anyway, else with a fetch of those families alone (the engine's `name[]` selection
 /// where it has been shown faithful, else the full page, shared with `/metrics`).
-pub async fn read_upstream(
+pub(crate) async fn read_upstream(
     scraper: &Scraper,
     i: usize,
     stall: &StallConfig,

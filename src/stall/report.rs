@@ -8,10 +8,10 @@ use crate::config::UpstreamConfig;
 use crate::telemetry::Telemetry;
 
 /// The path of the engine container's liveness probe.
-pub const LIVE_ENGINE_PATH: &str = "/live/engine";
+pub(crate) const LIVE_ENGINE_PATH: &str = "/live/engine";
 
 /// One upstream's stall detail, as `/health` and `/live/engine` show it.
-pub fn status_json(status: &StallStatus) -> Value {
+pub(crate) fn status_json(status: &StallStatus) -> Value {
     json!({
         "stalled": status.stalled,
         "stall_after_seconds": status.after.as_secs_f64(),
@@ -24,7 +24,7 @@ pub fn status_json(status: &StallStatus) -> Value {
 
 /// The `/live/engine` answer: live (200) unless an engine is stalled (503, naming each one
 /// and for how long).
-pub fn live_engine(stalls: &[(String, StallStatus)]) -> (bool, Value) {
+pub(crate) fn live_engine(stalls: &[(String, StallStatus)]) -> (bool, Value) {
     let stalled: Map<String, Value> = stalls
         .iter()
         .filter(|(_, s)| s.stalled)
@@ -48,7 +48,7 @@ pub fn live_engine(stalls: &[(String, StallStatus)]) -> (bool, Value) {
 
 /// Sets `engine_stalled` and `engine_progress_age_seconds` for every upstream with stall
 /// detection.
-pub fn set_gauges(stalls: &[(String, StallStatus)], telemetry: &Telemetry) {
+pub(crate) fn set_gauges(stalls: &[(String, StallStatus)], telemetry: &Telemetry) {
     for (name, status) in stalls {
         telemetry
             .engine_stalled
@@ -66,7 +66,7 @@ pub fn set_gauges(stalls: &[(String, StallStatus)], telemetry: &Telemetry) {
 /// Starts the gauges of a new configuration: `engine_stalled` at 0 for every upstream with
 /// stall detection, absent for the others (a reload may have turned it off), and no progress
 /// age until a check reads one (a reload starts every watch afresh).
-pub fn register_gauges(upstreams: &[UpstreamConfig], telemetry: &Telemetry) {
+pub(crate) fn register_gauges(upstreams: &[UpstreamConfig], telemetry: &Telemetry) {
     for u in upstreams {
         let _ = telemetry
             .engine_progress_age

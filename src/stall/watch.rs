@@ -6,7 +6,7 @@ use super::Reading;
 
 /// The state of one upstream's stall detection.
 #[derive(Debug, Clone)]
-pub struct Watch {
+pub(crate) struct Watch {
     after: Duration,
     /// The first check of the current run of checks that all found requests running and the
     /// progress counters at the same sum; `None` while idle, unread, or not yet read.
@@ -26,7 +26,7 @@ pub struct Watch {
 
 /// What a [`Watch`] says, for `/health`, `/live/engine` and the status page.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StallStatus {
+pub(crate) struct StallStatus {
     /// Requests ran for `stall_after` without progress, as of the last check.
     pub stalled: bool,
     /// The configured `stall_after`.
@@ -45,7 +45,7 @@ pub struct StallStatus {
 
 impl Watch {
     /// A watch that calls a stall after `after` of busy checks without progress.
-    pub fn new(after: Duration) -> Watch {
+    pub(crate) fn new(after: Duration) -> Watch {
         Watch {
             after,
             quiet_since: None,
@@ -60,7 +60,7 @@ impl Watch {
 
     /// Feeds the check made at `now`: what it read, or why it could read nothing. Returns
     /// whether the engine is stalled.
-    pub fn observe(&mut self, now: Instant, reading: Result<Reading, String>) -> bool {
+    pub(crate) fn observe(&mut self, now: Instant, reading: Result<Reading, String>) -> bool {
         self.checked = Some(now);
         let reading = match reading {
             Ok(reading) => reading,
@@ -100,12 +100,12 @@ impl Watch {
     }
 
     /// Whether the last check found the engine stalled.
-    pub fn is_stalled(&self) -> bool {
+    pub(crate) fn is_stalled(&self) -> bool {
         self.stalled
     }
 
     /// The judgement of the last check, with the progress age as of `now`.
-    pub fn status(&self, now: Instant) -> StallStatus {
+    pub(crate) fn status(&self, now: Instant) -> StallStatus {
         StallStatus {
             stalled: self.stalled,
             after: self.after,
@@ -123,7 +123,7 @@ impl Watch {
 impl StallStatus {
     /// `3 requests running, no progress for 75.0 s (stall_after 60 s)`, for `/health`, logs
     /// and `/live/engine`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let running = self.running.map_or_else(
             || "running requests unknown".to_owned(),
             |n| format!("{n} requests running"),

@@ -15,7 +15,7 @@ use crate::views::Views;
 
 /// What the facts are read from: the running configuration's parts and sysport's own metrics.
 #[derive(Debug, Clone, Copy)]
-pub struct Sources<'a> {
+pub(crate) struct Sources<'a> {
     pub config: &'a Config,
     pub scraper: &'a Scraper,
     pub readiness: &'a Readiness,
@@ -27,7 +27,7 @@ pub struct Sources<'a> {
 
 /// Everything `/status` answers and `/` shows.
 #[derive(Debug, Serialize)]
-pub struct Facts {
+pub(crate) struct Facts {
     pub version: &'static str,
     pub uptime_seconds: f64,
     /// Whether `/health` answers 200.
@@ -47,7 +47,7 @@ pub struct Facts {
 
 /// The routes this sysport serves.
 #[derive(Debug, Serialize)]
-pub struct Paths {
+pub(crate) struct Paths {
     pub metrics: &'static str,
     pub health: String,
     pub live: String,
@@ -58,7 +58,7 @@ pub struct Paths {
 
 /// One upstream.
 #[derive(Debug, Serialize)]
-pub struct UpstreamFacts {
+pub(crate) struct UpstreamFacts {
     pub name: String,
     /// The configured URL, its password (if any) hidden.
     pub url: String,
@@ -85,7 +85,7 @@ pub struct UpstreamFacts {
 /// What the page says an upstream is: one word, the badge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum State {
+pub(crate) enum State {
     Up,
     /// Up, but its engine is stalled (`stall_after`: busy with no progress).
     Stalled,
@@ -96,7 +96,7 @@ pub enum State {
 
 /// The last scrape.
 #[derive(Debug, Serialize)]
-pub struct LastScrapeFacts {
+pub(crate) struct LastScrapeFacts {
     pub at: Timestamp,
     pub duration_seconds: f64,
     /// `success`, or the `result` label of `dynamo_sysport_upstream_scrapes_total`.
@@ -107,7 +107,7 @@ pub struct LastScrapeFacts {
 
 /// The upstream's readiness check, as `/health` reports it.
 #[derive(Debug, Serialize)]
-pub struct HealthFacts {
+pub(crate) struct HealthFacts {
     pub ready: bool,
     pub checked: bool,
     /// `health_url` or `scrape`.
@@ -122,17 +122,7 @@ pub struct HealthFacts {
 
 /// `dynamo_sysport_upstream_series` of one upstream, by outcome.
 #[derive(Debug, Default)]
-pub struct Series(pub Vec<(&'static str, u64)>);
-
-impl Series {
-    /// The count for `outcome` (0 when it is not one).
-    pub fn get(&self, outcome: &str) -> u64 {
-        self.0
-            .iter()
-            .find(|(o, _)| *o == outcome)
-            .map_or(0, |&(_, n)| n)
-    }
-}
+pub(crate) struct Series(pub Vec<(&'static str, u64)>);
 
 impl Serialize for Series {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -146,7 +136,7 @@ impl Serialize for Series {
 
 /// A wall-clock time, written as RFC 3339 in UTC with milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timestamp(pub SystemTime);
+pub(crate) struct Timestamp(pub SystemTime);
 
 impl Serialize for Timestamp {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -156,7 +146,7 @@ impl Serialize for Timestamp {
 
 impl Facts {
     /// Reads the facts; touches no upstream.
-    pub fn gather(src: Sources<'_>) -> Facts {
+    pub(crate) fn gather(src: Sources<'_>) -> Facts {
         let now = Instant::now();
         let readiness = src.readiness.upstreams();
         let upstreams = src
@@ -234,7 +224,7 @@ impl Facts {
     }
 
     /// The JSON body of `/status`.
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         serde_json::to_string(self).expect("the facts are plain data")
     }
 }
@@ -261,7 +251,7 @@ fn without_passwords(config: &Config) -> Config {
 }
 
 /// `2026-11-03T12:00:00.123Z`.
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let since = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
     let secs = since.as_secs();
     let (year, month, day) = civil_from_days((secs / 86_400) as i64);

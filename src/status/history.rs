@@ -9,11 +9,11 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Serialize;
 
 /// How far back the chart reaches, in seconds (one bucket each).
-pub const WINDOW_SECONDS: usize = 300;
+pub(crate) const WINDOW_SECONDS: usize = 300;
 
 /// One scrape, as [`Recorded::record`] takes it.
 #[derive(Debug, Clone, Copy)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// `success` or the failure's `result` label.
     pub result: &'static str,
     /// How long the fetch took.
@@ -67,7 +67,7 @@ struct Bucket {
 
 /// An upstream's recent scrapes.
 #[derive(Debug)]
-pub struct Recorded {
+pub(crate) struct Recorded {
     origin: Instant,
     last: Option<LastScrape>,
     last_error_at: Option<SystemTime>,
@@ -85,7 +85,7 @@ impl Default for Recorded {
 
 impl Recorded {
     /// Nothing recorded yet; seconds are counted from `origin`.
-    pub fn new(origin: Instant) -> Recorded {
+    pub(crate) fn new(origin: Instant) -> Recorded {
         Recorded {
             origin,
             last: None,
@@ -97,7 +97,7 @@ impl Recorded {
     }
 
     /// Records a scrape that finished now.
-    pub fn record(&mut self, outcome: Outcome) {
+    pub(crate) fn record(&mut self, outcome: Outcome) {
         self.record_at(Instant::now(), SystemTime::now(), outcome);
     }
 
@@ -142,27 +142,27 @@ impl Recorded {
     }
 
     /// The last scrape, if any finished.
-    pub fn last(&self) -> Option<LastScrape> {
+    pub(crate) fn last(&self) -> Option<LastScrape> {
         self.last
     }
 
     /// When the last failed scrape finished.
-    pub fn last_error_at(&self) -> Option<SystemTime> {
+    pub(crate) fn last_error_at(&self) -> Option<SystemTime> {
         self.last_error_at
     }
 
     /// When the scrapes began to succeed, or to fail, as the last one did.
-    pub fn since(&self) -> Option<SystemTime> {
+    pub(crate) fn since(&self) -> Option<SystemTime> {
         self.since.map(|(_, at)| at)
     }
 
     /// The decoded size of the last full page that arrived.
-    pub fn response_bytes(&self) -> Option<u64> {
+    pub(crate) fn response_bytes(&self) -> Option<u64> {
         self.response_bytes
     }
 
     /// The seconds of the window that saw scrapes, oldest first.
-    pub fn points(&self, now: Instant) -> Vec<Point> {
+    pub(crate) fn points(&self, now: Instant) -> Vec<Point> {
         let current = now.saturating_duration_since(self.origin).as_secs();
         let mut points: Vec<Point> = self
             .buckets

@@ -10,16 +10,15 @@
 //! - `page`: the HTML; `chart`: the SVG of an upstream's last few minutes.
 
 mod chart;
-pub mod facts;
-pub mod history;
+pub(crate) mod facts;
+pub(crate) mod history;
 mod page;
 
-pub use facts::{Facts, Sources};
-pub use page::REFRESH_SECONDS;
+pub(crate) use facts::{Facts, Sources};
 
 impl Facts {
     /// The HTML page.
-    pub fn to_html(&self) -> String {
+    pub(crate) fn to_html(&self) -> String {
         page::render(self)
     }
 }

@@ -11,7 +11,7 @@ use super::facts::{Facts, State, Timestamp, UpstreamFacts};
 use super::history::WINDOW_SECONDS;
 
 /// How often the page reloads itself, in seconds.
-pub const REFRESH_SECONDS: u32 = 5;
+pub(crate) const REFRESH_SECONDS: u32 = 5;
 
 const STYLE: &str = include_str!("page.css");
 

@@ -2,9 +2,9 @@
 //! `lmcache:` counters, gauges and histograms with their real names, types, labels and HELP texts.
 //! It uses a normal (not multiprocess) registry, so counters and histograms get `_created`.
 
-use super::super::expo::Writer;
-use super::super::sim::{Engine, Sim};
-use super::*;
+use crate::demo::expo::Writer;
+use crate::demo::lmcache::*;
+use crate::demo::sim::{Engine, Sim};
 
 type GaugeOf = fn(&LmcWorker, &Engine) -> f64;
 
@@ -176,7 +176,7 @@ const GAUGES: [(&str, &str, GaugeOf); 32] = [
 ];
 
 /// The LMCache API server's `/metrics` page, rendered from the current simulation state.
-pub(in super::super) fn render(sim: &Sim, out: &mut String) {
+pub(in crate::demo) fn render(sim: &Sim, out: &mut String) {
     let mut w = Writer::new(out, sim.created_unix + 0.0421);
     let activity = sim
         .lmcache

@@ -1,11 +1,11 @@
 //! The vLLM API server's `/metrics` page: Python runtime families, the `vllm:` families of
 //! `vllm/v1/metrics/loggers.py` in registration order, then the HTTP instrumentator's families.
 
-use super::expo::{Hist, Writer};
-use super::sim::{Engine, EngineHists, FINISH_REASONS, Sim};
+use crate::demo::expo::{Hist, Writer};
+use crate::demo::sim::{Engine, EngineHists, FINISH_REASONS, Sim};
 
 /// The vLLM page, rendered from the current simulation state.
-pub(super) fn render(sim: &Sim, out: &mut String) {
+pub(in crate::demo) fn render(sim: &Sim, out: &mut String) {
     let mut w = Writer::new(out, sim.created_unix);
     sim.api_process
         .render(&mut w, sim.now, sim.finished_requests());

@@ -1,0 +1,283 @@
+//! One `/metrics` page: the engine families merged and written once per set of fetches (shared
+//! by the requests that wait for them), sysport's own families after them, and the age headers.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, header};
+use bytes::Bytes;
+
+use super::parts::Parts;
+use super::{App, Runtime};
+use crate::expfmt::{self, MergeOptions, ParseLimits, ParseOptions, Selection};
+use crate::scrape::Scraped;
+use crate::views;
+
+/// Below this, a response is copied into one buffer and sent in one write; above it, its runs
+/// (mostly the upstream bodies themselves) are written as they are.
+const SINGLE_WRITE_BYTES: usize = 64 << 10;
+
+/// The latest shared rendering of the engine families, held weakly: it lives only while the
+/// requests that share it are being answered.
+pub(super) type RenderSlot = Option<(
+    RenderKey,
+    std::sync::Weak<tokio::sync::OnceCell<Arc<[Bytes]>>>,
+)>;
+
+/// The response body of engine runs and sysport's own families: one buffer for a small page,
+/// else the runs (mostly the upstream bodies themselves) as they are.
+pub(super) fn body(engines: &[Bytes], own: Bytes) -> Body {
+    let len = engines.iter().map(Bytes::len).sum::<usize>() + own.len();
+    if len < SINGLE_WRITE_BYTES {
+        let mut all = Vec::with_capacity(len);
+        for part in engines.iter().chain([&own]) {
+            all.extend_from_slice(part);
+        }
+        Body::from(all)
+    } else {
+        Body::new(Parts::new(engines.iter().cloned().chain([own])))
+    }
+}
+
+/// Identifies one rendering of the engine families: the fetches it came from and the format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct RenderKey {
+    pub(super) generations: Vec<u64>,
+    pub(super) openmetrics: bool,
+}
+
+impl App {
+    /// The shared rendering for `key`, alive while some request holds it.
+    pub(super) fn render_cell(&self, key: RenderKey) -> Arc<tokio::sync::OnceCell<Arc<[Bytes]>>> {
+        let mut slot = self.render.lock().expect("render cache lock");
+        if let Some((k, weak)) = slot.as_ref()
+            && *k == key
+            && let Some(cell) = weak.upgrade()
+        {
+            return cell;
+        }
+        let cell = Arc::new(tokio::sync::OnceCell::new());
+        *slot = Some((key, Arc::downgrade(&cell)));
+        cell
+    }
+}
+
+/// Merges and writes the engine families of one scrape (no `# EOF`), in text mostly as runs of
+/// the upstream bodies. Without a name filter it also records each upstream's series counts.
+pub(super) fn render_engines(
+    app: &App,
+    runtime: &Runtime,
+    which: &[usize],
+    scraped: &[Scraped],
+    names: Option<&Selection>,
+    openmetrics: bool,
+) -> Arc<[Bytes]> {
+    // Renamed families under their other names (`aliases: true`) go after every upstream's
+    // own, so the per-upstream counts below stay in step with the upstreams.
+    let aliases = match names {
+        None => views::aliases(&runtime.scraper, which, scraped),
+        Some(_) => views::Aliases::default(),
+    };
+    // Each upstream's page as its rules leave it (one part or two), and whose each part is.
+    let (mut engines, owners): (Vec<&expfmt::Exposition>, Vec<usize>) = which
+        .iter()
+        .zip(scraped)
+        .filter_map(|(&i, s)| Some((i, s.result.as_ref().ok()?)))
+        .flat_map(|(i, page)| page.served.iter().map(move |part| (&**part, i)))
+        .unzip();
+    engines.extend(&aliases.expositions);
+    let merged = expfmt::merge(
+        &engines,
+        &MergeOptions {
+            added: runtime.scraper.added_labels(),
+            names,
+            hasher: runtime.scraper.hasher(),
+        },
+    );
+    if names.is_none() {
+        let upstreams = runtime.scraper.upstreams();
+        let mut totals: Vec<(usize, expfmt::MergeStats)> = Vec::new();
+        for (&i, stats) in owners.iter().zip(merged.stats()) {
+            match totals.last_mut() {
+                Some((last, total)) if *last == i => {
+                    total.kept += stats.kept;
+                    total.conflict += stats.conflict;
+                    total.duplicate += stats.duplicate;
+                }
+                _ => totals.push((i, *stats)),
+            }
+        }
+        for (i, stats) in totals {
+            let name = upstreams[i].name.as_str();
+            let t = &app.telemetry;
+            t.set_series(name, "kept", stats.kept);
+            t.set_series(name, "conflict", stats.conflict);
+            t.set_series(name, "duplicate", stats.duplicate);
+        }
+        for (i, added) in aliases.counts {
+            app.telemetry
+                .set_series(&upstreams[i].name, "aliased", added);
+        }
+    }
+    if openmetrics {
+        let mut out = Vec::with_capacity(merged.size_hint());
+        let stats = expfmt::write_openmetrics(&merged, &mut out);
+        if stats.dropped_samples > 0 {
+            app.telemetry
+                .openmetrics_dropped
+                .inc_by(stats.dropped_samples);
+            tracing::debug!(
+                families = stats.dropped_families,
+                "families OpenMetrics cannot express were left out"
+            );
+        }
+        Arc::new([Bytes::from(out)])
+    } else {
+        let bodies = engines.iter().map(|e| e.body().clone()).collect();
+        let mut out = expfmt::Pieces::new(bodies);
+        expfmt::write_text(&merged, &mut out);
+        out.finish().into()
+    }
+}
+
+/// sysport's own metrics (the selected ones) in the response's format; ends the OpenMetrics
+/// document.
+pub(super) fn render_own(
+    app: &App,
+    runtime: &Runtime,
+    selection: Option<&Selection>,
+    openmetrics: bool,
+) -> Bytes {
+    let mut text = Vec::with_capacity(16 << 10);
+    app.telemetry.render_text(selection, &mut text);
+    if !openmetrics {
+        // The registry's text is already canonical text 0.0.4 with nothing to merge into it:
+        // reading it back would give the same bytes (`own_text_reads_back_unchanged`).
+        return Bytes::from(text);
+    }
+    read_back_own(text, openmetrics, runtime.scraper.hasher())
+}
+
+/// sysport's own metrics, read back like an upstream so that both output formats treat them
+/// like any family.
+fn read_back_own(text: Vec<u8>, openmetrics: bool, hasher: expfmt::PairHasher) -> Bytes {
+    let keep = [String::from_utf8_lossy(expfmt::RESERVED_PREFIX).into_owned()];
+    let opts = ParseOptions {
+        keep: &keep,
+        limits: ParseLimits::DERIVED,
+        added_labels: &[],
+        hasher,
+        allow_reserved: true,
+    };
+    let own = expfmt::parse(text.into(), expfmt::Format::Text, &opts).unwrap_or_else(|err| {
+        tracing::error!(error = %err, "could not read back sysport's own metrics");
+        expfmt::Exposition::empty()
+    });
+    let sources = [&own];
+    let merged = expfmt::merge(
+        &sources,
+        &MergeOptions {
+            added: &[],
+            names: None,
+            hasher,
+        },
+    );
+    let mut out = Vec::with_capacity(merged.size_hint() + 16);
+    if openmetrics {
+        expfmt::write_openmetrics(&merged, &mut out);
+        out.extend_from_slice(expfmt::OPENMETRICS_EOF);
+    } else {
+        expfmt::write_text(&merged, &mut out);
+    }
+    Bytes::from(out)
+}
+
+/// `Sysport-Age`: the age of the oldest upstream data in the response, in seconds with
+/// millisecond precision (readers judge staleness at 50 ms scale); and HTTP's own `Age`
+/// (whole seconds) when that data predates the request: it came from a fetch that an earlier
+/// request made (`min_interval`).
+pub(super) fn set_age(h: &mut HeaderMap, scraped: &[Scraped], started: Instant, now: Instant) {
+    let age = scraped
+        .iter()
+        .filter(|s| s.result.is_ok())
+        .map(|s| (now.saturating_duration_since(s.at), s.at < started))
+        .max();
+    if let Some((age, reused)) = age {
+        if let Ok(v) = HeaderValue::from_str(&format!("{:.3}", age.as_secs_f64())) {
+            h.insert(SYSPORT_AGE, v);
+        }
+        if reused {
+            h.insert(header::AGE, HeaderValue::from(age.as_secs()));
+        }
+    }
+}
+
+/// Response header: seconds since the oldest upstream data in the response was fetched.
+pub const SYSPORT_AGE: &str = "sysport-age";
+
+/// Whether a read includes sysport's own families at all (they cost a registry walk).
+pub(super) fn wants_own(selection: Option<&Selection>) -> bool {
+    selection.is_none_or(|s| s.selects_under(expfmt::RESERVED_PREFIX))
+}
+
+/// Sets `upstream_last_fetch_age_seconds` for every upstream: from this read's fetch where it
+/// succeeded, else from the upstream's last success (absent until there is one).
+pub(super) fn set_fetch_ages(
+    app: &App,
+    runtime: &Runtime,
+    which: &[usize],
+    scraped: &[Scraped],
+    now: Instant,
+) {
+    let gauge = &app.telemetry.last_fetch_age;
+    for (i, u) in runtime.scraper.upstreams().iter().enumerate() {
+        let here = which
+            .iter()
+            .position(|&w| w == i)
+            .and_then(|k| scraped[k].result.is_ok().then_some(scraped[k].at));
+        if let Some(at) = here.or_else(|| runtime.scraper.last_success(i)) {
+            gauge
+                .with_label_values(&[&u.name])
+                .set(now.saturating_duration_since(at).as_secs_f64());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::Telemetry;
+
+    #[test]
+    fn own_text_reads_back_unchanged() {
+        let t = Telemetry::new();
+        t.register_upstream("engine \"0\"\\n");
+        t.set_series("engine \"0\"\\n", "kept", 7);
+        t.render_duration
+            .with_label_values(&["full"])
+            .observe(0.0123);
+        t.scrape_duration
+            .with_label_values(&["engine \"0\"\\n"])
+            .observe(2.5);
+        let mut text = Vec::new();
+        t.render_text(None, &mut text);
+        let back = read_back_own(text.clone(), false, expfmt::PairHasher::new(7));
+        assert!(text.len() > 1000);
+        assert_eq!(
+            String::from_utf8_lossy(&back),
+            String::from_utf8_lossy(&text)
+        );
+    }
+
+    #[test]
+    fn own_metrics_are_rendered_only_when_a_read_can_include_them() {
+        let wants = |names: &[&str]| wants_own(Some(&Selection::new(names.iter().copied())));
+        assert!(wants_own(None));
+        assert!(wants(&["vllm:a", "dynamo_sysport_upstream_up"]));
+        assert!(wants(&["dynamo_sysport_upstream_scrapes"]));
+        assert!(!wants(&["vllm:a", "vllm:b"]));
+        assert!(!wants(&["dynamo_sysportx"]));
+        assert!(!wants(&[]));
+    }
+}

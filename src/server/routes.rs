@@ -1,0 +1,339 @@
+//! The routes: which path is which, the probes, `/metrics` and the views, the status page; and
+//! the count of every answer in `dynamo_sysport_http_requests_total`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Version, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use tower_http::compression::CompressionLayer;
+
+use super::negotiate::{budget, content_type, requested_names, wants_openmetrics};
+use super::page::{
+    RenderKey, body, render_engines, render_own, set_age, set_fetch_ages, wants_own,
+};
+use super::{App, Runtime};
+use crate::config::Config;
+use crate::expfmt::{self, Selection};
+use crate::{stall, status, web};
+
+/// The routes, behind basic auth and the configured headers when the web configuration has
+/// them (the probes stay open).
+pub(super) fn router(app: Arc<App>, guard: Option<web::auth::Guard>) -> Router {
+    let routes = Router::new().fallback(dispatch).with_state(app);
+    let routes = match guard {
+        Some(guard) => routes.layer(axum::middleware::from_fn_with_state(
+            guard,
+            web::auth::require,
+        )),
+        None => routes,
+    };
+    routes.layer(
+        // Prometheus asks for gzip on every scrape: the fastest level keeps compression from
+        // costing more than the merge itself, for most of the size benefit.
+        CompressionLayer::new()
+            .quality(tower_http::CompressionLevel::Fastest)
+            .gzip(true)
+            .no_br()
+            .no_deflate()
+            .no_zstd(),
+    )
+}
+
+/// Whether `path` is a probe: open without credentials, and served on the probe port.
+pub(super) fn is_probe(config: &Config, path: &str) -> bool {
+    path == config.health.path || path == config.health.live_path || path == stall::LIVE_ENGINE_PATH
+}
+
+/// The probe port: the probes, nothing else.
+pub(super) async fn probes_only(State(app): State<Arc<App>>, req: Request) -> Response {
+    let runtime = app.current();
+    if is_probe(&runtime.config, req.uri().path()) {
+        dispatch(State(app), req).await
+    } else {
+        (
+            StatusCode::NOT_FOUND,
+            "not found: this port serves only the probes\n",
+        )
+            .into_response()
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Metrics,
+    /// `/metrics/<name>`: a view.
+    View(usize),
+    Health,
+    Live,
+    /// `/`: the status page.
+    Page,
+    /// `/status`: its facts as JSON.
+    Status,
+    /// `/live/engine`: the engine container's liveness (stall detection).
+    LiveEngine,
+}
+
+async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
+    let started = Instant::now();
+    let runtime = app.current();
+    let path = req.uri().path();
+    let route = if path == "/metrics" {
+        Some(Route::Metrics)
+    } else if path == runtime.config.health.path {
+        Some(Route::Health)
+    } else if path == runtime.config.health.live_path {
+        Some(Route::Live)
+    } else if path == stall::LIVE_ENGINE_PATH {
+        Some(Route::LiveEngine)
+    } else {
+        path.strip_prefix("/metrics/")
+            .and_then(|name| runtime.views.find(name))
+            .map(Route::View)
+            .or(match path {
+                "/" => Some(Route::Page),
+                "/status" => Some(Route::Status),
+                _ => None,
+            })
+    };
+    let mut read = "";
+    let response = match (route, check_host(&req)) {
+        (_, Err(msg)) => (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response(),
+        (None, _) => (StatusCode::NOT_FOUND, "not found\n").into_response(),
+        (Some(_), _) if req.method() != Method::GET && req.method() != Method::HEAD => {
+            let mut r = (StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n").into_response();
+            r.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            r
+        }
+        (Some(Route::Live), _) => live(&runtime),
+        (Some(Route::LiveEngine), _) => {
+            let (live, body) = stall::live_engine(&runtime.readiness.stalls());
+            let code = if live {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            json_response(code, body.to_string())
+        }
+        (Some(Route::Health), _) => health(&app, &runtime),
+        (Some(Route::Status), _) => json_response(StatusCode::OK, facts(&app, &runtime).to_json()),
+        (Some(Route::Page), _) => html_response(facts(&app, &runtime).to_html()),
+        (Some(Route::Metrics), _) => {
+            let names = requested_names(req.uri().query());
+            // A query that names anything is a selective read, well-formed or not.
+            read = if matches!(names, Ok(None)) {
+                "full"
+            } else {
+                "selective"
+            };
+            match names {
+                Ok(names) => {
+                    let selection = names.map(|n| Selection::new(n.iter().map(String::as_str)));
+                    metrics(&app, &runtime, selection, read, req.headers(), started).await
+                }
+                Err(msg) => (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response(),
+            }
+        }
+        (Some(Route::View(v)), _) => {
+            read = "view";
+            view(&app, &runtime, v, req.headers(), started).await
+        }
+    };
+    let view_path;
+    let path_label = match route {
+        Some(Route::Metrics) => "/metrics",
+        Some(Route::View(v)) => {
+            view_path = format!("/metrics/{}", runtime.views.name(v));
+            view_path.as_str()
+        }
+        Some(Route::Health) => runtime.config.health.path.as_str(),
+        Some(Route::Live) => runtime.config.health.live_path.as_str(),
+        Some(Route::Page) => "/",
+        Some(Route::Status) => "/status",
+        Some(Route::LiveEngine) => stall::LIVE_ENGINE_PATH,
+        None => "other",
+    };
+    let t = &app.telemetry;
+    t.http_requests
+        .with_label_values(&[path_label, response.status().as_str(), read])
+        .inc();
+    if !read.is_empty() {
+        t.metrics_duration
+            .with_label_values(&[read])
+            .observe(started.elapsed().as_secs_f64());
+    }
+    response
+}
+
+fn live(runtime: &Runtime) -> Response {
+    if runtime.readiness.is_shutting_down() {
+        json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            r#"{"status":"shutting down"}"#.into(),
+        )
+    } else {
+        json_response(StatusCode::OK, r#"{"status":"live"}"#.into())
+    }
+}
+
+fn health(app: &App, runtime: &Runtime) -> Response {
+    let (ready, body) = runtime.readiness.report(app.telemetry.uptime_seconds());
+    let code = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json_response(code, body.to_string())
+}
+
+/// What the status page and `/status` show, read from sysport's state (no upstream fetch).
+fn facts(app: &App, runtime: &Runtime) -> status::Facts {
+    status::Facts::gather(status::Sources {
+        config: &runtime.config,
+        scraper: &runtime.scraper,
+        readiness: &runtime.readiness,
+        views: &runtime.views,
+        telemetry: &app.telemetry,
+        listen: &app.listen,
+    })
+}
+
+fn html_response(body: String) -> Response {
+    let mut r = (StatusCode::OK, body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn json_response(code: StatusCode, body: String) -> Response {
+    let mut r = (code, body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// RFC 9112 §3.2: a server answers 400 to an HTTP/1.1 request without a Host header, and to
+/// any request with more than one or with an invalid one.
+fn check_host(req: &Request) -> Result<(), &'static str> {
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (_, Some(_)) => Err("more than one Host header (RFC 9112 section 3.2)"),
+        (None, _) if req.version() == Version::HTTP_11 => {
+            Err("an HTTP/1.1 request needs a Host header (RFC 9112 section 3.2)")
+        }
+        (Some(host), _) if !valid_host(host.as_bytes()) => {
+            Err("invalid Host header: expected host[:port] (RFC 9112 section 3.2)")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `uri-host [ ":" port ]`, or empty (a target without an authority).
+fn valid_host(host: &[u8]) -> bool {
+    host.is_empty() || (!host.contains(&b'@') && axum::http::uri::Authority::try_from(host).is_ok())
+}
+
+async fn metrics(
+    app: &App,
+    runtime: &Runtime,
+    selection: Option<Selection>,
+    read: &str,
+    headers: &HeaderMap,
+    started: Instant,
+) -> Response {
+    let scraper = &runtime.scraper;
+    // With `?name=`, only upstreams whose prefixes could hold a selected family are fetched.
+    let which: Vec<usize> = (0..scraper.upstreams().len())
+        .filter(|&i| selection.as_ref().is_none_or(|s| scraper.may_hold(i, s)))
+        .collect();
+    let scraped = scraper
+        .scrape(&which, selection.as_ref(), budget(headers))
+        .await;
+    let rendering = Instant::now();
+    let openmetrics = wants_openmetrics(headers);
+    let engines = match &selection {
+        Some(s) => render_engines(app, runtime, &which, &scraped, Some(s), openmetrics),
+        None => {
+            // Scrapers that share a fetch share its rendering too: one merge and one output
+            // buffer however many of them wait (Prometheus HA pairs, load tests).
+            let key = RenderKey {
+                generations: scraped.iter().map(|s| s.generation).collect(),
+                openmetrics,
+            };
+            let cell = app.render_cell(key);
+            cell.get_or_init(|| async {
+                render_engines(app, runtime, &which, &scraped, None, openmetrics)
+            })
+            .await
+            .clone()
+        }
+    };
+    let now = Instant::now();
+    // Rendered after the engine merge, so the series counts it sets are this scrape's.
+    let own = if wants_own(selection.as_ref()) {
+        set_fetch_ages(app, runtime, &which, &scraped, now);
+        stall::set_gauges(&runtime.readiness.stalls(), &app.telemetry);
+        render_own(app, runtime, selection.as_ref(), openmetrics)
+    } else if openmetrics {
+        Bytes::from_static(expfmt::OPENMETRICS_EOF)
+    } else {
+        Bytes::new()
+    };
+    let body = body(&engines, own);
+    let mut r = Response::new(body);
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, content_type(openmetrics));
+    set_age(r.headers_mut(), &scraped, started, now);
+    app.telemetry
+        .render_duration
+        .with_label_values(&[read])
+        .observe(rendering.elapsed().as_secs_f64());
+    r
+}
+
+/// A view: the families it reads, fetched like a selective read (shared fetches,
+/// `min_interval`, the engine's `name[]` selection) and combined.
+async fn view(
+    app: &App,
+    runtime: &Runtime,
+    v: usize,
+    headers: &HeaderMap,
+    started: Instant,
+) -> Response {
+    let scraper = &runtime.scraper;
+    let (which, names) = runtime
+        .views
+        .wanted(v, |u, name| scraper.may_hold(u, &Selection::new([name])));
+    let selection = Selection::new(names.iter().map(String::as_str));
+    let scraped = scraper
+        .scrape(&which, Some(&selection), budget(headers))
+        .await;
+    let rendering = Instant::now();
+    let openmetrics = wants_openmetrics(headers);
+    let (body, dropped) = runtime
+        .views
+        .render(v, scraper, &which, &scraped, openmetrics);
+    app.telemetry.openmetrics_dropped.inc_by(dropped);
+    let mut r = Response::new(Body::from(body));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, content_type(openmetrics));
+    set_age(r.headers_mut(), &scraped, started, Instant::now());
+    app.telemetry
+        .render_duration
+        .with_label_values(&["view"])
+        .observe(rendering.elapsed().as_secs_f64());
+    r
+}
