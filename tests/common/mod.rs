@@ -1,6 +1,9 @@
 //! Shared test harness: loopback upstreams that tests can change, stop and restart; sysport
-//! itself on port 0; a small matcher for metrics.
+//! itself on port 0, in-process, or the binary as a child ([`sidecar`]); a small matcher for
+//! metrics.
 #![allow(dead_code, unreachable_pub)]
+
+pub mod sidecar;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
