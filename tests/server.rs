@@ -891,3 +891,37 @@ async fn pages_that_change_between_scrapes_are_served_as_they_are_now() {
         );
     }
 }
+
+#[test]
+fn the_test_matcher_compares_label_names_and_values_exactly() {
+    let page = "\
+# TYPE vllm:x gauge
+vllm:x{xengine=\"0\"} 1
+vllm:x{engine=\"00\"} 2
+vllm:x{engine=\"0\\\",\",model=\"a\"} 3
+vllm:x{path=\"C:\\\\dir\\\"quoted\\\"\\nend\",engine=\"1\"} 4
+vllm:x_total{engine=\"0\"} 5
+";
+    // Neither a longer label name nor a longer value is the one asked for.
+    assert_eq!(metric(page, "vllm:x").label("engine", "0").count(), 0);
+    // A value holding `",` is one value, not the end of the label and a new one.
+    assert_eq!(metric(page, "vllm:x").label("engine", "0\",").value(), 3.0);
+    assert_eq!(metric(page, "vllm:x").label("model", "a").value(), 3.0);
+    // Escapes are read: `\\`, `\"` and `\n`.
+    assert_eq!(
+        metric(page, "vllm:x")
+            .label("path", "C:\\dir\"quoted\"\nend")
+            .value(),
+        4.0
+    );
+    assert_eq!(metric(page, "vllm:x").label("path", "C:\\dir").count(), 0);
+    assert_eq!(metric(page, "vllm:x").label("xengine", "0").value(), 1.0);
+    assert_eq!(metric(page, "vllm:x").count(), 4);
+    assert_eq!(
+        metric(page, "vllm:x_total").label("engine", "0").value(),
+        5.0
+    );
+    // OpenMetrics' quoted names and a timestamp after the value.
+    let quoted = "{\"vllm.x\",engine=\"0\"} 6 1700000000\n";
+    assert_eq!(metric(quoted, "vllm.x").label("engine", "0").value(), 6.0);
+}
