@@ -2,14 +2,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
+use common::sidecar::{BIN, Sidecar};
 use common::*;
-
-const BIN: &str = env!("CARGO_BIN_EXE_sysport");
 
 fn temp_file(name: &str, contents: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sysport-cli-{}-{}", std::process::id(), name));
@@ -17,62 +15,6 @@ fn temp_file(name: &str, contents: &str) -> PathBuf {
     let path = dir.join("sysport.yaml");
     std::fs::write(&path, contents).expect("write config");
     path
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-fn signal(child: &Child, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .expect("kill runs")
-        .success();
-    assert!(ok, "kill {sig} failed");
-}
-
-/// Starts the binary and waits until `/live` answers.
-async fn start(config: &PathBuf, port: u16) -> Child {
-    let child = Command::new(BIN)
-        .arg("--config")
-        .arg(config)
-        .env("SYSPORT_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sysport starts");
-    let url = format!("http://127.0.0.1:{port}/live");
-    eventually(Duration::from_secs(10), "sysport listening", || {
-        let url = url.clone();
-        async move {
-            client()
-                .get(url)
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
-        }
-    })
-    .await;
-    child
-}
-
-fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "sysport did not exit in {within:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]
@@ -288,28 +230,24 @@ fn check_config_refuses_bad_relabel_rules_and_prints_good_ones() {
 async fn sigterm_drains_and_exits_zero_and_sighup_reloads() {
     let a = Upstream::start(Reply::text("# TYPE vllm:a gauge\nvllm:a 1\n")).await;
     let b = Upstream::start(Reply::text("# TYPE vllm:b gauge\nvllm:b 2\n")).await;
-    let port = free_port();
-    let config = |url: &str| {
+    let config = |url: &str, port: u16| {
         format!(
             "listen: {{ host: 127.0.0.1, port: {port} }}\nshutdown: {{ drain_delay: 300ms }}\nupstreams:\n  - name: engine\n    url: {url}\n    keep: [\"vllm:\"]\n"
         )
     };
-    let path = temp_file("signals", &config(&a.metrics_url()));
-    let mut child = start(&path, port).await;
-    let metrics = format!("http://127.0.0.1:{port}/metrics");
-    let body = client()
-        .get(&metrics)
-        .send()
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("body");
+    let a_url = a.metrics_url();
+    let sp = Sidecar::launch("signals")
+        .config(|port| config(&a_url, port))
+        .start()
+        .await;
+    let metrics = sp.url("/metrics");
+    let body = get_text(&metrics).await;
     assert_eq!(metric(&body, "vllm:a").value(), 1.0);
 
     // A valid new file replaces the configuration.
-    std::fs::write(&path, config(&b.metrics_url())).expect("rewrite");
-    signal(&child, "-HUP");
+    let path = sp.config_path().to_path_buf();
+    std::fs::write(&path, config(&b.metrics_url(), sp.port)).expect("rewrite");
+    sp.signal("-HUP");
     eventually(Duration::from_secs(5), "reloaded", || {
         let metrics = metrics.clone();
         async move {
@@ -320,7 +258,7 @@ async fn sigterm_drains_and_exits_zero_and_sighup_reloads() {
     .await;
     // An invalid one is refused and the running configuration keeps serving.
     std::fs::write(&path, "upstreams: [ { name: x, engine: tgi } ]\n").expect("rewrite");
-    signal(&child, "-HUP");
+    sp.signal("-HUP");
     eventually(Duration::from_secs(5), "refusal counted", || {
         let metrics = metrics.clone();
         async move {
@@ -331,14 +269,8 @@ async fn sigterm_drains_and_exits_zero_and_sighup_reloads() {
     })
     .await;
 
-    signal(&child, "-TERM");
-    let status = wait_exit(&mut child, Duration::from_secs(10));
-    assert_eq!(status.code(), Some(0));
-    let mut log = String::new();
-    for line in BufReader::new(child.stderr.take().expect("stderr")).lines() {
-        log.push_str(&line.expect("log line"));
-        log.push('\n');
-    }
+    // SIGTERM: a clean exit (code 0), which `stop` asserts.
+    let log = sp.stop().await;
     assert!(log.contains("configuration reload refused"), "{log}");
     assert!(
         log.contains(&path.display().to_string()),
@@ -347,25 +279,19 @@ async fn sigterm_drains_and_exits_zero_and_sighup_reloads() {
     assert!(log.contains("shutting down"), "{log}");
 }
 
-/// `sysport demo` on `port`, and what it printed up to its last line ("Ctrl-C stops it.").
-fn start_demo(port: u16) -> (Child, Vec<String>) {
-    let mut child = Command::new(BIN)
-        .args(["demo", "--port", &port.to_string(), "--host", "127.0.0.1"])
-        .env("SYSPORT_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("sysport demo starts");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut printed = Vec::new();
-    while let Some(Ok(line)) = lines.next() {
-        let done = line.starts_with("Ctrl-C");
-        printed.push(line);
-        if done || printed.len() > 40 {
-            break;
-        }
-    }
-    (child, printed)
+/// `sysport demo` on a free port, and what it printed up to its last line ("Ctrl-C stops it.").
+async fn start_demo(test: &str) -> (Sidecar, Vec<String>) {
+    let mut sp = Sidecar::launch(test)
+        .args(|port| {
+            ["demo", "--port", &port.to_string(), "--host", "127.0.0.1"]
+                .map(String::from)
+                .to_vec()
+        })
+        .stdout()
+        .start()
+        .await;
+    let printed = sp.printed_until("Ctrl-C", 41).await;
+    (sp, printed)
 }
 
 /// The URL on the first printed line that contains `marker`.
@@ -380,16 +306,15 @@ fn url_in(printed: &[String], marker: &str) -> String {
 
 #[tokio::test]
 async fn demo_serves_the_router_view_of_its_two_data_parallel_engines() {
-    let port = free_port();
-    let (mut child, printed) = start_demo(port);
+    let (sp, printed) = start_demo("demo-router").await;
+    let port = sp.port;
     let url_in = |marker: &str| url_in(&printed, marker);
     let router = url_in("/metrics/router");
     assert_eq!(router, format!("http://127.0.0.1:{port}/metrics/router"));
     let engine = url_in("simulated vLLM");
     let page = get_text(&engine).await;
     let view = get_text(&router).await;
-    signal(&child, "-TERM");
-    assert!(wait_exit(&mut child, Duration::from_secs(20)).success());
+    sp.stop().await;
     for e in ["0", "1"] {
         assert_eq!(
             metric(&page, "vllm:num_requests_waiting")
@@ -415,8 +340,8 @@ async fn demo_serves_the_router_view_of_its_two_data_parallel_engines() {
 
 #[tokio::test]
 async fn the_demo_engine_can_be_hung_and_let_go_as_it_prints() {
-    let port = free_port();
-    let (mut child, printed) = start_demo(port);
+    let (sp, printed) = start_demo("demo-stall").await;
+    let port = sp.port;
     let url_in = |marker: &str| url_in(&printed, marker);
     let live_engine = url_in("/live/engine");
     assert_eq!(live_engine, format!("http://127.0.0.1:{port}/live/engine"));
@@ -461,8 +386,7 @@ async fn the_demo_engine_can_be_hung_and_let_go_as_it_prints() {
         code(health.clone()).await == 200
     })
     .await;
-    signal(&child, "-TERM");
-    assert!(wait_exit(&mut child, Duration::from_secs(20)).success());
+    sp.stop().await;
 }
 
 #[test]

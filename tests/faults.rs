@@ -15,8 +15,6 @@ mod common;
 mod expo;
 #[path = "faults/lies.rs"]
 mod lies;
-#[path = "faults/sidecar.rs"]
-mod sidecar;
 #[path = "faults/upstream.rs"]
 mod upstream;
 
@@ -24,7 +22,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::metric;
-use sidecar::{Sidecar, UpstreamSpec};
+use common::sidecar::{Sidecar, UpstreamSpec};
 use upstream::{Fault, RawUpstream, refused_url};
 
 /// The faulty upstream's `timeout`, and how long `/metrics` may take with it.

@@ -1,10 +1,11 @@
 //! High-frequency readers (inference-gateway endpoint pickers): `min_interval` coalescing,
 //! selective `?name=` reads, and how a response tells the age of its data. Upstream hits are
-//! counted at the upstream; the few waits use margins of hundreds of milliseconds.
+//! counted at the upstream. An age is checked against the sleep before it (never younger) and the
+//! window it must fall in (seconds wide), a fresh one against the read's own duration.
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use common::*;
@@ -43,8 +44,30 @@ async fn start(upstream: &Upstream, min_interval: Duration) -> Running {
     Running::start(cfg).await
 }
 
-/// Status, `Sysport-Age` in seconds, `Age` and the body of a GET.
-async fn read(sp: &Running, path: &str) -> (StatusCode, Option<f64>, Option<u64>, String) {
+/// A GET: its status, `Sysport-Age` in seconds, `Age`, body, and how long it took.
+struct Read {
+    status: StatusCode,
+    sysport_age: Option<f64>,
+    age: Option<u64>,
+    body: String,
+    took: Duration,
+}
+
+impl Read {
+    /// Data fetched for this read: no HTTP `Age`, and a `Sysport-Age` no older than the read.
+    fn assert_fresh(&self) {
+        assert_eq!(self.age, None, "fresh data is not from a cache");
+        let sysport_age = self.sysport_age.expect("Sysport-Age");
+        assert!(
+            sysport_age <= self.took.as_secs_f64(),
+            "Sysport-Age {sysport_age} s for a read of {:?}",
+            self.took
+        );
+    }
+}
+
+async fn read(sp: &Running, path: &str) -> Read {
+    let started = Instant::now();
     let r = client().get(sp.url(path)).send().await.expect("answers");
     let status = StatusCode::from_u16(r.status().as_u16()).expect("status");
     let header = |name: &str| {
@@ -54,7 +77,14 @@ async fn read(sp: &Running, path: &str) -> (StatusCode, Option<f64>, Option<u64>
     };
     let sysport_age = header("sysport-age").map(|v| v.parse().expect("seconds"));
     let age = header("age").map(|v| v.parse().expect("whole seconds"));
-    (status, sysport_age, age, r.text().await.expect("body"))
+    let body = r.text().await.expect("body");
+    Read {
+        status,
+        sysport_age,
+        age,
+        body,
+        took: started.elapsed(),
+    }
 }
 
 #[tokio::test]
@@ -79,8 +109,8 @@ async fn concurrent_and_repeated_reads_reach_the_engine_once_per_min_interval() 
     assert_eq!(queries[0], "", "one fetch of the full page");
     assert!(queries[1].contains("name%5B%5D="), "one of the selection");
     for _ in 0..20 {
-        let (code, _, _, body) = read(&sp, WAITING).await;
-        assert_eq!(code, 200);
+        let Read { status, body, .. } = read(&sp, WAITING).await;
+        assert_eq!(status, 200);
         assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), 4.0);
     }
     assert_eq!(
@@ -88,7 +118,7 @@ async fn concurrent_and_repeated_reads_reach_the_engine_once_per_min_interval() 
         2,
         "repeated reads within min_interval reuse them"
     );
-    let (_, _, _, page) = read(&sp, "/metrics").await;
+    let page = read(&sp, "/metrics").await.body;
     assert_eq!(
         metric(&page, "dynamo_sysport_upstream_scrapes_total")
             .label("result", "success")
@@ -104,11 +134,13 @@ async fn min_interval_zero_fetches_every_scrape_and_shares_concurrent_ones() {
     let sp = start(&a, Duration::ZERO).await;
     for i in 0..5 {
         a.set(Reply::text(gauge(i as f64)));
-        let (code, sysport_age, age, body) = read(&sp, "/metrics").await;
-        assert_eq!(code, 200);
-        assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), i as f64);
-        assert!(sysport_age.expect("Sysport-Age") < 1.0);
-        assert_eq!(age, None, "fresh data is not from a cache");
+        let r = read(&sp, "/metrics").await;
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            metric(&r.body, "vllm:num_requests_waiting").value(),
+            i as f64
+        );
+        r.assert_fresh();
     }
     assert_eq!(a.requests(), 5);
     let mut reply = Reply::text(gauge(7.0));
@@ -133,29 +165,47 @@ async fn min_interval_zero_fetches_every_scrape_and_shares_concurrent_ones() {
 
 #[tokio::test]
 async fn a_read_past_min_interval_gets_the_last_fetch_at_once_and_a_refresh_starts() {
-    let a = Upstream::start(Reply::text(gauge(3.0))).await;
-    let sp = start(&a, Duration::from_secs(1)).await;
-    let (_, sysport_age, age, body) = read(&sp, "/metrics").await;
-    assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), 3.0);
-    assert!(sysport_age.expect("Sysport-Age") < 1.0);
-    assert_eq!(age, None);
+    // The first fetch takes 2.5 s, which makes its stale window (min_interval plus the longer of
+    // min_interval and twice that) 6 s: seconds of slack for the read that must fall in it.
+    let mut reply = Reply::text(gauge(3.0));
+    reply.delay = Duration::from_millis(2500);
+    let a = Upstream::start(reply).await;
+    let mut cfg = config(vec![upstream_config("vllm", &a.metrics_url(), &["vllm:"])]);
+    cfg.health.interval = Duration::from_secs(3600);
+    cfg.upstreams[0].health_url = Some(a.health_url().parse().expect("url"));
+    cfg.upstreams[0].min_interval = Duration::from_secs(1);
+    cfg.upstreams[0].timeout = Duration::from_secs(10);
+    let sp = Running::start(cfg).await;
+    let r = read(&sp, "/metrics").await;
+    assert_eq!(metric(&r.body, "vllm:num_requests_waiting").value(), 3.0);
+    r.assert_fresh();
 
-    // Between one and two min_intervals later: the last fetch is served without waiting for the
-    // (slow) refresh, which starts behind it.
+    // Past min_interval, within the stale window: the last fetch is served without waiting for
+    // the (slow) refresh, which starts behind it.
     let mut reply = Reply::text(gauge(9.0));
     reply.delay = Duration::from_millis(500);
     a.set(reply);
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    let (code, sysport_age, age, body) = read(&sp, "/metrics").await;
-    assert_eq!(code, 200);
-    assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), 3.0);
-    let sysport_age = sysport_age.expect("Sysport-Age");
-    assert!((1.2..2.0).contains(&sysport_age), "{sysport_age}");
-    assert_eq!(age, Some(1), "HTTP Age in whole seconds for reused data");
-    let gauge_age = metric(&body, "dynamo_sysport_upstream_last_fetch_age_seconds")
+    let slept = Duration::from_millis(1200);
+    tokio::time::sleep(slept).await;
+    let r = read(&sp, "/metrics").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(metric(&r.body, "vllm:num_requests_waiting").value(), 3.0);
+    // As old as the sleep at least; younger than the stale window, or the read would have
+    // waited for the refresh.
+    let window = 1.0..6.0;
+    let sysport_age = r.sysport_age.expect("Sysport-Age");
+    assert!(sysport_age >= slept.as_secs_f64(), "{sysport_age}");
+    assert!(window.contains(&sysport_age), "{sysport_age}");
+    let age = r.age.expect("HTTP Age for reused data");
+    assert!(
+        (age as f64..=age as f64 + 1.0).contains(&sysport_age),
+        "HTTP Age {age} is Sysport-Age {sysport_age} in whole seconds"
+    );
+    let gauge_age = metric(&r.body, "dynamo_sysport_upstream_last_fetch_age_seconds")
         .label("upstream", "vllm")
         .value();
-    assert!((1.2..2.0).contains(&gauge_age), "{gauge_age}");
+    assert!(gauge_age >= slept.as_secs_f64(), "{gauge_age}");
+    assert!(window.contains(&gauge_age), "{gauge_age}");
     eventually(
         Duration::from_secs(5),
         "the refresh reaches the engine",
@@ -166,7 +216,7 @@ async fn a_read_past_min_interval_gets_the_last_fetch_at_once_and_a_refresh_star
     )
     .await;
     eventually(Duration::from_secs(5), "the refresh is served", || async {
-        let (_, _, _, body) = read(&sp, "/metrics").await;
+        let body = read(&sp, "/metrics").await.body;
         metric(&body, "vllm:num_requests_waiting").value() == 9.0
     })
     .await;
@@ -176,9 +226,9 @@ async fn a_read_past_min_interval_gets_the_last_fetch_at_once_and_a_refresh_star
     // the last fetch took: 2 s) the read waits for fresh data.
     a.set(Reply::text(gauge(11.0)));
     tokio::time::sleep(Duration::from_millis(2600)).await;
-    let (_, sysport_age, _, body) = read(&sp, "/metrics").await;
-    assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), 11.0);
-    assert!(sysport_age.expect("Sysport-Age") < 1.0);
+    let r = read(&sp, "/metrics").await;
+    assert_eq!(metric(&r.body, "vllm:num_requests_waiting").value(), 11.0);
+    r.assert_fresh();
     assert_eq!(a.requests(), 3);
 }
 
@@ -369,8 +419,8 @@ async fn selective_reads_ask_the_engine_for_those_families_once_checked() {
     a.set_selected(WAITING_ONLY);
     let sp = start(&a, Duration::ZERO).await;
     for _ in 0..3 {
-        let (code, _, _, body) = read(&sp, WAITING).await;
-        assert_eq!(code, 200);
+        let Read { status, body, .. } = read(&sp, WAITING).await;
+        assert_eq!(status, 200);
         assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), 2.0);
         assert!(!body.contains("kv_cache"), "{body}");
     }
@@ -384,7 +434,7 @@ async fn selective_reads_ask_the_engine_for_those_families_once_checked() {
         assert!(!q.contains("kv_cache"), "{q}");
     }
     // A full page still reads the whole engine.
-    let (_, _, _, page) = read(&sp, "/metrics").await;
+    let page = read(&sp, "/metrics").await.body;
     assert_eq!(metric(&page, "vllm:kv_cache_usage_perc").value(), 0.25);
     assert_eq!(a.queries().last().map(String::as_str), Some(""));
 }
@@ -398,8 +448,8 @@ async fn an_engine_whose_selection_lacks_families_is_read_in_full() {
     let sp = start(&a, Duration::ZERO).await;
     let path = "/metrics?name=vllm:num_requests_waiting&name=vllm:iteration_tokens_total";
     for _ in 0..3 {
-        let (code, _, _, body) = read(&sp, path).await;
-        assert_eq!(code, 200);
+        let Read { status, body, .. } = read(&sp, path).await;
+        assert_eq!(status, 200);
         assert_eq!(metric(&body, "vllm:num_requests_waiting").value(), 2.0);
         assert_eq!(
             metric(&body, "vllm:iteration_tokens_total_count").value(),

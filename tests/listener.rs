@@ -8,17 +8,14 @@
 
 #[path = "common/mod.rs"]
 mod common;
-#[path = "faults/sidecar.rs"]
-#[allow(dead_code)]
-mod sidecar;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::http::header;
+use common::sidecar::Sidecar;
 use common::{Running, client, config, metric, upstream_config};
-use sidecar::Sidecar;
 use sysport::config::Config;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -283,9 +280,8 @@ async fn under_a_1024_descriptor_limit_1100_hostile_connections_leave_probes_and
     // This process holds the attackers' 1,100 sockets.
     sysport::listener::fds::raise_fd_limit();
     let (engine, _engine_task) = closing_engine().await;
-    let sp = Sidecar::launch(
-        "fd-attack",
-        |port| {
+    let sp = Sidecar::launch("fd-attack")
+        .config(|port| {
             format!(
                 "listen: {{host: 127.0.0.1, port: {port}}}\n\
                  health: {{interval: 250ms}}\n\
@@ -293,10 +289,10 @@ async fn under_a_1024_descriptor_limit_1100_hostile_connections_leave_probes_and
                  upstreams:\n  - name: vllm\n    url: {engine}/metrics\n    \
                  health_url: {engine}/health\n    keep: [\"vllm:\"]\n    required: true\n"
             )
-        },
-        &["prlimit", "--nofile=1024:1024"],
-    )
-    .await;
+        })
+        .wrapper(&["prlimit", "--nofile=1024:1024"])
+        .start()
+        .await;
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", sp.pid())).expect("limits");
     assert!(
         limits
@@ -406,19 +402,17 @@ async fn under_a_1024_descriptor_limit_1100_hostile_connections_leave_probes_and
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partial_heads_of_400_kb_on_520_connections_keep_peak_memory_small() {
     sysport::listener::fds::raise_fd_limit();
-    let sp = Sidecar::launch(
-        "partial-heads",
-        |port| {
+    let sp = Sidecar::launch("partial-heads")
+        .config(|port| {
             format!(
                 "listen: {{host: 127.0.0.1, port: {port}}}\n\
                  health: {{interval: 1h}}\n\
                  shutdown: {{drain_delay: 0s}}\n\
                  upstreams:\n  - {{name: vllm, url: \"http://127.0.0.1:9/metrics\", required: false}}\n"
             )
-        },
-        &[],
-    )
-    .await;
+        })
+        .start()
+        .await;
     let addr = sp.base.trim_start_matches("http://").to_string();
     // Just under hyper's own 400 KiB buffer cap, so that without a head cap none gets 431.
     let mut head = b"GET /metrics HTTP/1.1\r\nHost: sysport\r\nX-Pad: ".to_vec();

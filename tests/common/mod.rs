@@ -1,6 +1,9 @@
 //! Shared test harness: loopback upstreams that tests can change, stop and restart; sysport
-//! itself on port 0; a small matcher for metrics.
+//! itself on port 0, in-process, or the binary as a child ([`sidecar`]); a small matcher for
+//! metrics.
 #![allow(dead_code, unreachable_pub)]
+
+pub mod sidecar;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -321,14 +324,17 @@ impl<'a> Matcher<'a> {
         self
     }
 
+    /// The samples named `name` that carry every label asked for, each with exactly that value.
     fn lines(&self) -> impl Iterator<Item = &'a str> + '_ {
         self.text.lines().filter(move |l| {
             !l.starts_with('#')
-                && l.split(['{', ' ']).next() == Some(self.name)
-                && self
-                    .labels
-                    .iter()
-                    .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+                && parse_sample(l).is_some_and(|s| {
+                    s.name == self.name
+                        && self
+                            .labels
+                            .iter()
+                            .all(|(k, v)| s.labels.iter().any(|(sk, sv)| sk == k && sv == v))
+                })
         })
     }
 
@@ -343,16 +349,94 @@ impl<'a> Matcher<'a> {
             self.labels,
             found
         );
-        // `name{labels} value [ts]` or `name value [ts]`.
-        let rest = match found[0].rsplit_once('}') {
-            Some((_, r)) => r,
-            None => found[0].split_once(' ').map_or("", |(_, r)| r),
-        };
-        let value = rest.split_whitespace().next().expect("a value");
+        let sample = parse_sample(found[0]).expect("a matched sample parses");
+        let value = sample.rest.split_whitespace().next().expect("a value");
         value.parse().expect("numeric value")
     }
 
     pub fn count(&self) -> usize {
         self.lines().count()
     }
+}
+
+/// A sample line cut up: `name{labels} rest`, label values unescaped.
+#[derive(Debug, PartialEq)]
+pub struct Sample<'a> {
+    pub name: String,
+    pub labels: Vec<(String, String)>,
+    /// The value and what follows it (timestamp, exemplar).
+    pub rest: &'a str,
+}
+
+/// Parses `name value`, `name{k="v",...} value` or OpenMetrics' `{"name",k="v"} value`; values
+/// may hold `\\`, `\"` and `\n`, commas and braces. `None` for a line that is not a sample.
+pub fn parse_sample(line: &str) -> Option<Sample<'_>> {
+    let end = line
+        .find(|c: char| c == '{' || c.is_whitespace())
+        .unwrap_or(line.len());
+    let mut name = line[..end].to_string();
+    let mut labels = Vec::new();
+    let mut rest = &line[end..];
+    if let Some(set) = rest.strip_prefix('{') {
+        rest = set;
+        loop {
+            rest = rest.trim_start();
+            if let Some(r) = rest.strip_prefix('}') {
+                rest = r;
+                break;
+            }
+            let (key, r) = if rest.starts_with('"') {
+                quoted(rest)?
+            } else {
+                let end =
+                    rest.find(|c: char| c == '=' || c == ',' || c == '}' || c.is_whitespace())?;
+                (rest[..end].to_string(), &rest[end..])
+            };
+            let r = r.trim_start();
+            rest = match r.strip_prefix('=') {
+                Some(r) => {
+                    let (value, r) = quoted(r.trim_start())?;
+                    labels.push((key, value));
+                    r
+                }
+                // A quoted name inside the braces is the metric's.
+                None if name.is_empty() => {
+                    name = key;
+                    r
+                }
+                None => return None,
+            }
+            .trim_start();
+            if let Some(r) = rest.strip_prefix(',') {
+                rest = r;
+            } else if !rest.starts_with('}') {
+                return None;
+            }
+        }
+    }
+    if name.is_empty() || !rest.starts_with(char::is_whitespace) {
+        return None;
+    }
+    Some(Sample {
+        name,
+        labels,
+        rest: rest.trim_start(),
+    })
+}
+
+/// `"..."` at the start of `s`, unescaped, and what follows the closing quote.
+fn quoted(s: &str) -> Option<(String, &str)> {
+    let mut out = String::new();
+    let mut chars = s.strip_prefix('"')?.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some((out, &s[1 + i + 1..])),
+            '\\' => match chars.next()?.1 {
+                'n' => out.push('\n'),
+                other => out.push(other),
+            },
+            c => out.push(c),
+        }
+    }
+    None
 }

@@ -12,7 +12,7 @@ use flate2::write::{DeflateEncoder, GzEncoder, ZlibEncoder};
 use serde_json::Value;
 
 use super::common::metric;
-use super::sidecar::{Sidecar, UpstreamSpec};
+use super::common::sidecar::{Sidecar, UpstreamSpec};
 use super::upstream::{Fault, RawUpstream};
 use super::{Case, Expect, bodies, series};
 
