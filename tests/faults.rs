@@ -539,3 +539,62 @@ async fn prometheus_scrape_timeout_header_bounds_a_stalled_upstream() {
     case.deadline = Duration::from_millis(750);
     case.run().await;
 }
+
+#[tokio::test]
+async fn a_request_whose_deadline_comes_before_the_shared_fetch_counts_and_logs_a_timeout() {
+    let up = RawUpstream::start(Fault::Silent).await;
+    let url = up.url();
+    let faulty = UpstreamSpec {
+        name: "faulty",
+        url: &url,
+        timeout: "10s",
+        required: false,
+    };
+    let sp = Sidecar::start("deadline-joins-fetch", &[faulty], "").await;
+    // A scrape without a deadline starts a fetch that waits up to 10 s for the silent upstream;
+    // one with Prometheus' 0.5 s joins it and must answer at its own deadline.
+    let full = sp.get("/metrics", &[]);
+    tokio::pin!(full);
+    let bounded = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        sp.get(
+            "/metrics",
+            &[("X-Prometheus-Scrape-Timeout-Seconds", "0.5")],
+        )
+        .await
+    };
+    let r = tokio::select! {
+        r = bounded => r,
+        _ = &mut full => panic!("the silent upstream answered"),
+    };
+    assert_eq!(r.status, 200);
+    assert!(r.elapsed < Duration::from_secs(5), "{:?}", r.elapsed);
+    let body = String::from_utf8_lossy(&r.body);
+    let scrapes = |result| {
+        metric(&body, "dynamo_sysport_upstream_scrapes_total")
+            .label("upstream", "faulty")
+            .label("result", result)
+            .count()
+    };
+    assert_eq!(scrapes("timeout"), 1, "{body}");
+    assert_eq!(
+        metric(&body, "dynamo_sysport_upstream_up")
+            .label("upstream", "faulty")
+            .value(),
+        0.0
+    );
+    // The shared fetch is still waiting: the line comes from the request's deadline.
+    let mut log = String::new();
+    for _ in 0..40 {
+        log = sp.log();
+        if log.contains("upstream is down") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let down = log
+        .lines()
+        .find(|l| l.contains("upstream is down") && l.contains("faulty"))
+        .unwrap_or_else(|| panic!("no log line for the deadline:\n{log}"));
+    assert!(down.contains("timed out after 450ms"), "{down}");
+}

@@ -183,5 +183,19 @@ mod tests {
         };
         assert!(text(bare).starts_with("not an exposition (no Content-Type): "));
         assert_eq!(ScrapeError::Refused.reason(), "connect_error");
+        // A limit keeps which it was and where.
+        let over = ScrapeError::from(ParseError::TooLarge {
+            limit: crate::expfmt::Limit::Series,
+            line: 4097,
+        });
+        assert_eq!(
+            text(over.clone()),
+            "response over the parse limits, line 4097: more series than the max_series limit"
+        );
+        assert_eq!(over.reason(), "too_large");
+        assert_eq!(
+            text(ScrapeError::BodyTooLarge(16 << 20)),
+            "response over the max_body_bytes limit of 16777216 bytes"
+        );
     }
 }

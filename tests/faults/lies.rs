@@ -202,7 +202,7 @@ async fn a_gzip_bomb_compressed_again_stops_at_the_body_limit() {
         "gzip-bomb-twice",
         fault,
         Expect::Down("too_large"),
-        &["body size"],
+        &["max_body_bytes limit of 16777216 bytes"],
     )
     .await;
 }
@@ -332,4 +332,48 @@ async fn an_html_error_page_is_not_an_exposition() {
 async fn an_empty_body_is_an_empty_exposition() {
     let body = lie("empty", respond(TEXT, &[], ""), Expect::Up, &[]).await;
     assert_eq!(series(&body, "faulty", "kept"), 0.0);
+}
+
+#[tokio::test]
+async fn a_page_over_a_parse_limit_names_the_limit_and_the_line() {
+    // Line 10 carries 65 labels, one over the default max_labels.
+    let labels: Vec<String> = (0..65).map(|i| format!("l{i}=\"v\"")).collect();
+    let page = format!("{PAGE}vllm:lie_wide{{{}}} 1.0\n", labels.join(","));
+    lie(
+        "parse-limit",
+        respond(TEXT, &[], page),
+        Expect::Down("too_large"),
+        &["line 10", "max_labels"],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_first_malformed_line_is_logged_with_its_rule_once_while_it_stays() {
+    let page = format!("{PAGE}vllm:lie_broken{{engine=\"0\"}} not-a-number\n");
+    let up = RawUpstream::start(respond(TEXT, &[], page)).await;
+    let url = up.url();
+    let mut case = Case::new("first-malformed", &url, Expect::Up);
+    case.again = 3;
+    let run = case.start().await;
+    assert_eq!(
+        series(&run.body, "faulty", "malformed"),
+        1.0,
+        "{}",
+        run.body
+    );
+    assert!(up.requests() >= 4, "{} fetches", up.requests());
+    let log = run.sp.log();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("malformed lines dropped") && l.contains("faulty"))
+        .collect();
+    assert_eq!(
+        said.len(),
+        1,
+        "one line while the page stays the same:\n{log}"
+    );
+    assert!(said[0].contains("the first is line 10"), "{}", said[0]);
+    assert!(said[0].contains("value"), "the rule it broke: {}", said[0]);
+    run.finish().await;
 }
