@@ -67,6 +67,7 @@ export SYSPORT_BIN="$ROOT/target/debug/sysport"
 
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --locked -- -D warnings
+step "cargo doc -D warnings" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 step "cargo test" cargo test --workspace --all-targets --locked
 step "cargo build (binary for the suites below)" cargo build --locked --bin sysport
 # The image is built by the Dockerfile's own cargo line; run exactly that line so the two stay

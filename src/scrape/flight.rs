@@ -55,7 +55,7 @@ pub(super) struct SlotState {
     last: Option<Arc<Fetch>>,
     inflight: Option<SharedFetch>,
     /// The last fetch whose body was at most [`PRIOR_MAX_BYTES`], for the next one to parse
-    /// after ([`expfmt::parse_after`]).
+    /// after ([`crate::expfmt::parse_after`]).
     prior: Option<Arc<Fetch>>,
 }
 

@@ -8,7 +8,7 @@
 //!
 //! With `min_interval` above zero a completed fetch is also reused: a request within
 //! `min_interval` of it gets it as it is, and one a little later gets it at once while a
-//! refresh starts behind it (see [`Reuse`]). The engine then sees at most one request per
+//! refresh starts behind it (see `flight::Reuse`). The engine then sees at most one request per
 //! `min_interval` however many readers there are, and readers rarely wait for it.
 
 use std::sync::{Arc, Mutex};

@@ -12,7 +12,7 @@
 //! - [`write_text`] and [`write_openmetrics`] render a merge into a [`Sink`]: one pre-sized
 //!   buffer, or [`Pieces`], runs of the upstream bodies wherever the output repeats them.
 //! - [`Exposition::retain`], [`Exposition::label_pairs`] and the text line writers serve
-//!   programs that rewrite samples: the result goes back through [`parse`].
+//!   programs that rewrite samples: the result goes back through [`parse()`].
 //!
 //! Families are modelled the way text 0.0.4 names them (a counter `x` is the family `x_total`,
 //! its `x_created` is a gauge family of its own, as `prometheus_client` renders them), because

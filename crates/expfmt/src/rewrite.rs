@@ -1,7 +1,7 @@
 //! What a program that rewrites samples (sysport's relabelling) needs from an exposition: a
 //! sample's label pairs and their values unescaped, an exposition without some of its families
 //! or samples (still pointing into the same body), and text 0.0.4 lines made from a sample's
-//! parts, to build a body of rewritten samples that [`super::parse`] then reads.
+//! parts, to build a body of rewritten samples that [`super::parse()`] then reads.
 
 use std::borrow::Cow;
 
