@@ -144,7 +144,7 @@ async fn min_interval_zero_fetches_every_scrape_and_shares_concurrent_ones() {
     }
     assert_eq!(a.requests(), 5);
     let mut reply = Reply::text(gauge(7.0));
-    reply.delay = Duration::from_millis(400);
+    reply.delay = Duration::from_millis(1000);
     a.set(reply);
     let reads = (0..10).map(|_| {
         let url = sp.url("/metrics");

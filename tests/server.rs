@@ -139,7 +139,7 @@ async fn a_shared_url_is_fetched_once_and_split_by_prefix() {
 #[tokio::test]
 async fn concurrent_scrapes_share_one_fetch() {
     let a = Upstream::start(Reply {
-        delay: Duration::from_millis(400),
+        delay: Duration::from_millis(1000),
         ..Reply::text(VLLM)
     })
     .await;
