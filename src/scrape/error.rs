@@ -92,7 +92,7 @@ impl ScrapeError {
         }
     }
 
-    pub(crate) fn from_decode(err: DecodeError, max_body: usize) -> ScrapeError {
+    pub(super) fn from_decode(err: DecodeError, max_body: usize) -> ScrapeError {
         match err {
             DecodeError::OverLimit => ScrapeError::BodyTooLarge(max_body),
             err => ScrapeError::Body(err.to_string()),

@@ -218,12 +218,12 @@ async fn run_fetch(
         }
         Err(e) => target.upstreams.iter().map(|_| Err(e.clone())).collect(),
     };
+    let kind = if slot.selective {
+        Kind::Selective
+    } else {
+        Kind::Full
+    };
     for (&u, result) in target.upstreams.iter().zip(&results) {
-        let kind = if slot.selective {
-            Kind::Selective
-        } else {
-            Kind::Full
-        };
         record(&inner, u, result, elapsed, kind, body_len);
     }
     let fetch = Arc::new(Fetch {

@@ -33,17 +33,17 @@ pub(crate) fn http_client() -> reqwest::Client {
 }
 
 /// An upstream's body and what its response said of it.
-pub(crate) struct Fetched {
-    pub(crate) body: Bytes,
+pub(super) struct Fetched {
+    pub(super) body: Bytes,
     /// As the body reads ([`Format::detect`]).
-    pub(crate) format: Format,
-    pub(crate) content_type: Option<String>,
+    pub(super) format: Format,
+    pub(super) content_type: Option<String>,
     /// The Content-Type names the other exposition format than the body's.
-    pub(crate) mislabelled: bool,
+    pub(super) mislabelled: bool,
 }
 
 /// One GET of an upstream's metrics, body read and decoded up to `max_body` decoded bytes.
-pub(crate) async fn get(
+pub(super) async fn get(
     client: &reqwest::Client,
     url: &Url,
     blocks: &BodyBlocks,

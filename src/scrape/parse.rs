@@ -49,10 +49,10 @@ pub(super) fn parse_for(
     }
     let exp = Arc::new(exp);
     let page = match &inner.rules[u] {
-        None => Ok(Page::unchanged(exp)),
-        Some(rules) => relabel::relabel(exp, rules, opts.limits, opts.hasher),
+        None => Page::unchanged(exp),
+        Some(rules) => relabel::relabel(exp, rules, opts.limits, opts.hasher)?,
     };
-    Ok(Arc::new(page?))
+    Ok(Arc::new(page))
 }
 
 #[cfg(test)]

@@ -6,13 +6,15 @@ use std::time::Instant;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::Response;
 use bytes::Bytes;
 
+use super::negotiate::content_type;
 use super::parts::Parts;
 use super::{App, Runtime};
 use crate::expfmt::{self, MergeOptions, ParseLimits, ParseOptions, Selection};
 use crate::scrape::Scraped;
-use crate::views;
+use crate::{stall, views};
 
 /// Below this, a response is copied into one buffer and sent in one write; above it, its runs
 /// (mostly the upstream bodies themselves) are written as they are.
@@ -25,9 +27,56 @@ pub(super) type RenderSlot = Option<(
     std::sync::Weak<tokio::sync::OnceCell<Arc<[Bytes]>>>,
 )>;
 
+/// The `/metrics` answer to one scrape of the upstreams `which`: the engine families (one
+/// rendering shared by every request of the same fetches when the whole page is asked for),
+/// then sysport's own, with the content type and the age headers.
+pub(super) async fn response(
+    app: &App,
+    runtime: &Runtime,
+    which: &[usize],
+    scraped: &[Scraped],
+    selection: Option<&Selection>,
+    openmetrics: bool,
+    started: Instant,
+) -> Response {
+    let engines = match selection {
+        Some(s) => render_engines(app, runtime, which, scraped, Some(s), openmetrics),
+        None => {
+            // Scrapers that share a fetch share its rendering too: one merge and one output
+            // buffer however many of them wait (Prometheus HA pairs, load tests).
+            let key = RenderKey {
+                generations: scraped.iter().map(|s| s.generation).collect(),
+                openmetrics,
+            };
+            let cell = app.render_cell(key);
+            cell.get_or_init(|| async {
+                render_engines(app, runtime, which, scraped, None, openmetrics)
+            })
+            .await
+            .clone()
+        }
+    };
+    let now = Instant::now();
+    // Rendered after the engine merge, so the series counts it sets are this scrape's.
+    let own = if wants_own(selection) {
+        set_fetch_ages(app, runtime, which, scraped, now);
+        stall::set_gauges(&runtime.readiness.stalls(), &app.telemetry);
+        render_own(app, runtime, selection, openmetrics)
+    } else if openmetrics {
+        Bytes::from_static(expfmt::OPENMETRICS_EOF)
+    } else {
+        Bytes::new()
+    };
+    let mut r = Response::new(body(&engines, own));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, content_type(openmetrics));
+    set_age(r.headers_mut(), scraped, started, now);
+    r
+}
+
 /// The response body of engine runs and sysport's own families: one buffer for a small page,
 /// else the runs (mostly the upstream bodies themselves) as they are.
-pub(super) fn body(engines: &[Bytes], own: Bytes) -> Body {
+fn body(engines: &[Bytes], own: Bytes) -> Body {
     let len = engines.iter().map(Bytes::len).sum::<usize>() + own.len();
     if len < SINGLE_WRITE_BYTES {
         let mut all = Vec::with_capacity(len);
@@ -43,13 +92,13 @@ pub(super) fn body(engines: &[Bytes], own: Bytes) -> Body {
 /// Identifies one rendering of the engine families: the fetches it came from and the format.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct RenderKey {
-    pub(super) generations: Vec<u64>,
-    pub(super) openmetrics: bool,
+    generations: Vec<u64>,
+    openmetrics: bool,
 }
 
 impl App {
     /// The shared rendering for `key`, alive while some request holds it.
-    pub(super) fn render_cell(&self, key: RenderKey) -> Arc<tokio::sync::OnceCell<Arc<[Bytes]>>> {
+    fn render_cell(&self, key: RenderKey) -> Arc<tokio::sync::OnceCell<Arc<[Bytes]>>> {
         let mut slot = self.render.lock().expect("render cache lock");
         if let Some((k, weak)) = slot.as_ref()
             && *k == key
@@ -65,7 +114,7 @@ impl App {
 
 /// Merges and writes the engine families of one scrape (no `# EOF`), in text mostly as runs of
 /// the upstream bodies. Without a name filter it also records each upstream's series counts.
-pub(super) fn render_engines(
+fn render_engines(
     app: &App,
     runtime: &Runtime,
     which: &[usize],
@@ -143,7 +192,7 @@ pub(super) fn render_engines(
 
 /// sysport's own metrics (the selected ones) in the response's format; ends the OpenMetrics
 /// document.
-pub(super) fn render_own(
+fn render_own(
     app: &App,
     runtime: &Runtime,
     selection: Option<&Selection>,
@@ -217,13 +266,13 @@ pub(super) fn set_age(h: &mut HeaderMap, scraped: &[Scraped], started: Instant, 
 pub const SYSPORT_AGE: &str = "sysport-age";
 
 /// Whether a read includes sysport's own families at all (they cost a registry walk).
-pub(super) fn wants_own(selection: Option<&Selection>) -> bool {
+fn wants_own(selection: Option<&Selection>) -> bool {
     selection.is_none_or(|s| s.selects_under(expfmt::RESERVED_PREFIX))
 }
 
 /// Sets `upstream_last_fetch_age_seconds` for every upstream: from this read's fetch where it
 /// succeeded, else from the upstream's last success (absent until there is one).
-pub(super) fn set_fetch_ages(
+fn set_fetch_ages(
     app: &App,
     runtime: &Runtime,
     which: &[usize],

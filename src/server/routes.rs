@@ -9,16 +9,13 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use tower_http::compression::CompressionLayer;
 
 use super::negotiate::{budget, content_type, requested_names, wants_openmetrics};
-use super::page::{
-    RenderKey, body, render_engines, render_own, set_age, set_fetch_ages, wants_own,
-};
+use super::page::{self, set_age};
 use super::{App, Runtime};
 use crate::config::Config;
-use crate::expfmt::{self, Selection};
+use crate::expfmt::Selection;
 use crate::{stall, status, web};
 
 /// The routes, behind basic auth and the configured headers when the web configuration has
@@ -264,39 +261,16 @@ async fn metrics(
         .await;
     let rendering = Instant::now();
     let openmetrics = wants_openmetrics(headers);
-    let engines = match &selection {
-        Some(s) => render_engines(app, runtime, &which, &scraped, Some(s), openmetrics),
-        None => {
-            // Scrapers that share a fetch share its rendering too: one merge and one output
-            // buffer however many of them wait (Prometheus HA pairs, load tests).
-            let key = RenderKey {
-                generations: scraped.iter().map(|s| s.generation).collect(),
-                openmetrics,
-            };
-            let cell = app.render_cell(key);
-            cell.get_or_init(|| async {
-                render_engines(app, runtime, &which, &scraped, None, openmetrics)
-            })
-            .await
-            .clone()
-        }
-    };
-    let now = Instant::now();
-    // Rendered after the engine merge, so the series counts it sets are this scrape's.
-    let own = if wants_own(selection.as_ref()) {
-        set_fetch_ages(app, runtime, &which, &scraped, now);
-        stall::set_gauges(&runtime.readiness.stalls(), &app.telemetry);
-        render_own(app, runtime, selection.as_ref(), openmetrics)
-    } else if openmetrics {
-        Bytes::from_static(expfmt::OPENMETRICS_EOF)
-    } else {
-        Bytes::new()
-    };
-    let body = body(&engines, own);
-    let mut r = Response::new(body);
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, content_type(openmetrics));
-    set_age(r.headers_mut(), &scraped, started, now);
+    let r = page::response(
+        app,
+        runtime,
+        &which,
+        &scraped,
+        selection.as_ref(),
+        openmetrics,
+        started,
+    )
+    .await;
     app.telemetry
         .render_duration
         .with_label_values(&[read])
