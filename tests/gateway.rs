@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use common::*;
+use sysport::config::Config;
 
 const MEDIUM: &str = include_str!("fixtures/medium.prom");
 
@@ -33,6 +34,11 @@ const WAITING: &str = "/metrics?name=vllm:num_requests_waiting";
 /// sysport in front of `upstream` with `min_interval`, health checks out of the way (they would
 /// add upstream hits of their own).
 async fn start(upstream: &Upstream, min_interval: Duration) -> Running {
+    Running::start(reader_config(upstream, min_interval)).await
+}
+
+/// [`start`]'s configuration.
+fn reader_config(upstream: &Upstream, min_interval: Duration) -> Config {
     let mut cfg = config(vec![upstream_config(
         "vllm",
         &upstream.metrics_url(),
@@ -41,7 +47,7 @@ async fn start(upstream: &Upstream, min_interval: Duration) -> Running {
     cfg.health.interval = Duration::from_secs(3600);
     cfg.upstreams[0].health_url = Some(upstream.health_url().parse().expect("url"));
     cfg.upstreams[0].min_interval = min_interval;
-    Running::start(cfg).await
+    cfg
 }
 
 /// A GET: its status, `Sysport-Age` in seconds, `Age`, body, and how long it took.
@@ -170,10 +176,7 @@ async fn a_read_past_min_interval_gets_the_last_fetch_at_once_and_a_refresh_star
     let mut reply = Reply::text(gauge(3.0));
     reply.delay = Duration::from_millis(2500);
     let a = Upstream::start(reply).await;
-    let mut cfg = config(vec![upstream_config("vllm", &a.metrics_url(), &["vllm:"])]);
-    cfg.health.interval = Duration::from_secs(3600);
-    cfg.upstreams[0].health_url = Some(a.health_url().parse().expect("url"));
-    cfg.upstreams[0].min_interval = Duration::from_secs(1);
+    let mut cfg = reader_config(&a, Duration::from_secs(1));
     cfg.upstreams[0].timeout = Duration::from_secs(10);
     let sp = Running::start(cfg).await;
     let r = read(&sp, "/metrics").await;

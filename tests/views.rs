@@ -16,41 +16,20 @@ const MEDIUM: &str = include_str!("fixtures/medium.prom");
 const MULTIPROC_PID: &str = include_str!("fixtures/medium_multiproc_gauge_all_pid.prom");
 const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
 
-/// `(labels, value)` of every sample named `name` in `page`, read the simplest way.
+/// `(labels, value)` of every sample named `name` in `page`.
 fn series(page: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
     page.lines()
         .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (head, value) = l.rsplit_once(' ')?;
-            let (n, labels) = match head.split_once('{') {
-                Some((n, rest)) => (n, rest.strip_suffix('}')?),
-                None => (head, ""),
-            };
-            (n == name).then(|| (parse_labels(labels), value.parse().expect("a number")))
+        .filter_map(parse_sample)
+        .filter(|s| s.name == name)
+        .map(|s| {
+            let value = s.rest.split_whitespace().next().expect("a value");
+            (
+                s.labels.into_iter().collect(),
+                value.parse().expect("a number"),
+            )
         })
         .collect()
-}
-
-fn parse_labels(mut s: &str) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    while let Some((k, rest)) = s.split_once("=\"") {
-        let mut value = String::new();
-        let mut chars = rest.char_indices();
-        let mut end = rest.len();
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '\\' => value.push(chars.next().expect("escape").1),
-                '"' => {
-                    end = i + 1;
-                    break;
-                }
-                c => value.push(c),
-            }
-        }
-        out.insert(k.trim_start_matches(',').to_owned(), value);
-        s = &rest[end..];
-    }
-    out
 }
 
 /// The values of `name` in `page` per label set without `drop`, combined with `f`.

@@ -63,11 +63,7 @@ async fn prometheus_scrapes_over_https_with_basic_auth_and_a_wrong_password_fail
     let sp = Running::start(config).await;
     let target = sp.base.trim_start_matches("http://").to_owned();
 
-    let prom_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
+    let prom_port = common::sidecar::free_port();
     let ca = pki.path("ca.crt").display().to_string();
     let job = |name: &str, password: &str| {
         format!(

@@ -80,11 +80,7 @@ impl<'a> Launch<'a> {
             self.test
         ));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(20))
-            .build()
-            .expect("client");
+        let client = super::client();
         // The free port may be taken between the probe and sysport's bind: try a few.
         for _ in 0..ATTEMPTS {
             let port = free_port();

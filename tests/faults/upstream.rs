@@ -10,6 +10,8 @@ use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::common::sidecar::free_port;
+
 /// What the upstream does once it has read a request.
 #[derive(Debug, Clone)]
 pub(crate) enum Fault {
@@ -104,10 +106,7 @@ impl RawUpstream {
 
 /// A loopback URL where nothing listens: the port was bound once, then released.
 pub(crate) fn refused_url() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-    let addr = listener.local_addr().expect("local addr");
-    drop(listener);
-    format!("http://{addr}/metrics")
+    format!("http://127.0.0.1:{}/metrics", free_port())
 }
 
 /// Reads up to the end of the request head (a GET has no body).
