@@ -4,7 +4,7 @@ side), and must store the same engine series (names, labels, values; `_created` 
 `job`/`instance` labels aside).
 
 Two rule sets, each with its own sysport and pair of jobs: tests/e2e/relabel_rules.yml (every
-action) and the README's example (request-size histograms dropped, latency buckets thinned:
+action) and the example in docs/relabelling.md (request-size histograms dropped, latency buckets thinned:
 the families it does not change go through sysport as parsed). The page is
 tests/fixtures/medium.prom (4 data-parallel engines, LMCache, LoRA, speculative decoding),
 served as it is by the conformance suite's loopback server, in this process. sysport's output under the rules must
@@ -32,8 +32,8 @@ from inputs import Input  # noqa: E402
 
 PAGE = os.path.join(ROOT, "tests", "fixtures", "medium.prom")
 ALL_RULES = os.path.join(HERE, "relabel_rules.yml")
-README = os.path.join(ROOT, "README.md")
-README_MARK = "<!-- tests/e2e/relabel_oracle.py runs this example"
+DOC = os.path.join(ROOT, "docs", "relabelling.md")
+DOC_MARK = "<!-- tests/e2e/relabel_oracle.py runs this example"
 WORKER_ID = "w-1"
 OM_ACCEPT = "application/openmetrics-text;version=1.0.0"
 
@@ -44,10 +44,10 @@ def indented(text, spaces):
 
 
 def readme_rules():
-    """The rule list of the README's example, as YAML at indentation 0."""
-    with open(README, encoding="utf-8") as f:
+    """The rule list of the example in docs/relabelling.md, as YAML at indentation 0."""
+    with open(DOC, encoding="utf-8") as f:
         lines = f.read().split("\n")
-    start = next(i for i, l in enumerate(lines) if l.startswith(README_MARK))
+    start = next(i for i, l in enumerate(lines) if l.startswith(DOC_MARK))
     block = []
     for line in lines[start + 2:]:
         if line.startswith("```"):

@@ -11,7 +11,7 @@ refuses connections, and
     python browser.py                       (SYSPORT_BIN names the sysport binary)
     python browser.py --screenshot-to docs/status.png --seconds 90
 
-The second form is how the README's screenshot is made: the same run, scraped for longer so
+The second form is how docs/status.md's screenshot is made: the same run, scraped for longer so
 that the chart has a history. Everything listens on 127.0.0.1; every process started here is
 stopped when it ends.
 """

@@ -2,7 +2,7 @@
 # The status page in a real browser: Debian's headless Chromium loads / of sysport in front of a
 # healthy and a refused upstream, and the rendered DOM, a screenshot and /status are checked
 # (tests/status/browser.py, standard library only). Needs SYSPORT_BIN and Debian's chromium
-# (scripts/test.sh installs it). `--screenshot-to docs/status.png --seconds 90` remakes the README's screenshot.
+# (scripts/test.sh installs it). `--screenshot-to docs/status.png --seconds 90` remakes docs/status.png, the screenshot in docs/status.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
