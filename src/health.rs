@@ -324,7 +324,7 @@ pub(crate) async fn check_all(
 /// A GET of a health URL: any 2xx is healthy.
 async fn check_url(
     client: &reqwest::Client,
-    url: &crate::config::Url,
+    url: &crate::model::Url,
     timeout: Duration,
 ) -> Result<(), String> {
     match client.get(url.clone()).timeout(timeout).send().await {
@@ -380,7 +380,7 @@ pub(crate) async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Url;
+    use crate::model::Url;
 
     fn upstream(name: &str, required: bool) -> UpstreamConfig {
         UpstreamConfig {
@@ -463,7 +463,7 @@ mod tests {
     fn a_stalled_engine_is_not_ready_and_says_why_unless_not_required() {
         let stalling = |name: &str, required: bool| UpstreamConfig {
             stall: Some(crate::config::StallConfig::preset(
-                crate::config::Engine::Vllm,
+                crate::model::Engine::Vllm,
                 Duration::ZERO,
             )),
             ..upstream(name, required)

@@ -44,7 +44,7 @@
 
 pub mod config;
 pub mod demo;
-pub mod engine;
+pub mod model;
 pub use sysport_expfmt as expfmt;
 pub(crate) mod health;
 pub mod listener;

@@ -297,10 +297,11 @@ const DEMO_STALL_AFTER: std::time::Duration = std::time::Duration::from_secs(10)
 /// detection), LMCache not.
 fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) -> config::Config {
     use config::{
-        Config, Engine, HealthConfig, Limits, Listen, ShutdownConfig, StallConfig, StartingStatus,
-        UpstreamConfig, Url,
+        Config, HealthConfig, Limits, Listen, ShutdownConfig, StallConfig, StartingStatus,
+        UpstreamConfig,
     };
     use std::time::Duration;
+    use sysport::model::{Engine, Url};
     let url = |s: String| Url::parse(&s).expect("the demo servers have valid URLs");
     let upstream =
         |name: &str, metrics: String, keep: &str, health: Option<String>, required: bool| {

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use common::{Reply, Running, Upstream, config, eventually, metric, upstream_config};
-use sysport::config::{Config, Engine, StallConfig};
+use sysport::config::{Config, StallConfig};
+use sysport::model::Engine;
 
 const INTERVAL: Duration = Duration::from_millis(100);
 const STALL_AFTER: Duration = Duration::from_millis(600);

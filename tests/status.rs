@@ -13,7 +13,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::IntoResponse;
 use common::{Reply, Running, Upstream, client, config, eventually, metric, upstream_config};
 use serde_json::Value;
-use sysport::config::{Config, Url};
+use sysport::config::Config;
+use sysport::model::Url;
 use sysport::web::WebConfig;
 
 const PAGE: &str = "# HELP vllm:num_requests_running Requests running.\n\

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use common::*;
-use sysport::config::{Engine, Op, ViewConfig, ViewFamily};
+use sysport::config::ViewConfig;
+use sysport::model::{Engine, FamilyKey, Op, ViewFamily};
 
 const MEDIUM: &str = include_str!("fixtures/medium.prom");
 const MULTIPROC_PID: &str = include_str!("fixtures/medium_multiproc_gauge_all_pid.prom");
@@ -384,8 +385,7 @@ async fn configured_views_add_pages_and_can_replace_the_router() {
         &["vllm:", "lmcache:"],
     )]);
     let family = |name: &str, op| ViewFamily {
-        name: name.into(),
-        select: Vec::new(),
+        key: FamilyKey::named(name),
         op,
     };
     cfg.views = vec![

@@ -20,7 +20,10 @@ pub(super) fn default_keep(engine: Engine) -> Vec<String> {
 
 pub(super) fn parse_engine(text: &str) -> Result<Engine, String> {
     Engine::parse(text).ok_or_else(|| {
-        let known: Vec<&str> = crate::engine::PRESETS.iter().map(|p| p.name).collect();
+        let known: Vec<&str> = crate::model::engine::PRESETS
+            .iter()
+            .map(|p| p.name)
+            .collect();
         format!(
             "unknown engine {text:?}: must be one of {}",
             known.join(", ")

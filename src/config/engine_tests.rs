@@ -3,6 +3,7 @@
 
 use super::tests::{assert_issue, no_env, ok, problems, url};
 use super::*;
+use crate::model::Op;
 
 #[test]
 fn a_preset_fills_in_url_keep_and_health_of_its_engine() {
@@ -142,7 +143,11 @@ views:
     assert_eq!(config.views.len(), 2);
     let load = &config.views[0];
     assert_eq!(load.name, "load");
-    let families: Vec<(String, Op)> = load.families.iter().map(|f| (f.key(), f.op)).collect();
+    let families: Vec<(String, Op)> = load
+        .families
+        .iter()
+        .map(|f| (f.key.to_string(), f.op))
+        .collect();
     assert_eq!(
         families,
         [

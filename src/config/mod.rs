@@ -51,11 +51,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use reqwest::Url;
-
-pub use crate::engine::Engine;
+use crate::model::{Engine, FamilyKey, Url, ViewFamily};
 use crate::relabel::Rule;
-pub use crate::views::{Op, ViewFamily};
 
 mod check;
 #[cfg(test)]
@@ -218,52 +215,21 @@ pub struct StallConfig {
     /// How long requests may run without progress; more than zero.
     pub after: Duration,
     /// The gauge of requests being worked on: busy when a series is above zero.
-    pub busy: StallFamily,
+    pub busy: FamilyKey,
     /// Counters that move while requests are worked on, summed over every series (a
     /// histogram's or summary's `_count`); never empty.
-    pub progress: Vec<StallFamily>,
-}
-
-/// A family read for one number: its text-format name and the label values (plain, not
-/// escaped) that pick its series.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StallFamily {
-    pub name: String,
-    pub select: Vec<(String, String)>,
+    pub progress: Vec<FamilyKey>,
 }
 
 impl StallConfig {
     /// Stall detection after `after` with `engine`'s own families.
     pub fn preset(engine: Engine, after: Duration) -> StallConfig {
-        let families = engine.preset().stall;
+        let families = &engine.preset().stall;
         StallConfig {
             after,
-            busy: StallFamily::from_preset(&families.busy),
-            progress: families
-                .progress
-                .iter()
-                .map(StallFamily::from_preset)
-                .collect(),
+            busy: families.busy.clone(),
+            progress: families.progress.clone(),
         }
-    }
-}
-
-impl StallFamily {
-    /// A preset's family.
-    pub fn from_preset(read: &crate::engine::Read) -> StallFamily {
-        StallFamily {
-            name: read.name.to_owned(),
-            select: read
-                .select
-                .iter()
-                .map(|&(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
-        }
-    }
-
-    /// `name` or `name{label="value"}`, as the configuration writes it.
-    pub fn key(&self) -> String {
-        crate::views::family_key(&self.name, &self.select)
     }
 }
 

@@ -98,22 +98,25 @@ impl fmt::Display for Config {
                 Some(stall) => {
                     writeln!(f, "    stall_after: {}", format_duration(stall.after))?;
                     writeln!(f, "    stall:")?;
-                    writeln!(f, "      busy: {}", quoted(&stall.busy.key()))?;
-                    let progress: Vec<String> =
-                        stall.progress.iter().map(|p| quoted(&p.key())).collect();
+                    writeln!(f, "      busy: {}", quoted(&stall.busy.to_string()))?;
+                    let progress: Vec<String> = stall
+                        .progress
+                        .iter()
+                        .map(|p| quoted(&p.to_string()))
+                        .collect();
                     writeln!(f, "      progress: [{}]", progress.join(", "))?;
                 }
             }
-            if !views.iter().any(|v| v.name == crate::views::ROUTER) {
+            if !views
+                .iter()
+                .any(|v| v.name == crate::model::engine::ROUTER_VIEW)
+            {
                 let router: Vec<String> = upstream
                     .engine
                     .preset()
                     .router
                     .iter()
-                    .map(|r| match r.select {
-                        Some((k, v)) => format!("{}{{{k}={v:?}}}: {}", r.name, r.op),
-                        None => format!("{}: {}", r.name, r.op),
-                    })
+                    .map(|r| format!("{}: {}", r.key, r.op))
                     .collect();
                 writeln!(f, "    # /metrics/router: {}", router.join(", "))?;
             }
@@ -153,7 +156,12 @@ impl fmt::Display for Config {
             writeln!(f, "  - name: {}", quoted(&view.name))?;
             writeln!(f, "    families:")?;
             for family in &view.families {
-                writeln!(f, "      {}: {}", quoted(&family.key()), family.op)?;
+                writeln!(
+                    f,
+                    "      {}: {}",
+                    quoted(&family.key.to_string()),
+                    family.op
+                )?;
             }
             if let Some(labels) = &view.aggregate {
                 let labels: Vec<String> = labels.iter().map(|l| quoted(l)).collect();

@@ -3,11 +3,11 @@
 
 use serde_saphyr::Spanned;
 
+use super::StallConfig;
 use super::loader::{Loader, Origin};
 use super::raw::{RawList, RawStall, Text};
 use super::units::parse_duration;
-use super::{Engine, StallConfig, StallFamily};
-use crate::views::parse_family_key;
+use crate::model::{Engine, FamilyKey};
 
 impl Loader<'_> {
     /// The stall detection of upstream `i`: `Some(None)` when off, `None` when a problem was
@@ -64,7 +64,7 @@ impl Loader<'_> {
         let unkept: Vec<String> = std::iter::once(&busy)
             .chain(&progress)
             .filter(|f| !kept(keep, &f.name))
-            .map(StallFamily::key)
+            .map(FamilyKey::to_string)
             .collect();
         if !unkept.is_empty() {
             let message = format!(
@@ -87,7 +87,7 @@ impl Loader<'_> {
         list: Spanned<RawList>,
         field: &str,
         keep: Option<&[String]>,
-    ) -> Option<Vec<StallFamily>> {
+    ) -> Option<Vec<FamilyKey>> {
         let texts = match list.value {
             RawList::One(one) => vec![one],
             RawList::Many(many) => many,
@@ -114,14 +114,15 @@ impl Loader<'_> {
         text: &Text,
         field: &str,
         keep: Option<&[String]>,
-    ) -> Option<StallFamily> {
+    ) -> Option<FamilyKey> {
         let (family, _) = self.file_value(Some(text), field, |t| {
-            let (name, select) = parse_family_key(t)?;
+            let key = FamilyKey::parse(t).map_err(|e| e.to_string())?;
             match keep {
-                Some(keep) if !kept(keep, &name) => Err(format!(
-                    "{name:?} is not kept by this upstream (keep: {keep:?}), so it is never read"
+                Some(keep) if !kept(keep, &key.name) => Err(format!(
+                    "{:?} is not kept by this upstream (keep: {keep:?}), so it is never read",
+                    key.name
                 )),
-                _ => Ok(StallFamily { name, select }),
+                _ => Ok(key),
             }
         })?;
         Some(family)

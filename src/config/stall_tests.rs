@@ -4,8 +4,8 @@
 use super::tests::{assert_issue, no_env, ok, problems};
 use super::*;
 
-fn family(name: &str, select: &[(&str, &str)]) -> StallFamily {
-    StallFamily {
+fn family(name: &str, select: &[(&str, &str)]) -> FamilyKey {
+    FamilyKey {
         name: name.to_owned(),
         select: select
             .iter()

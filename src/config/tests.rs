@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::load::load_text;
 use super::*;
+use crate::model::Op;
 
 const FILE: &str = "sysport.yaml";
 
@@ -965,16 +966,16 @@ fn display_round_trips_through_load() {
     ];
     config.upstreams[0].stall = Some(StallConfig {
         after: Duration::from_secs(90),
-        busy: StallFamily {
+        busy: FamilyKey {
             name: "vllm:num_requests_running".to_owned(),
             select: vec![("engine".to_owned(), "0".to_owned())],
         },
         progress: vec![
-            StallFamily {
+            FamilyKey {
                 name: "vllm:iteration_tokens_total_count".to_owned(),
                 select: Vec::new(),
             },
-            StallFamily {
+            FamilyKey {
                 name: "lmcache:steps_total".to_owned(),
                 select: vec![("kind".to_owned(), "a b".to_owned())],
             },
@@ -988,13 +989,17 @@ fn display_round_trips_through_load() {
         name: "router".to_owned(),
         families: vec![
             ViewFamily {
-                name: "lmcache:x".to_owned(),
-                select: vec![("kind".to_owned(), "a b".to_owned())],
+                key: FamilyKey {
+                    name: "lmcache:x".to_owned(),
+                    select: vec![("kind".to_owned(), "a b".to_owned())],
+                },
                 op: Op::Avg,
             },
             ViewFamily {
-                name: "vllm:num_requests_waiting".to_owned(),
-                select: Vec::new(),
+                key: FamilyKey {
+                    name: "vllm:num_requests_waiting".to_owned(),
+                    select: Vec::new(),
+                },
                 op: Op::Pass,
             },
         ],

@@ -8,8 +8,8 @@ use serde_saphyr::Spanned;
 use super::check::{check_label_name, check_upstream_name};
 use super::loader::{Loader, Origin};
 use super::raw::RawView;
-use super::{HealthConfig, Op, UpstreamConfig, ViewConfig, ViewFamily};
-use crate::views::parse_family_key;
+use super::{HealthConfig, UpstreamConfig, ViewConfig};
+use crate::model::{FamilyKey, Op, ViewFamily};
 
 impl Loader<'_> {
     pub(super) fn views(
@@ -115,17 +115,18 @@ impl Loader<'_> {
         for (key, op) in raw {
             let field = format!("{field}.{}", key.value);
             let family = self.file_value(Some(&key), &field, |k| {
-                let (name, select) = parse_family_key(k)?;
+                let key = FamilyKey::parse(k).map_err(|e| e.to_string())?;
                 if !upstreams
                     .iter()
-                    .any(|u| u.keep.iter().any(|p| name.starts_with(p.as_str())))
+                    .any(|u| u.keep.iter().any(|p| key.name.starts_with(p.as_str())))
                 {
                     return Err(format!(
-                        "unknown family {name:?}: no upstream keeps it (check the upstreams' keep \
-                         prefixes)"
+                        "unknown family {:?}: no upstream keeps it (check the upstreams' keep \
+                         prefixes)",
+                        key.name
                     ));
                 }
-                Ok((name, select))
+                Ok(key)
             });
             let op = self.file_value(Some(&op), &field, |o| {
                 Op::parse(o).ok_or_else(|| {
@@ -134,10 +135,10 @@ impl Loader<'_> {
                 })
             });
             match (family, op) {
-                (Some(((name, select), location)), Some((op, _))) => {
-                    let family = ViewFamily { name, select, op };
-                    if families.iter().any(|f| f.key() == family.key()) {
-                        let message = format!("{} is listed twice", family.key());
+                (Some((key, location)), Some((op, _))) => {
+                    let family = ViewFamily { key, op };
+                    if families.iter().any(|f| f.key == family.key) {
+                        let message = format!("{} is listed twice", family.key);
                         self.issue(Origin::File(location), &field, message);
                         ok = false;
                     }

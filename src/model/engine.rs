@@ -2,7 +2,7 @@
 //! and health, which families are its own, which of them an endpoint picker reads, which labels
 //! split one engine's numbers into copies, and which families it renamed.
 //!
-//! Sources, per engine (also cited in the README):
+//! Sources, per engine (also cited in docs/configuration.md):
 //! - vLLM: `vllm serve` listens on 8000, `/metrics` and `/health`; families and deprecations from
 //!   `vllm/v1/metrics/loggers.py` and the production metrics page; `engine` is the data-parallel
 //!   rank (one series per engine core), `pid` the API-server process in prometheus_client's
@@ -35,7 +35,9 @@
 //!   `nv_trt_llm_general_metrics{general_type="iteration_counter"}`, the executor's iteration
 //!   number (a gauge that only counts up), from the backend's metrics documentation.
 
-use crate::views::Op;
+use std::sync::LazyLock;
+
+use super::family::{FamilyKey, Op, ViewFamily};
 
 /// An inference engine sysport has a preset for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,29 +48,15 @@ pub enum Engine {
     Triton,
 }
 
-/// One family an endpoint picker reads: its text-format name, the label values that pick its
-/// series (Triton puts several gauges in one family), and how copies of it combine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RouterFamily {
-    pub name: &'static str,
-    pub select: Option<(&'static str, &'static str)>,
-    pub op: Op,
-}
-
-/// A family read for one number: its text-format name and the label value that picks its series
-/// (Triton puts several numbers in one family).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Read {
-    pub name: &'static str,
-    pub select: Option<(&'static str, &'static str)>,
-}
+/// The name of the built-in view of every engine's router families (`/metrics/router`).
+pub const ROUTER_VIEW: &str = "router";
 
 /// What tells a busy engine from a stuck one: a gauge of requests being worked on, and
 /// counters (or a histogram's `_count`) that move while they are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StallFamilies {
-    pub busy: Read,
-    pub progress: &'static [Read],
+    pub busy: FamilyKey,
+    pub progress: Vec<FamilyKey>,
 }
 
 /// A family the engine renamed: `old` was deprecated in favour of `new` (declared names; a
@@ -80,7 +68,7 @@ pub struct Rename {
 }
 
 /// The defaults and facts of one engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Preset {
     pub engine: Engine,
     /// The `engine:` value in the configuration.
@@ -91,8 +79,8 @@ pub struct Preset {
     pub metrics_url: &'static str,
     /// Where it tells whether it is ready.
     pub health_url: &'static str,
-    /// What an endpoint picker reads.
-    pub router: &'static [RouterFamily],
+    /// What an endpoint picker reads, and how copies of each number combine.
+    pub router: Vec<ViewFamily>,
     /// Labels that tell processes of one server apart (prometheus_client's multiprocess mode):
     /// copies of one number, the live process's the largest.
     pub process_labels: &'static [&'static str],
@@ -107,161 +95,154 @@ pub struct Preset {
     pub stall: StallFamilies,
 }
 
-const fn family(name: &'static str, op: Op) -> RouterFamily {
-    RouterFamily {
-        name,
-        select: None,
+fn family(name: &str, op: Op) -> ViewFamily {
+    ViewFamily {
+        key: FamilyKey::named(name),
         op,
     }
 }
 
-const fn selected(
-    name: &'static str,
-    label: &'static str,
-    value: &'static str,
-    op: Op,
-) -> RouterFamily {
-    RouterFamily {
-        name,
-        select: Some((label, value)),
+fn selected(name: &str, label: &str, value: &str, op: Op) -> ViewFamily {
+    ViewFamily {
+        key: FamilyKey::selected(name, label, value),
         op,
     }
 }
 
-const fn read(name: &'static str) -> Read {
-    Read { name, select: None }
+fn read(name: &str) -> FamilyKey {
+    FamilyKey::named(name)
 }
 
 /// Every preset, `vllm` (the default) first.
-pub const PRESETS: [Preset; 4] = [
-    Preset {
-        engine: Engine::Vllm,
-        name: "vllm",
-        keep: &["vllm:", "lmcache:"],
-        metrics_url: "http://127.0.0.1:8000/metrics",
-        health_url: "http://127.0.0.1:8000/health",
-        router: &[
-            family("vllm:num_requests_waiting", Op::Sum),
-            family("vllm:num_requests_running", Op::Sum),
-            family("vllm:kv_cache_usage_perc", Op::Avg),
-            family("vllm:gpu_cache_usage_perc", Op::Avg),
-            family("vllm:lora_requests_info", Op::Pass),
-            family("vllm:cache_config_info", Op::Pass),
-        ],
-        process_labels: &["pid"],
-        replica_labels: &[],
-        rank_labels: &["engine"],
-        // Deprecated in 0.9.2 (the first three) and 0.11 (the last), hidden one minor version
-        // later, removed the one after (vllm/v1/metrics/loggers.py).
-        renames: &[
-            Rename {
-                old: "vllm:gpu_cache_usage_perc",
-                new: "vllm:kv_cache_usage_perc",
-            },
-            Rename {
-                old: "vllm:gpu_prefix_cache_queries",
-                new: "vllm:prefix_cache_queries",
-            },
-            Rename {
-                old: "vllm:gpu_prefix_cache_hits",
-                new: "vllm:prefix_cache_hits",
-            },
-            Rename {
-                old: "vllm:time_per_output_token_seconds",
-                new: "vllm:inter_token_latency_seconds",
-            },
-        ],
-        stall: StallFamilies {
-            busy: read("vllm:num_requests_running"),
-            progress: &[read("vllm:iteration_tokens_total")],
-        },
-    },
-    Preset {
-        engine: Engine::Sglang,
-        name: "sglang",
-        keep: &["sglang:"],
-        metrics_url: "http://127.0.0.1:30000/metrics",
-        health_url: "http://127.0.0.1:30000/health",
-        router: &[
-            family("sglang:num_queue_reqs", Op::Sum),
-            family("sglang:num_running_reqs", Op::Sum),
-            family("sglang:token_usage", Op::Avg),
-            family("sglang:cache_config_info", Op::Pass),
-        ],
-        process_labels: &["pid"],
-        replica_labels: &["tp_rank", "pp_rank", "moe_ep_rank"],
-        rank_labels: &["dp_rank"],
-        renames: &[],
-        stall: StallFamilies {
-            busy: read("sglang:num_running_reqs"),
-            progress: &[read("sglang:realtime_tokens_total")],
-        },
-    },
-    Preset {
-        engine: Engine::Trtllm,
-        name: "trtllm",
-        keep: &["trtllm_"],
-        metrics_url: "http://127.0.0.1:8000/prometheus/metrics",
-        health_url: "http://127.0.0.1:8000/health",
-        router: &[
-            family("trtllm_num_requests_waiting", Op::Sum),
-            family("trtllm_num_requests_running", Op::Sum),
-            family("trtllm_kv_cache_utilization", Op::Avg),
-        ],
-        process_labels: &["pid"],
-        replica_labels: &[],
-        rank_labels: &[],
-        renames: &[],
-        stall: StallFamilies {
-            busy: read("trtllm_num_requests_running"),
-            progress: &[
-                read("trtllm_kv_cache_gen_alloc_blocks_total"),
-                read("trtllm_num_requests_completed_total"),
+pub static PRESETS: LazyLock<[Preset; 4]> = LazyLock::new(|| {
+    [
+        Preset {
+            engine: Engine::Vllm,
+            name: "vllm",
+            keep: &["vllm:", "lmcache:"],
+            metrics_url: "http://127.0.0.1:8000/metrics",
+            health_url: "http://127.0.0.1:8000/health",
+            router: vec![
+                family("vllm:num_requests_waiting", Op::Sum),
+                family("vllm:num_requests_running", Op::Sum),
+                family("vllm:kv_cache_usage_perc", Op::Avg),
+                family("vllm:gpu_cache_usage_perc", Op::Avg),
+                family("vllm:lora_requests_info", Op::Pass),
+                family("vllm:cache_config_info", Op::Pass),
             ],
-        },
-    },
-    Preset {
-        engine: Engine::Triton,
-        name: "triton",
-        keep: &["nv_"],
-        metrics_url: "http://127.0.0.1:8002/metrics",
-        health_url: "http://127.0.0.1:8000/v2/health/ready",
-        router: &[
-            selected(
-                "nv_trt_llm_request_metrics",
-                "request_type",
-                "waiting",
-                Op::Sum,
-            ),
-            selected(
-                "nv_trt_llm_request_metrics",
-                "request_type",
-                "scheduled",
-                Op::Sum,
-            ),
-            selected(
-                "nv_trt_llm_kv_cache_block_metrics",
-                "kv_cache_block_type",
-                "fraction",
-                Op::Avg,
-            ),
-        ],
-        process_labels: &[],
-        replica_labels: &[],
-        rank_labels: &[],
-        renames: &[],
-        stall: StallFamilies {
-            busy: Read {
-                name: "nv_trt_llm_request_metrics",
-                select: Some(("request_type", "active")),
+            process_labels: &["pid"],
+            replica_labels: &[],
+            rank_labels: &["engine"],
+            // Deprecated in 0.9.2 (the first three) and 0.11 (the last), hidden one minor version
+            // later, removed the one after (vllm/v1/metrics/loggers.py).
+            renames: &[
+                Rename {
+                    old: "vllm:gpu_cache_usage_perc",
+                    new: "vllm:kv_cache_usage_perc",
+                },
+                Rename {
+                    old: "vllm:gpu_prefix_cache_queries",
+                    new: "vllm:prefix_cache_queries",
+                },
+                Rename {
+                    old: "vllm:gpu_prefix_cache_hits",
+                    new: "vllm:prefix_cache_hits",
+                },
+                Rename {
+                    old: "vllm:time_per_output_token_seconds",
+                    new: "vllm:inter_token_latency_seconds",
+                },
+            ],
+            stall: StallFamilies {
+                busy: read("vllm:num_requests_running"),
+                progress: vec![read("vllm:iteration_tokens_total")],
             },
-            progress: &[Read {
-                name: "nv_trt_llm_general_metrics",
-                select: Some(("general_type", "iteration_counter")),
-            }],
         },
-    },
-];
+        Preset {
+            engine: Engine::Sglang,
+            name: "sglang",
+            keep: &["sglang:"],
+            metrics_url: "http://127.0.0.1:30000/metrics",
+            health_url: "http://127.0.0.1:30000/health",
+            router: vec![
+                family("sglang:num_queue_reqs", Op::Sum),
+                family("sglang:num_running_reqs", Op::Sum),
+                family("sglang:token_usage", Op::Avg),
+                family("sglang:cache_config_info", Op::Pass),
+            ],
+            process_labels: &["pid"],
+            replica_labels: &["tp_rank", "pp_rank", "moe_ep_rank"],
+            rank_labels: &["dp_rank"],
+            renames: &[],
+            stall: StallFamilies {
+                busy: read("sglang:num_running_reqs"),
+                progress: vec![read("sglang:realtime_tokens_total")],
+            },
+        },
+        Preset {
+            engine: Engine::Trtllm,
+            name: "trtllm",
+            keep: &["trtllm_"],
+            metrics_url: "http://127.0.0.1:8000/prometheus/metrics",
+            health_url: "http://127.0.0.1:8000/health",
+            router: vec![
+                family("trtllm_num_requests_waiting", Op::Sum),
+                family("trtllm_num_requests_running", Op::Sum),
+                family("trtllm_kv_cache_utilization", Op::Avg),
+            ],
+            process_labels: &["pid"],
+            replica_labels: &[],
+            rank_labels: &[],
+            renames: &[],
+            stall: StallFamilies {
+                busy: read("trtllm_num_requests_running"),
+                progress: vec![
+                    read("trtllm_kv_cache_gen_alloc_blocks_total"),
+                    read("trtllm_num_requests_completed_total"),
+                ],
+            },
+        },
+        Preset {
+            engine: Engine::Triton,
+            name: "triton",
+            keep: &["nv_"],
+            metrics_url: "http://127.0.0.1:8002/metrics",
+            health_url: "http://127.0.0.1:8000/v2/health/ready",
+            router: vec![
+                selected(
+                    "nv_trt_llm_request_metrics",
+                    "request_type",
+                    "waiting",
+                    Op::Sum,
+                ),
+                selected(
+                    "nv_trt_llm_request_metrics",
+                    "request_type",
+                    "scheduled",
+                    Op::Sum,
+                ),
+                selected(
+                    "nv_trt_llm_kv_cache_block_metrics",
+                    "kv_cache_block_type",
+                    "fraction",
+                    Op::Avg,
+                ),
+            ],
+            process_labels: &[],
+            replica_labels: &[],
+            rank_labels: &[],
+            renames: &[],
+            stall: StallFamilies {
+                busy: FamilyKey::selected("nv_trt_llm_request_metrics", "request_type", "active"),
+                progress: vec![FamilyKey::selected(
+                    "nv_trt_llm_general_metrics",
+                    "general_type",
+                    "iteration_counter",
+                )],
+            },
+        },
+    ]
+});
 
 impl Engine {
     /// The engine's preset.
@@ -305,7 +286,7 @@ impl Preset {
                 .into_iter()
                 .find(|(from, _)| {
                     name.strip_prefix(from).is_some_and(|tail| {
-                        tail.is_empty() || crate::expfmt::Suffix::parse(tail.as_bytes()).is_some()
+                        tail.is_empty() || sysport_expfmt::Suffix::parse(tail.as_bytes()).is_some()
                     })
                 })
         })
@@ -325,18 +306,18 @@ mod tests {
 
     #[test]
     fn every_preset_keeps_its_router_families_and_names_itself() {
-        for p in PRESETS {
+        for p in PRESETS.iter() {
             assert_eq!(Engine::parse(p.name), Some(p.engine));
-            assert_eq!(p.engine.preset(), &p);
-            for f in p.router {
+            assert_eq!(p.engine.preset(), p);
+            for f in &p.router {
                 assert!(
-                    p.keep.iter().any(|k| f.name.starts_with(k)),
+                    p.keep.iter().any(|k| f.key.name.starts_with(k)),
                     "{}: {} is not kept",
                     p.name,
-                    f.name
+                    f.key
                 );
             }
-            for f in std::iter::once(&p.stall.busy).chain(p.stall.progress) {
+            for f in std::iter::once(&p.stall.busy).chain(&p.stall.progress) {
                 assert!(
                     p.keep.iter().any(|k| f.name.starts_with(k)),
                     "{}: stall family {} is not kept",

@@ -1,5 +1,4 @@
-//! What a view is made of: families, each with the label values that pick its series and the
-//! operation that combines copies of one number.
+//! Families as readers name them ([`FamilyKey`]), and how copies of one number combine ([`Op`]).
 
 use std::fmt;
 
@@ -43,76 +42,124 @@ impl fmt::Display for Op {
     }
 }
 
-/// One family of a view: its text-format name, the label values its series must carry (plain,
-/// not escaped), and its operation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ViewFamily {
+/// A family as a reader picks it: its text-format name and the label values (plain, not
+/// escaped) its series must carry. Engine presets, the configuration's `stall:` and `views:`,
+/// the router view and stall detection all speak of families this way; it is written
+/// `name` or `name{label="value",...}` (endpoint pickers' metric flags read the same).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FamilyKey {
     pub name: String,
     pub select: Vec<(String, String)>,
+}
+
+/// A family and how copies of its number combine: one family of a view or of an engine's
+/// router preset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewFamily {
+    pub key: FamilyKey,
     pub op: Op,
 }
 
-impl ViewFamily {
-    /// The family as a picker's flags write it: `name` or `name{label=value,...}` (values may be
-    /// quoted).
-    pub fn key(&self) -> String {
-        family_key(&self.name, &self.select)
-    }
+/// Why a text is not a family key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FamilyKeyError {
+    #[error(
+        "{0:?} is not a metric family name ([a-zA-Z_:][a-zA-Z0-9_:]*, optionally followed by \
+         {{label=\"value\"}})"
+    )]
+    Name(String),
+    #[error("{0:?}: the label selection does not end with }}")]
+    Unclosed(String),
+    #[error("{key:?}: {pair:?} is not label=value")]
+    Pair { key: String, pair: String },
+    #[error("{key:?}: {label:?} is not a label name")]
+    Label { key: String, label: String },
+    #[error("{0:?}: label values with quotes or backslashes cannot be selected")]
+    Quoted(String),
 }
 
-/// A family key as [`parse_family_key`] reads it back: `name` or `name{label="value",...}`.
-pub fn family_key(name: &str, select: &[(String, String)]) -> String {
-    if select.is_empty() {
-        return name.to_owned();
-    }
-    let pairs: Vec<String> = select.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
-    format!("{name}{{{}}}", pairs.join(","))
-}
-
-/// Reads a family key: `vllm:num_requests_waiting` or
-/// `nv_trt_llm_request_metrics{request_type="waiting"}` (quotes optional, several pairs
-/// separated by commas), the way endpoint pickers' metric flags are written.
-pub fn parse_family_key(text: &str) -> Result<(String, Vec<(String, String)>), String> {
-    let text = text.trim();
-    let (name, rest) = match text.split_once('{') {
-        Some((name, rest)) => (name.trim(), Some(rest)),
-        None => (text, None),
-    };
-    if !crate::expfmt::is_metric_name(name.as_bytes()) {
-        return Err(format!(
-            "{text:?} is not a metric family name ([a-zA-Z_:][a-zA-Z0-9_:]*, optionally followed \
-             by {{label=\"value\"}})"
-        ));
-    }
-    let mut select = Vec::new();
-    if let Some(rest) = rest {
-        let Some(body) = rest.trim_end().strip_suffix('}') else {
-            return Err(format!(
-                "{text:?}: the label selection does not end with }}"
-            ));
-        };
-        for pair in body.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let Some((label, value)) = pair.split_once('=') else {
-                return Err(format!("{text:?}: {pair:?} is not label=value"));
-            };
-            let label = label.trim();
-            if !crate::expfmt::is_label_name(label.as_bytes()) {
-                return Err(format!("{text:?}: {label:?} is not a label name"));
-            }
-            let value = value.trim();
-            let value = value
-                .strip_prefix('"')
-                .and_then(|v| v.strip_suffix('"'))
-                .unwrap_or(value);
-            if value.contains(['"', '\\']) {
-                return Err(format!(
-                    "{text:?}: label values with quotes or backslashes cannot be selected"
-                ));
-            }
-            select.push((label.to_owned(), value.to_owned()));
+impl FamilyKey {
+    /// A family with no label selection.
+    pub fn named(name: &str) -> FamilyKey {
+        FamilyKey {
+            name: name.to_owned(),
+            select: Vec::new(),
         }
     }
-    Ok((name.to_owned(), select))
+
+    /// A family whose series carry `label="value"`.
+    pub fn selected(name: &str, label: &str, value: &str) -> FamilyKey {
+        FamilyKey {
+            name: name.to_owned(),
+            select: vec![(label.to_owned(), value.to_owned())],
+        }
+    }
+
+    /// Reads a family key: `vllm:num_requests_waiting` or
+    /// `nv_trt_llm_request_metrics{request_type="waiting"}` (quotes optional, several pairs
+    /// separated by commas), the way endpoint pickers' metric flags are written.
+    pub fn parse(text: &str) -> Result<FamilyKey, FamilyKeyError> {
+        let text = text.trim();
+        let (name, rest) = match text.split_once('{') {
+            Some((name, rest)) => (name.trim(), Some(rest)),
+            None => (text, None),
+        };
+        if !sysport_expfmt::is_metric_name(name.as_bytes()) {
+            return Err(FamilyKeyError::Name(text.to_owned()));
+        }
+        let mut select = Vec::new();
+        if let Some(rest) = rest {
+            let Some(body) = rest.trim_end().strip_suffix('}') else {
+                return Err(FamilyKeyError::Unclosed(text.to_owned()));
+            };
+            for pair in body.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                let Some((label, value)) = pair.split_once('=') else {
+                    return Err(FamilyKeyError::Pair {
+                        key: text.to_owned(),
+                        pair: pair.to_owned(),
+                    });
+                };
+                let label = label.trim();
+                if !sysport_expfmt::is_label_name(label.as_bytes()) {
+                    return Err(FamilyKeyError::Label {
+                        key: text.to_owned(),
+                        label: label.to_owned(),
+                    });
+                }
+                let value = value.trim();
+                let value = value
+                    .strip_prefix('"')
+                    .and_then(|v| v.strip_suffix('"'))
+                    .unwrap_or(value);
+                if value.contains(['"', '\\']) {
+                    return Err(FamilyKeyError::Quoted(text.to_owned()));
+                }
+                select.push((label.to_owned(), value.to_owned()));
+            }
+        }
+        Ok(FamilyKey {
+            name: name.to_owned(),
+            select,
+        })
+    }
+}
+
+/// The key as [`FamilyKey::parse`] reads it back: `name` or `name{label="value",...}`.
+impl fmt::Display for FamilyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)?;
+        if self.select.is_empty() {
+            return Ok(());
+        }
+        f.write_str("{")?;
+        for (i, (k, v)) in self.select.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{k}={v:?}")?;
+        }
+        f.write_str("}")
+    }
 }
 
 #[cfg(test)]
@@ -122,39 +169,45 @@ mod tests {
     #[test]
     fn family_keys_read_like_picker_flags() {
         assert_eq!(
-            parse_family_key("vllm:num_requests_waiting"),
-            Ok(("vllm:num_requests_waiting".into(), vec![]))
+            FamilyKey::parse("vllm:num_requests_waiting"),
+            Ok(FamilyKey::named("vllm:num_requests_waiting"))
         );
-        let triton = parse_family_key("nv_trt_llm_request_metrics{request_type=waiting}");
         assert_eq!(
-            triton,
-            Ok((
-                "nv_trt_llm_request_metrics".into(),
-                vec![("request_type".into(), "waiting".into())]
+            FamilyKey::parse("nv_trt_llm_request_metrics{request_type=waiting}"),
+            Ok(FamilyKey::selected(
+                "nv_trt_llm_request_metrics",
+                "request_type",
+                "waiting"
             ))
         );
+        let two = FamilyKey::parse(r#"x{a="1", b = 2}"#).expect("two pairs");
         assert_eq!(
-            parse_family_key(r#"x{a="1", b = 2}"#),
-            Ok((
-                "x".into(),
-                vec![("a".into(), "1".into()), ("b".into(), "2".into())]
-            ))
+            two.select,
+            vec![("a".into(), "1".into()), ("b".into(), "2".into())]
         );
-        let family = ViewFamily {
-            name: "x".into(),
-            select: vec![("a".into(), "1".into())],
-            op: Op::Sum,
-        };
-        assert_eq!(family.key(), r#"x{a="1"}"#);
-        assert_eq!(
-            parse_family_key(&family.key()),
-            Ok((family.name, family.select))
-        );
-        assert!(parse_family_key("1x").is_err());
-        assert!(parse_family_key("x{a=1").is_err());
-        assert!(parse_family_key("x{a}").is_err());
-        assert!(parse_family_key("x{__a=1}").is_err());
-        assert!(parse_family_key(r#"x{a="q\"}"#).is_err());
+        let key = FamilyKey::selected("x", "a", "1");
+        assert_eq!(key.to_string(), r#"x{a="1"}"#);
+        assert_eq!(FamilyKey::parse(&key.to_string()), Ok(key));
+        assert!(matches!(
+            FamilyKey::parse("1x"),
+            Err(FamilyKeyError::Name(_))
+        ));
+        assert!(matches!(
+            FamilyKey::parse("x{a=1"),
+            Err(FamilyKeyError::Unclosed(_))
+        ));
+        assert!(matches!(
+            FamilyKey::parse("x{a}"),
+            Err(FamilyKeyError::Pair { .. })
+        ));
+        assert!(matches!(
+            FamilyKey::parse("x{__a=1}"),
+            Err(FamilyKeyError::Label { .. })
+        ));
+        assert!(matches!(
+            FamilyKey::parse(r#"x{a="q\"}"#),
+            Err(FamilyKeyError::Quoted(_))
+        ));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use super::parse::{contained, parse_for};
 use super::record::{Kind, record};
 use super::select::NameSet;
 use super::{Fetch, Inner, ScrapeError, Scraper, UpstreamResult};
-use crate::config::Url;
+use crate::model::Url;
 
 type SharedFetch = Shared<BoxFuture<'static, Arc<Fetch>>>;
 

@@ -11,8 +11,8 @@ use bytes::Bytes;
 use super::blocks::BodyBlocks;
 use super::decode::{self, Decoder};
 use super::error::ScrapeError;
-use crate::config::Url;
 use crate::expfmt::Format;
+use crate::model::Url;
 
 /// The HTTP client sysport uses for upstreams and health checks.
 pub(crate) fn http_client() -> reqwest::Client {

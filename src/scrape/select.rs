@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use super::flight::Slot;
 use super::{Fetch, Scraper};
-use crate::config::Url;
 use crate::expfmt::{Exposition, Selection};
+use crate::model::Url;
 
 /// At most this many selected name sets per target keep a slot of their own.
 const MAX_NAME_SETS: usize = 8;

@@ -4,7 +4,7 @@
 //! left vLLM's `/health` green while no token was produced; a liveness check on vLLM's
 //! iteration counter ended the false restarts, gonka-ai/gonka #1421). With `stall_after`, every
 //! health check also reads the engine's busy gauge and progress counters (its preset's, see
-//! [`crate::engine`], or `stall:`), and a [`Watch`] per upstream judges:
+//! [`crate::model::engine`], or `stall:`), and a [`Watch`] per upstream judges:
 //!
 //! - **Stalled** when requests were running at every check of the last `stall_after` and the
 //!   progress counters (summed over every series) never moved in that time. It is decided at a

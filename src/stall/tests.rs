@@ -1,8 +1,8 @@
 //! Reading the stall families from pages parsed as the scraper parses them.
 
 use super::*;
-use crate::config::{Engine, StallFamily};
 use crate::expfmt::Format;
+use crate::model::{Engine, FamilyKey};
 use crate::views::tests::parsed;
 
 /// The preset's stall families of `engine`.
@@ -149,7 +149,7 @@ vllm:iteration_tokens_total_count NaN
 #[test]
 fn a_progress_name_may_be_the_histograms_count() {
     let mut stall = preset(Engine::Vllm);
-    stall.progress = vec![StallFamily {
+    stall.progress = vec![FamilyKey {
         name: "vllm:iteration_tokens_total_count".into(),
         select: vec![("engine".into(), "1".into())],
     }];
@@ -165,7 +165,7 @@ fn a_progress_name_may_be_the_histograms_count() {
     }
     // A gauge named `_count` is read as itself, not as a histogram's.
     let page = "# TYPE vllm:steps_count gauge\nvllm:steps_count 4\n";
-    stall.progress[0] = StallFamily {
+    stall.progress[0] = FamilyKey {
         name: "vllm:steps_count".into(),
         select: Vec::new(),
     };

@@ -7,8 +7,9 @@ use serde::Serialize;
 use serde::ser::SerializeMap;
 
 use super::history::Point;
-use crate::config::{Config, Url};
+use crate::config::Config;
 use crate::health::Readiness;
+use crate::model::Url;
 use crate::scrape::Scraper;
 use crate::telemetry::Telemetry;
 use crate::views::Views;

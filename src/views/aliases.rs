@@ -42,7 +42,7 @@ pub fn aliases(scraper: &Scraper, which: &[usize], scraped: &[Scraped]) -> Alias
 /// of which the page has one side only; returns the number of series written.
 pub(super) fn write_aliases(
     exp: &Exposition,
-    preset: &crate::engine::Preset,
+    preset: &crate::model::engine::Preset,
     out: &mut Vec<u8>,
 ) -> u64 {
     let text_name = |f: &crate::expfmt::Family| {

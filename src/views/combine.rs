@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use crate::expfmt::{Exposition, Family};
 
-use super::spec::Op;
+use crate::model::Op;
 
 /// Which labels go, and how.
 #[derive(Debug, Clone, Copy)]

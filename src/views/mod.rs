@@ -2,7 +2,7 @@
 //! parsed pages.
 //!
 //! The built-in `router` view serves, for every upstream, the families its engine's endpoint
-//! pickers read (see [`crate::engine`]), one series per family and remaining label set: copies
+//! pickers read (see [`crate::model::engine`]), one series per family and remaining label set: copies
 //! of one number (`pid`, `tp_rank`, ...) combined with `max`, then data-parallel ranks with the
 //! family's operation. A family the engine renamed is served under both names, each made from
 //! the other when the engine has only one. `views:` in the configuration adds more, or replaces
@@ -12,27 +12,25 @@
 //! upstreams of `/metrics`, so added labels, duplicates and both output formats are handled by
 //! the same code.
 //!
-//! - `spec`: operations and families; `combine`: grouping the series of one family;
+//! - `combine`: grouping the series of one family;
 //!   `aliases`: renamed families under their other name in the full `/metrics`.
 
 mod aliases;
 mod combine;
-mod spec;
 
 pub use aliases::{Aliases, aliases};
-pub use spec::{Op, ViewFamily, family_key, parse_family_key};
 
 use bytes::Bytes;
 
 use crate::config::{Config, UpstreamConfig};
-use crate::engine::Preset;
 use crate::expfmt::{self, Exposition, Family, MergeOptions, ParseLimits, ParseOptions};
+use crate::model::{Op, Preset, ViewFamily};
 use crate::scrape::{Scraped, Scraper};
 
 use self::combine::{Labels, combine};
 
 /// The name of the built-in view for endpoint pickers.
-pub const ROUTER: &str = "router";
+pub const ROUTER: &str = crate::model::engine::ROUTER_VIEW;
 
 /// The views one configuration serves.
 #[derive(Debug)]
@@ -62,15 +60,14 @@ struct View {
     aggregate: Option<Vec<String>>,
 }
 
-/// One family of a view for one upstream.
+/// One family of a view, as one upstream's page is searched for it.
 #[derive(Debug, Clone)]
 struct Wanted {
-    name: String,
-    /// The other name of a family the engine renamed: read when the page lacks `name`.
+    family: ViewFamily,
+    /// The other name of a family the engine renamed: read when the page lacks the family's.
     renamed: Option<String>,
-    /// Label name and escaped value.
+    /// The family's label selection with each value escaped as a page writes it.
     select: Vec<(String, Vec<u8>)>,
-    op: Op,
 }
 
 impl Views {
@@ -86,20 +83,7 @@ impl Views {
                     .iter()
                     .map(|u| {
                         let preset = u.engine.preset();
-                        preset
-                            .router
-                            .iter()
-                            .map(|f| ViewFamily {
-                                name: f.name.to_owned(),
-                                select: f
-                                    .select
-                                    .iter()
-                                    .map(|&(k, v)| (k.to_owned(), v.to_owned()))
-                                    .collect(),
-                                op: f.op,
-                            })
-                            .map(|f| wanted(&f, preset))
-                            .collect()
+                        preset.router.iter().map(|f| wanted(f, preset)).collect()
                     })
                     .collect(),
                 aggregate: None,
@@ -154,7 +138,7 @@ impl Views {
         for (u, families) in self.views[v].families.iter().enumerate() {
             let mut any = false;
             for f in families {
-                for name in std::iter::once(&f.name).chain(&f.renamed) {
+                for name in std::iter::once(&f.family.key.name).chain(&f.renamed) {
                     if may_hold(u, name) {
                         any = true;
                         if !names.contains(name) {
@@ -255,14 +239,14 @@ impl Views {
 
 fn wanted(f: &ViewFamily, preset: &Preset) -> Wanted {
     Wanted {
-        name: f.name.clone(),
-        renamed: preset.renamed(&f.name),
+        family: f.clone(),
+        renamed: preset.renamed(&f.key.name),
         select: f
+            .key
             .select
             .iter()
             .map(|(k, v)| (k.clone(), escaped(k, v)))
             .collect(),
-        op: f.op,
     }
 }
 
@@ -333,15 +317,18 @@ fn write_upstream(
     };
     for (i, f) in families.iter().enumerate() {
         // Families listed twice (Triton's selections of one family) are written together.
-        if families[..i].iter().any(|g| g.name == f.name) {
+        if families[..i]
+            .iter()
+            .any(|g| g.family.key.name == f.family.key.name)
+        {
             continue;
         }
-        let Some(family) =
-            find_family(exp, &f.name).or_else(|| find_family(exp, f.renamed.as_deref()?))
+        let Some(family) = find_family(exp, &f.family.key.name)
+            .or_else(|| find_family(exp, f.renamed.as_deref()?))
         else {
             continue;
         };
-        let name = f.name.as_bytes();
+        let name = f.family.key.name.as_bytes();
         let start = out.len();
         out.extend_from_slice(b"# HELP ");
         out.extend_from_slice(name);
@@ -358,13 +345,16 @@ fn write_upstream(
             out.extend_from_slice(family.kind.text_name().as_bytes());
             out.push(b'\n');
         }
-        for g in families[i..].iter().filter(|g| g.name == f.name) {
-            for series in combine(exp, family, &g.select, g.op, labels) {
+        for g in families[i..]
+            .iter()
+            .filter(|g| g.family.key.name == f.family.key.name)
+        {
+            for series in combine(exp, family, &g.select, g.family.op, labels) {
                 out.extend_from_slice(name);
                 out.extend_from_slice(series.tail);
                 write_pairs(&series.pairs, out);
                 out.push(b' ');
-                series.write_value(g.op, out);
+                series.write_value(g.family.op, out);
                 if let Some(sample) = series.sample {
                     exp.timestamp_as_text(sample, out);
                 }

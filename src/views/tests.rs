@@ -1,8 +1,8 @@
 //! One upstream's part of a view, from pages parsed as the scraper parses them.
 
 use super::*;
-use crate::config::Engine;
 use crate::expfmt::{Format, PairHasher};
+use crate::model::{Engine, FamilyKey};
 
 /// `page` parsed as the scraper parses an upstream keeping `keep`.
 pub(crate) fn parsed(page: &str, format: Format, keep: &[&str]) -> Exposition {
@@ -24,8 +24,8 @@ fn view(engine: Engine, page: &str, format: Format, families: &[(&str, Op)]) -> 
     let wanted: Vec<Wanted> = families
         .iter()
         .map(|&(key, op)| {
-            let (name, select) = parse_family_key(key).expect("family key");
-            wanted(&ViewFamily { name, select, op }, preset)
+            let key = FamilyKey::parse(key).expect("family key");
+            wanted(&ViewFamily { key, op }, preset)
         })
         .collect();
     let mut upstream = UpstreamConfig::new("u", "http://127.0.0.1:1/m".parse().expect("url"));

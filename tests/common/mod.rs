@@ -14,8 +14,9 @@ use axum::Router;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::IntoResponse;
 use sysport::config::{
-    Config, HealthConfig, Limits, Listen, ShutdownConfig, StartingStatus, UpstreamConfig, Url,
+    Config, HealthConfig, Limits, Listen, ShutdownConfig, StartingStatus, UpstreamConfig,
 };
+use sysport::model::Url;
 use sysport::server::{Handle, Sysport};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;

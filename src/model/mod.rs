@@ -1,0 +1,15 @@
+//! The bottom layer: plain data every other module may use, and which uses nothing else of
+//! sysport (only the exposition crate, for what a metric or label name is).
+//!
+//! - [`family`]: a family as readers name it ([`FamilyKey`]) and how copies of one number
+//!   combine ([`Op`], [`ViewFamily`]);
+//! - [`engine`]: what sysport knows about each inference engine, as a table of presets;
+//! - the URL type every configured address is held in ([`Url`]).
+
+pub mod engine;
+pub mod family;
+
+pub use engine::{Engine, Preset};
+pub use family::{FamilyKey, FamilyKeyError, Op, ViewFamily};
+/// An absolute URL (upstream metrics, health and canary addresses).
+pub use reqwest::Url;
