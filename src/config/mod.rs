@@ -76,6 +76,7 @@ mod tests;
 mod units;
 mod views;
 mod web;
+mod web_config;
 
 pub use env::{
     DYN_SYSTEM_HEALTH_PATH, DYN_SYSTEM_HOST, DYN_SYSTEM_LIVE_PATH, DYN_SYSTEM_PORT,
@@ -83,6 +84,8 @@ pub use env::{
 };
 pub use error::{ConfigError, ConfigIssue};
 pub use load::{Overrides, load, load_file};
+pub use render::Rendered;
+pub use web_config::{ClientAuth, Pem, TlsPlaces, TlsSettings, TlsVersion, WebConfig};
 
 /// The validated configuration the server runs with.
 #[derive(Debug, Clone, PartialEq)]
@@ -140,21 +143,7 @@ pub struct Listen {
     pub probe_port: Option<u16>,
     /// The web configuration (TLS, client certificates, basic auth, headers), loaded from
     /// `--web.config.file`, `SYSPORT_WEB_CONFIG` or `listen.web_config_file`.
-    pub web: Option<crate::web::WebConfig>,
-}
-
-impl Listen {
-    /// The listener's limits, with the connection cap for the open-file limit `fd_limit`.
-    pub fn limits(&self, fd_limit: Option<u64>) -> crate::listener::Limits {
-        let (max_connections, _) =
-            crate::listener::fds::effective_max_connections(self.max_connections, fd_limit);
-        crate::listener::Limits {
-            request_head_timeout: self.request_head_timeout,
-            idle_timeout: self.idle_timeout,
-            max_request_head_bytes: self.max_request_head_bytes,
-            max_connections,
-        }
-    }
+    pub web: Option<WebConfig>,
 }
 
 /// Readiness before the first health check.

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::expfmt::{Format, PairHasher};
-use crate::model::{Engine, FamilyKey};
+use crate::model::{Engine, FamilyKey, Op};
 
 /// `page` parsed as the scraper parses an upstream keeping `keep`.
 pub(crate) fn parsed(page: &str, format: Format, keep: &[&str]) -> Exposition {
