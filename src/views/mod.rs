@@ -16,17 +16,20 @@
 //!   `aliases`: renamed families under their other name in the full `/metrics`.
 
 mod aliases;
+mod text;
 
 pub use aliases::{Aliases, aliases};
 
 use bytes::Bytes;
 
 use crate::config::{Config, UpstreamConfig};
-use crate::expfmt::{self, Exposition, MergeOptions, ParseLimits, ParseOptions};
+use crate::expfmt::{self, Exposition, MergeOptions};
 use crate::model::{Preset, ViewFamily};
 use crate::scrape::{Scraped, Scraper};
 
 use crate::numbers::{Labels, combine, escaped, find_family};
+
+use self::text::{derived, write_pairs};
 
 /// The name of the built-in view for endpoint pickers.
 pub const ROUTER: &str = crate::model::engine::ROUTER_VIEW;
@@ -314,40 +317,6 @@ fn write_upstream(
             }
         }
     }
-}
-
-/// `{name="value",...}` (values already escaped), or nothing without labels.
-fn write_pairs(pairs: &[(&[u8], &[u8])], out: &mut Vec<u8>) {
-    if pairs.is_empty() {
-        return;
-    }
-    out.push(b'{');
-    for (i, (k, v)) in pairs.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(k);
-        out.extend_from_slice(b"=\"");
-        out.extend_from_slice(v);
-        out.push(b'"');
-    }
-    out.push(b'}');
-}
-
-/// Text sysport wrote from `upstream`'s page, read back like a page of that upstream.
-fn derived(text: Vec<u8>, upstream: &UpstreamConfig, scraper: &Scraper) -> Exposition {
-    let added: Vec<&[u8]> = scraper.added_labels().iter().map(|a| a.name()).collect();
-    let opts = ParseOptions {
-        keep: &upstream.keep,
-        limits: ParseLimits::DERIVED,
-        added_labels: &added,
-        hasher: scraper.hasher(),
-        allow_reserved: false,
-    };
-    expfmt::parse(text.into(), expfmt::Format::Text, &opts).unwrap_or_else(|err| {
-        tracing::error!(error = %err, upstream = %upstream.name, "could not read back a view");
-        Exposition::empty()
-    })
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! One upstream's part of a view, from pages parsed as the scraper parses them.
 
 use super::*;
-use crate::expfmt::{Format, PairHasher};
+use crate::expfmt::{Format, PairHasher, ParseLimits, ParseOptions};
 use crate::model::{Engine, FamilyKey, Op};
 
 /// `page` parsed as the scraper parses an upstream keeping `keep`.
