@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use super::Config;
+use super::data::Config;
 use super::units::{format_bytes, format_duration};
 use crate::relabel::Rule;
 
