@@ -21,7 +21,9 @@ pub(super) fn budget(headers: &HeaderMap) -> Option<Duration> {
         return None;
     }
     let margin = (secs * 0.1).clamp(0.05, 0.5);
-    Some(Duration::from_secs_f64((secs - margin).max(0.01)))
+    // A value no Duration holds (from about 1.8e19 s) gives no budget, as a malformed one does:
+    // the upstreams' own timeouts still bound the scrape.
+    Duration::try_from_secs_f64((secs - margin).max(0.01)).ok()
 }
 
 /// At most this many `name` parameters in one read.
@@ -31,31 +33,51 @@ const MAX_NAMES: usize = 256;
 /// which a query without any parameter (`?`, `?&`) asks for too. `name[]` (prometheus_client's
 /// spelling) is accepted as well. Anything else is refused with a message, rather than silently
 /// answered with the whole page.
-pub(super) fn requested_names(query: Option<&str>) -> Result<Option<Vec<String>>, String> {
+pub(super) fn requested_names(query: Option<&str>) -> Result<Option<Vec<String>>, NamesError> {
     let Some(query) = query.filter(|q| !q.is_empty()) else {
         return Ok(None);
     };
-    let url = reqwest::Url::parse(&format!("http://q/?{query}"))
-        .map_err(|err| format!("unreadable query `{query}`: {err}"))?;
+    let url = reqwest::Url::parse(&format!("http://q/?{query}")).map_err(|err| {
+        NamesError::Unreadable {
+            query: query.to_owned(),
+            reason: err.to_string(),
+        }
+    })?;
     let mut names = Vec::new();
     for (key, value) in url.query_pairs() {
         if key != "name" && key != "name[]" {
-            return Err(format!(
-                "unknown query parameter `{key}`: /metrics takes only `name` (repeatable), \
-                 e.g. /metrics?name=vllm:num_requests_waiting&name=vllm:kv_cache_usage_perc"
-            ));
+            return Err(NamesError::UnknownParameter(key.into_owned()));
         }
         if !expfmt::is_metric_name(value.as_bytes()) {
-            return Err(format!(
-                "`name={value}` is not a metric family name ([a-zA-Z_:][a-zA-Z0-9_:]*)"
-            ));
+            return Err(NamesError::NotAName(value.into_owned()));
         }
         if names.len() == MAX_NAMES {
-            return Err(format!("more than {MAX_NAMES} `name` parameters"));
+            return Err(NamesError::TooMany);
         }
         names.push(value.into_owned());
     }
     Ok((!names.is_empty()).then_some(names))
+}
+
+/// Why a `?name=` query is refused (400). What the client sent is shown escaped (newlines,
+/// control characters, quotes), never as it was decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum NamesError {
+    #[error("unreadable query `{}`: {reason}", .query.escape_debug())]
+    Unreadable { query: String, reason: String },
+    #[error(
+        "unknown query parameter `{}`: /metrics takes only `name` (repeatable), e.g. \
+         /metrics?name=vllm:num_requests_waiting&name=vllm:kv_cache_usage_perc",
+        .0.escape_debug()
+    )]
+    UnknownParameter(String),
+    #[error(
+        "`name={}` is not a metric family name ([a-zA-Z_:][a-zA-Z0-9_:]*)",
+        .0.escape_debug()
+    )]
+    NotAName(String),
+    #[error("more than {MAX_NAMES} `name` parameters")]
+    TooMany,
 }
 
 /// Whether the Accept header prefers OpenMetrics to the text format (q-values honoured; a
@@ -162,7 +184,7 @@ mod tests {
 
     #[test]
     fn bad_query_parameters_are_refused_with_the_reason() {
-        let err = |q: &str| requested_names(Some(q)).expect_err(q);
+        let err = |q: &str| requested_names(Some(q)).expect_err(q).to_string();
         assert!(err("x=1").contains("unknown query parameter `x`"));
         assert!(err("name=vllm:a&match[]=up").contains("unknown query parameter `match[]`"));
         assert!(err("name=").contains("`name=` is not a metric family name"));
@@ -172,5 +194,45 @@ mod tests {
         let many = vec!["name=a"; MAX_NAMES + 1].join("&");
         assert!(err(&many).contains("more than 256"));
         assert!(requested_names(Some(&vec!["name=a"; MAX_NAMES].join("&"))).is_ok());
+    }
+
+    #[test]
+    fn a_refused_name_is_echoed_escaped() {
+        // A newline and an escape sequence, percent-encoded: the answer must not carry them raw
+        // (a terminal or a log reading the 400 would take them as its own).
+        let err = requested_names(Some("name=x%0Aforged%1B%5B31m%22"))
+            .expect_err("not a name")
+            .to_string();
+        assert_eq!(
+            err,
+            "`name=x\\nforged\\u{1b}[31m\\\"` is not a metric family name ([a-zA-Z_:][a-zA-Z0-9_:]*)"
+        );
+        assert!(!err.contains(['\n', '\u{1b}']));
+        let err = requested_names(Some("x%E2%80%A8y=1"))
+            .expect_err("unknown")
+            .to_string();
+        assert!(
+            err.starts_with("unknown query parameter `x\\u{2028}y`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_timeout_header_no_duration_holds_gives_no_budget() {
+        let budget_of = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                "x-prometheus-scrape-timeout-seconds",
+                HeaderValue::from_static(v),
+            );
+            budget(&h)
+        };
+        for v in [
+            "1e20", "1.85e19", "1e308", "inf", "-inf", "NaN", "-1", "0", "-0", "1e-400",
+        ] {
+            assert_eq!(budget_of(v), None, "{v}");
+        }
+        assert_eq!(budget_of("1e9"), Some(Duration::from_secs_f64(1e9 - 0.5)));
+        assert_eq!(budget_of(" 15 "), Some(Duration::from_secs_f64(14.5)));
     }
 }

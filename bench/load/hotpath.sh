@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The instructions sysport spends on the /metrics hot path, for one or more builds side by side:
+# each binary serves 200 scrapes of the 740 KB vLLM payload from a static loopback server, one at
+# a time, under valgrind's callgrind, which counts instructions (the same for the same binary and
+# inputs, whatever else the machine is doing). Start-up, the health checks and shutdown are in
+# the total too, and are the same for every build; the difference between builds is the hot
+# path's.
+#
+# Build the binaries to compare first, with the release profile (for example the commit before a
+# change in a worktree: `cargo build --release --locked --bin sysport --target-dir DIR`).
+# Makes bench/.venv (prometheus-client) and the static server of bench/load/driver when missing.
+#
+# Usage: bash bench/load/hotpath.sh OUT_DIR BIN [BIN...]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+OUT=${1:?usage: hotpath.sh OUT_DIR BIN [BIN...]}
+shift
+mkdir -p "$OUT"
+VENV=$ROOT/bench/.venv
+DRIVER=$ROOT/target/bench-driver/release
+SCRAPES=${SYSPORT_HOTPATH_SCRAPES:-200}
+export PATH="$HOME/.cargo/bin:$PATH"
+
+command -v valgrind >/dev/null || { echo "hotpath.sh: needs valgrind" >&2; exit 1; }
+command -v wrk >/dev/null || { echo "hotpath.sh: needs wrk (Debian's wrk)" >&2; exit 1; }
+if [ ! -x "$VENV/bin/python" ]; then python3 -m venv "$VENV"; fi
+"$VENV/bin/python" -c 'import prometheus_client' 2>/dev/null || "$VENV/bin/pip" install -q prometheus-client
+[ -x "$DRIVER/static-serve" ] || cargo build --release --manifest-path bench/load/driver/Cargo.toml \
+  --target-dir target/bench-driver --bin static-serve
+[ -s "$OUT/payload-740KB.prom" ] || "$VENV/bin/python" bench/load/registry.py write 12 "$OUT/payload-740KB.prom"
+
+free_ports() {
+  "$VENV/bin/python" -c 'import socket
+ss=[socket.socket() for _ in range(2)]
+[s.bind(("127.0.0.1",0)) for s in ss]
+print(*[s.getsockname()[1] for s in ss])'
+}
+
+n=0
+for BIN in "$@"; do
+  n=$((n + 1))
+  read -r UP SP <<<"$(free_ports)"
+  "$DRIVER/static-serve" "127.0.0.1:$UP" "$OUT/payload-740KB.prom" 2>/dev/null &
+  STATIC=$!
+  cat > "$OUT/sysport-$n.yaml" <<EOF
+listen: { host: 127.0.0.1, port: $SP }
+health: { starting_status: ready, interval: 1h }
+upstreams:
+  - name: vllm
+    url: http://127.0.0.1:$UP/metrics
+    keep: ["vllm:", "lmcache:"]
+    timeout: 60s
+shutdown: { drain_delay: 0s }
+EOF
+  SYSPORT_LOG=warn valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+    "$BIN" --config "$OUT/sysport-$n.yaml" > "$OUT/server-$n.log" 2>&1 &
+  SERVER=$!
+  for _ in $(seq 1 300); do curl -s -o /dev/null -m 1 "127.0.0.1:$SP/live" && break; sleep 0.2; done
+  WRK_MAX_REQUESTS=$SCRAPES wrk -t1 -c1 -d120s --timeout 30s -s bench/load/wrk.lua \
+    "http://127.0.0.1:$SP/metrics" > "$OUT/wrk-$n.txt" 2>&1 || true
+  kill -TERM "$SERVER"; wait "$SERVER" || true
+  kill "$STATIC"; wait "$STATIC" 2>/dev/null || true
+  refs=$(grep -o 'refs: *[0-9,]*' "$OUT/server-$n.log" | tr -dc '0-9')
+  done_requests=$(grep -o '[0-9]* requests in' "$OUT/wrk-$n.txt" | cut -d' ' -f1)
+  echo "$BIN: ${refs:-?} instructions for ${done_requests:-?} scrapes ($(( ${refs:-0} / ${done_requests:-1} )) per scrape, start-up and shutdown included)"
+done
