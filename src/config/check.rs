@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::units::{parse_bytes, parse_duration};
 use super::{Engine, StartingStatus, UpstreamConfig, Url};
+use crate::model::routes;
 
 /// The engine's own family prefixes (vLLM: `["vllm:", "lmcache:"]`, with LMCache's families
 /// when it runs in-process).
@@ -60,10 +61,12 @@ pub(super) fn parse_route(text: &str) -> Result<String, String> {
             "invalid path {text:?}: must not contain spaces, \"?\" or \"#\""
         ));
     }
-    if text == "/metrics" {
-        return Err("invalid path \"/metrics\": that route serves the metrics".to_owned());
+    if text == routes::METRICS {
+        return Err(format!(
+            "invalid path {text:?}: that route serves the metrics"
+        ));
     }
-    if text == crate::stall::LIVE_ENGINE_PATH {
+    if text == routes::LIVE_ENGINE {
         return Err(format!(
             "invalid path {text:?}: that route serves the engine container's liveness"
         ));

@@ -4,10 +4,12 @@
 //! - [`family`]: a family as readers name it ([`FamilyKey`]) and how copies of one number
 //!   combine ([`Op`], [`ViewFamily`]);
 //! - [`engine`]: what sysport knows about each inference engine, as a table of presets;
+//! - [`routes`]: the paths sysport serves;
 //! - the URL type every configured address is held in ([`Url`]).
 
 pub mod engine;
 pub mod family;
+pub mod routes;
 
 pub use engine::{Engine, Preset};
 pub use family::{FamilyKey, FamilyKeyError, Op, ViewFamily};

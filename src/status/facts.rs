@@ -9,7 +9,7 @@ use serde::ser::SerializeMap;
 use super::history::Point;
 use crate::config::Config;
 use crate::health::Readiness;
-use crate::model::Url;
+use crate::model::{Url, routes};
 use crate::scrape::Scraper;
 use crate::telemetry::Telemetry;
 use crate::views::Views;
@@ -209,15 +209,11 @@ impl Facts {
             listen: src.listen.to_owned(),
             config_file: src.config.source.as_ref().map(|p| p.display().to_string()),
             paths: Paths {
-                metrics: "/metrics",
+                metrics: routes::METRICS,
                 health: health.path.clone(),
                 live: health.live_path.clone(),
-                status: "/status",
-                views: src
-                    .views
-                    .names()
-                    .map(|name| format!("/metrics/{name}"))
-                    .collect(),
+                status: routes::STATUS,
+                views: src.views.names().map(routes::view).collect(),
             },
             upstreams,
             config: without_passwords(src.config).to_string(),
