@@ -10,8 +10,9 @@
 //! 3. `scrape` fetches each distinct URL once, shared by every request waiting for it
 //!    (`scrape::flight`): one GET (`scrape::http`), the body decoded (`scrape::decode`) into a
 //!    reused block (`scrape::blocks`), parsed by [`expfmt`] with the upstream's `keep` prefixes
-//!    and limits, then relabelled by [`relabel`] (`scrape::parse`). `scrape::record` counts the
-//!    outcome in `telemetry`, in the status page's history and in the log.
+//!    and limits, then relabelled by [`relabel`] (`scrape::parse`). `scrape::record` tells the
+//!    outcome to the scraper's recorders ([`model::Recorder`]: `telemetry` and the status
+//!    page's history, which `scrape` does not know) and logs it.
 //! 4. Back in [`server`], `server::page` merges the pages ([`expfmt::merge`]), writes them in the
 //!    format asked for (mostly as runs of the upstream bodies), once for all requests that share
 //!    the fetches, then appends sysport's own `dynamo_sysport_*` families from `telemetry`.

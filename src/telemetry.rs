@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use crate::expfmt::Selection;
+use crate::model::{Read, Recorder, ScrapeRecord};
 
 use prometheus::{
     Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -344,6 +345,47 @@ impl Telemetry {
         if let Err(err) = TextEncoder::new().encode(&families, out) {
             tracing::error!(error = %err, "could not encode sysport's own metrics");
         }
+    }
+}
+
+/// Scrape results as sysport's own metrics: `upstream_scrapes_total` and `upstream_up` for every
+/// result; for a full page its duration, size and series counts (all 0 when the fetch failed);
+/// `format_mismatches_total` for a body the `Content-Type` misnamed.
+impl Recorder for Telemetry {
+    fn scraped(&self, r: &ScrapeRecord<'_>) {
+        let name = r.name;
+        self.scrapes.with_label_values(&[name, r.result]).inc();
+        self.upstream_up
+            .with_label_values(&[name])
+            .set(r.succeeded() as i64);
+        if r.read != Read::Full {
+            return;
+        }
+        self.scrape_duration
+            .with_label_values(&[name])
+            .observe(r.took.as_secs_f64());
+        if let Some(len) = r.body_bytes {
+            self.response_bytes
+                .with_label_values(&[name])
+                .set(len as i64);
+        }
+        match r.series {
+            Some(s) => {
+                self.set_series(name, "kept", s.kept);
+                self.set_series(name, "dropped", s.dropped);
+                self.set_series(name, "malformed", s.malformed);
+                self.set_series(name, "relabel_dropped", s.relabel_dropped);
+            }
+            None => {
+                for outcome in SERIES_OUTCOMES {
+                    self.set_series(name, outcome, 0);
+                }
+            }
+        }
+    }
+
+    fn mislabelled(&self, _upstream: usize, name: &str) {
+        self.format_mismatches.with_label_values(&[name]).inc();
     }
 }
 

@@ -214,6 +214,7 @@ fn facts(app: &App, runtime: &Runtime) -> status::Facts {
     status::Facts::gather(status::Sources {
         config: &runtime.config,
         scraper: &runtime.scraper,
+        history: &runtime.history,
         readiness: &runtime.readiness,
         views: &runtime.views,
         telemetry: &app.telemetry,
