@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Reply, Running, Upstream, eventually, metric};
 use common::pki::Pki;
+use common::{Reply, Running, Upstream, eventually, metric};
 use sysport::config::{self, Config, Overrides};
 use sysport::server::Sysport;
 use tokio::net::TcpListener;

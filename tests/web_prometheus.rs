@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{Reply, Running, Upstream, eventually};
 use common::pki::Pki;
+use common::{Reply, Running, Upstream, eventually};
 use sysport::config::{self, Overrides};
 
 const PAGE: &str = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 4\n";

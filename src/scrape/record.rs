@@ -172,14 +172,16 @@ mod tests {
     #[tokio::test]
     async fn every_result_reaches_every_recorder() {
         let url = upstream().await;
-        let mut config = Config::default();
-        config.upstreams = vec![
-            UpstreamConfig {
-                keep: vec!["vllm:".to_owned()],
-                ..UpstreamConfig::new("engine", url.parse().expect("url"))
-            },
-            UpstreamConfig::new("gone", "http://127.0.0.1:1/metrics".parse().expect("url")),
-        ];
+        let config = Config {
+            upstreams: vec![
+                UpstreamConfig {
+                    keep: vec!["vllm:".to_owned()],
+                    ..UpstreamConfig::new("engine", url.parse().expect("url"))
+                },
+                UpstreamConfig::new("gone", "http://127.0.0.1:1/metrics".parse().expect("url")),
+            ],
+            ..Config::default()
+        };
         let (a, b) = (Arc::new(Kept::default()), Arc::new(Kept::default()));
         let scraper = Scraper::new(&config, http_client(), vec![a.clone(), b.clone()]);
         let scraped = scraper.scrape(&[0, 1], None, None).await;
