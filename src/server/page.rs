@@ -326,6 +326,51 @@ mod tests {
         );
     }
 
+    /// A scrape result fetched at `at`: a page, or a timeout.
+    fn scraped(at: Instant, ok: bool) -> Scraped {
+        use crate::relabel::Page;
+        use crate::scrape::ScrapeError;
+        Scraped {
+            generation: 1,
+            at,
+            result: if ok {
+                Ok(Arc::new(Page::unchanged(Arc::new(
+                    expfmt::Exposition::empty(),
+                ))))
+            } else {
+                Err(ScrapeError::Timeout(std::time::Duration::from_secs(1)))
+            },
+        }
+    }
+
+    #[test]
+    fn ages_are_the_oldest_data_served_and_http_age_only_for_earlier_fetches() {
+        let ms = std::time::Duration::from_millis;
+        let t0 = Instant::now();
+        let header =
+            |h: &HeaderMap, name: &str| h.get(name).map(|v| v.to_str().expect("ascii").to_owned());
+        // A fetch an earlier request made (min_interval), one made for this request, and an
+        // older failure, which serves no data and has no age.
+        let mut h = HeaderMap::new();
+        let all = [
+            scraped(t0 + ms(250), true),
+            scraped(t0 + ms(1_600), true),
+            scraped(t0, false),
+        ];
+        set_age(&mut h, &all, t0 + ms(1_500), t0 + ms(2_999));
+        assert_eq!(header(&h, SYSPORT_AGE).as_deref(), Some("2.749"));
+        assert_eq!(header(&h, "age").as_deref(), Some("2"));
+        // Every fetch made for this request: no HTTP Age.
+        let mut h = HeaderMap::new();
+        set_age(&mut h, &all[1..2], t0 + ms(1_500), t0 + ms(1_850));
+        assert_eq!(header(&h, SYSPORT_AGE).as_deref(), Some("0.250"));
+        assert_eq!(header(&h, "age"), None);
+        // No data: no age at all.
+        let mut h = HeaderMap::new();
+        set_age(&mut h, &all[2..], t0 + ms(1_500), t0 + ms(1_850));
+        assert!(h.is_empty());
+    }
+
     #[test]
     fn own_metrics_are_rendered_only_when_a_read_can_include_them() {
         let wants = |names: &[&str]| wants_own(Some(&Selection::new(names.iter().copied())));
