@@ -55,7 +55,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 INLINE_PATH = re.compile(r"(?<![A-Za-z0-9_:])((?:crate|super|self)(?:\s*::\s*(?:r#)?" + IDENT + r")+)")
-MOD_DECL = re.compile(r"(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*([;{])")
 
 
 def strip_code(text):
@@ -157,7 +156,6 @@ def module_of(rel):
 
 class Graph:
     def __init__(self, src):
-        self.src = src
         self.files = {}  # module path → relative file name
         for dirpath, _, names in os.walk(src):
             for name in names:
@@ -168,31 +166,17 @@ class Graph:
                     continue
                 self.files[module_of(rel)] = rel
         self.inline = {}  # module path of an inline module → the module of its file
-        self.uses = {}  # file → [(line, resolved module path, as written)]
-        self.texts = {m: strip_code(open(os.path.join(src, f), encoding="utf-8").read()) for m, f in self.files.items()}
-        for m, text in self.texts.items():
-            self._scan_inline(m, text)
-        self.edges = {f: {} for f in self.files.values()}
-        for m, text in self.texts.items():
-            self._scan(m, text)
-
-    def _scan_inline(self, file_mod, text):
-        stack = []
-        for m in re.finditer(r"\bmod\s+(" + IDENT + r")\s*\{|\{|\}", text):
-            tok = m.group(0)
-            if tok == "}":
-                if stack:
-                    stack.pop()
-            elif tok == "{":
-                stack.append(None)
-            else:
-                path = file_mod + tuple(n for n in stack if n) + (m.group(1),)
-                self.inline[path] = file_mod
-                stack.append(m.group(1))
+        texts = {m: strip_code(open(os.path.join(src, f), encoding="utf-8").read()) for m, f in self.files.items()}
+        # Every file's inline modules are known before any path is resolved.
+        scopes = {m: self._scopes(m, text) for m, text in texts.items()}
+        self.edges = {f: {} for f in self.files.values()}  # file → {file: (line, path as written)}
+        for m, text in texts.items():
+            self._scan(m, text, scopes[m])
 
     def _scopes(self, file_mod, text):
-        """For each offset of `text`, the module path it is in (inline modules included)."""
-        marks = []  # (offset, module path)
+        """The module path at each brace of `text`, as (offset, path) marks in order; inline
+        modules (`mod tests { .. }`) are noted in `self.inline` on the way."""
+        marks = []
         stack = []
         for m in re.finditer(r"\bmod\s+(" + IDENT + r")\s*\{|\{|\}", text):
             tok = m.group(0)
@@ -202,6 +186,7 @@ class Graph:
             elif tok == "{":
                 stack.append(None)
             else:
+                self.inline[file_mod + tuple(n for n in stack if n) + (m.group(1),)] = file_mod
                 stack.append(m.group(1))
             marks.append((m.end(), file_mod + tuple(n for n in stack if n)))
         return marks
@@ -248,8 +233,7 @@ class Graph:
             return
         self.edges[me].setdefault(target, (line, written))
 
-    def _scan(self, file_mod, text):
-        marks = self._scopes(file_mod, text)
+    def _scan(self, file_mod, text, marks):
 
         def scope_at(offset):
             scope = file_mod
