@@ -20,12 +20,13 @@
 //! `health` checks the upstreams in the background for `/health`; `stall` tells a busy engine
 //! from a stuck one for `/live/engine`; [`views`] serves `/metrics/<name>`; `status` the status
 //! page. [`config`] turns the YAML file, `DYN_SYSTEM_*` variables and flags into one `Config`,
-//! [`engine`] knows each engine's families, [`demo`] simulates vLLM and LMCache.
+//! [`model::engine`] knows each engine's families, [`demo`] simulates vLLM and LMCache.
 //!
 //! # Modules
 //!
 //! - [`config`]: YAML file + `DYN_SYSTEM_*` environment + CLI flags → one validated `Config`.
-//! - [`engine`]: what sysport knows about each inference engine (presets).
+//! - [`model`]: plain data every module may use: family keys, engine presets
+//!   ([`model::engine`]), the paths served, scrape records and their [`model::Recorder`].
 //! - [`expfmt`]: the exposition format, pure and I/O-free: lexer, filter, merge, writers (the
 //!   `sysport-expfmt` crate in `crates/expfmt`, re-exported).
 //! - `scrape`: fetches upstreams concurrently, single-flight, with limits and timeouts, and
