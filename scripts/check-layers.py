@@ -26,29 +26,32 @@ import os
 import re
 import sys
 
-# Module (top-level, under src/) → layer. Lower layers are used by higher ones, never the other
-# way. A module missing here is reported (every module needs a place).
+# Module (top-level, under src/) → layer, as docs/architecture.md draws them (layer 0 is the
+# exposition crate, outside src/). Lower layers are used by higher ones, never the other way. A
+# module missing here is reported (every module needs a place).
 LAYERS = {
-    # Plain data: family keys, engine presets, route paths, the URL type, scrape outcomes.
-    "model": 0,
-    # Validated configuration (plain data over the model); sysport's own metrics registry.
-    "config": 1,
-    "telemetry": 1,
-    # Relabelling compiled from the configuration's rules; the accept loop and its limits.
-    "relabel": 2,
-    "listener": 2,
-    # TLS and auth over the listener; fetching upstreams.
-    "web": 3,
+    # Plain data every module speaks (family keys, engine presets, route paths, scrape records,
+    # the URL type); Prometheus' relabelling rules.
+    "model": 1,
+    "relabel": 1,
+    # Validated configuration; one number read from a page; sysport's own metrics.
+    "config": 2,
+    "numbers": 2,
+    "telemetry": 2,
+    # Fetching upstreams.
     "scrape": 3,
-    # What is read from the fetched pages: readiness, stall detection, views.
+    # Readiness and stall detection.
     "health": 4,
     "stall": 4,
-    "views": 4,
-    # The status page reads all of the above.
+    # Views and the status page.
+    "views": 5,
     "status": 5,
+    # The accept loop; TLS and auth over it.
+    "listener": 6,
+    "web": 7,
     # The server assembles everything; the demo upstreams stand beside it.
-    "server": 6,
-    "demo": 6,
+    "server": 8,
+    "demo": 8,
 }
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -93,11 +93,14 @@ async fn run(cli: Cli) -> ExitCode {
         web_config: cli.web_config.clone(),
     };
     match cli.command {
-        Some(Command::CheckConfig) => match config::load(&overrides, &ProcessEnv) {
+        Some(Command::CheckConfig) => match sysport::server::load_config(&overrides, &ProcessEnv) {
             Ok(config) => {
                 use std::io::Write as _;
                 // `check-config | head` closes the pipe early: that is not an error.
-                match write!(std::io::stdout().lock(), "{config}") {
+                let fd_limit = sysport::listener::fds::fd_hard_limit();
+                let cap = sysport::listener::fds::default_max_connections(fd_limit);
+                let rendered = config.render().with_connection_cap(cap, fd_limit);
+                match write!(std::io::stdout().lock(), "{rendered}") {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
                     Err(err) => {
@@ -113,7 +116,7 @@ async fn run(cli: Cli) -> ExitCode {
         },
         Some(Command::Demo { port, host }) => demo(host, port).await,
         None => {
-            let config = match config::load(&overrides, &ProcessEnv) {
+            let config = match sysport::server::load_config(&overrides, &ProcessEnv) {
                 Ok(c) => c,
                 Err(err) => {
                     eprintln!("{err}");
@@ -213,7 +216,7 @@ async fn reload_on_sighup(handle: Handle, overrides: Overrides) {
             handle.reload_failed();
             continue;
         }
-        match config::load(&overrides, &ProcessEnv) {
+        match sysport::server::load_config(&overrides, &ProcessEnv) {
             Ok(new) => handle.reload(new),
             Err(err) => {
                 tracing::error!(error = %err, "configuration reload refused; the previous configuration stays");

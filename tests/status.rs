@@ -13,8 +13,8 @@ use axum::response::IntoResponse;
 use common::{Reply, Running, Upstream, client, config, eventually, metric, upstream_config};
 use serde_json::Value;
 use sysport::config::Config;
+use sysport::config::WebConfig;
 use sysport::model::Url;
-use sysport::web::WebConfig;
 
 const PAGE: &str = "# HELP vllm:num_requests_running Requests running.\n\
                     # TYPE vllm:num_requests_running gauge\n\

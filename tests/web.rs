@@ -28,7 +28,7 @@ fn load(pki: &Pki, web_yaml: &str, url: &str) -> Result<Config, config::ConfigEr
         web_config: Some(web),
         ..Overrides::default()
     };
-    config::load(&overrides, &HashMap::<String, String>::new())
+    sysport::server::load_config(&overrides, &HashMap::<String, String>::new())
 }
 
 fn https(running: &Running, path: &str) -> String {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::pki::Pki;
 use common::{Reply, Running, Upstream, eventually};
-use sysport::config::{self, Overrides};
+use sysport::config::Overrides;
 
 const PAGE: &str = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 4\n";
 
@@ -56,7 +56,8 @@ async fn prometheus_scrapes_over_https_with_basic_auth_and_a_wrong_password_fail
         web_config: Some(pki.path("web.yml")),
         ..Overrides::default()
     };
-    let config = config::load(&overrides, &HashMap::<String, String>::new()).expect("valid");
+    let config =
+        sysport::server::load_config(&overrides, &HashMap::<String, String>::new()).expect("valid");
     let sp = Running::start(config).await;
     let target = sp.base.trim_start_matches("http://").to_owned();
 

@@ -4,20 +4,10 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use super::data::{StartingStatus, UpstreamConfig};
 use super::units::{parse_bytes, parse_duration};
-use super::{Engine, StartingStatus, UpstreamConfig, Url};
 use crate::model::routes;
-
-/// The engine's own family prefixes (vLLM: `["vllm:", "lmcache:"]`, with LMCache's families
-/// when it runs in-process).
-pub(super) fn default_keep(engine: Engine) -> Vec<String> {
-    engine
-        .preset()
-        .keep
-        .iter()
-        .map(|k| (*k).to_owned())
-        .collect()
-}
+use crate::model::{Engine, Url};
 
 pub(super) fn parse_engine(text: &str) -> Result<Engine, String> {
     Engine::parse(text).ok_or_else(|| {

@@ -2,8 +2,7 @@
 //! its line, column and field.
 
 use super::tests::{assert_issue, no_env, ok, problems, url};
-use super::*;
-use crate::model::Op;
+use crate::model::{Engine, Op, Url};
 
 #[test]
 fn a_preset_fills_in_url_keep_and_health_of_its_engine() {

@@ -8,17 +8,18 @@ use std::path::{Path, PathBuf};
 use serde_saphyr::Spanned;
 
 use super::check::{
-    check_label_name, check_upstream_name, default_keep, keep_prefix, nonzero, parse_bool,
-    parse_engine, parse_flag_upstream, parse_ip, parse_route, parse_starting_status, parse_url,
+    check_label_name, check_upstream_name, keep_prefix, nonzero, parse_bool, parse_engine,
+    parse_flag_upstream, parse_ip, parse_route, parse_starting_status, parse_url,
     positive_duration, request_head_size,
 };
+use super::data::{Config, HealthConfig, Limits, Listen, ShutdownConfig, UpstreamConfig};
 use super::env::{self, Env};
 use super::error::{ConfigError, ConfigIssue};
 use super::loader::{Loader, Origin};
 use super::raw::{RawConfig, RawHealth, RawLimits, RawListen, RawShutdown, RawUpstream, Text};
 use super::units::{parse_bytes, parse_count, parse_duration, parse_port};
 use super::web;
-use super::{Config, Engine, HealthConfig, Limits, Listen, ShutdownConfig, UpstreamConfig, Url};
+use crate::model::{Engine, Url};
 
 /// Command-line flags; each one, when given, wins over the environment and the file.
 #[derive(Debug, Clone, Default)]
@@ -430,7 +431,7 @@ impl Loader<'_> {
             None => Some(preset_url(preset.metrics_url)),
         };
         let keep = match raw.keep {
-            None => Some(default_keep(engine)),
+            None => Some(engine.default_keep()),
             Some(keep) => self.keep(keep, &field("keep")),
         };
         let stall = self.stall(

@@ -10,8 +10,6 @@ use serde::Deserialize;
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde_saphyr::Spanned;
 
-use super::relabel::RawRules;
-
 /// A scalar value as written in the file, with its position.
 pub(crate) type Text = Spanned<String>;
 
@@ -289,4 +287,31 @@ impl<'de> Deserialize<'de> for RawLabels {
 
         deserializer.deserialize_map(LabelsVisitor)
     }
+}
+
+/// The list as written.
+pub(crate) type RawRules = Spanned<Vec<Spanned<RawRelabel>>>;
+
+/// One rule, with Prometheus' fields and defaults. See Prometheus' `<relabel_config>`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRelabel {
+    /// Labels whose values are joined with `separator` and matched against `regex`
+    /// (`__name__` is the sample's name).
+    pub(crate) source_labels: Option<Spanned<Vec<Text>>>,
+    /// Placed between the joined source values, default `;`.
+    pub(crate) separator: Option<Text>,
+    /// RE2 regular expression, anchored at both ends, default `(.*)`.
+    pub(crate) regex: Option<Text>,
+    /// For `hashmod`: the modulus of the hash of the joined source values.
+    pub(crate) modulus: Option<Text>,
+    /// The label a `replace`, `hashmod`, `lowercase`, `uppercase` writes, or that `keepequal`
+    /// and `dropequal` compare with; `replace` may use `$1`-style references in it.
+    pub(crate) target_label: Option<Text>,
+    /// What `replace` writes (and `labelmap` names labels), with `$1`, `${1}`, `$name`
+    /// references to the regex's groups; default `$1`.
+    pub(crate) replacement: Option<Text>,
+    /// `replace` (default), `keep`, `drop`, `keepequal`, `dropequal`, `hashmod`, `labelmap`,
+    /// `labeldrop`, `labelkeep`, `lowercase` or `uppercase`.
+    pub(crate) action: Option<Text>,
 }

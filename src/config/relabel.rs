@@ -4,39 +4,11 @@
 //! `$1`, `${1}` and `$$` mean what they mean in Prometheus and rules can be copied over as
 //! they are.
 
-use serde::Deserialize;
 use serde_saphyr::{Location, Spanned};
 
 use super::loader::{Loader, Origin};
-use super::raw::Text;
+use super::raw::{RawRelabel, RawRules, Text};
 use crate::relabel::{Rule, RuleSpec};
-
-/// The list as written.
-pub(crate) type RawRules = Spanned<Vec<Spanned<RawRelabel>>>;
-
-/// One rule, with Prometheus' fields and defaults. See Prometheus' `<relabel_config>`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawRelabel {
-    /// Labels whose values are joined with `separator` and matched against `regex`
-    /// (`__name__` is the sample's name).
-    pub(crate) source_labels: Option<Spanned<Vec<Text>>>,
-    /// Placed between the joined source values, default `;`.
-    pub(crate) separator: Option<Text>,
-    /// RE2 regular expression, anchored at both ends, default `(.*)`.
-    pub(crate) regex: Option<Text>,
-    /// For `hashmod`: the modulus of the hash of the joined source values.
-    pub(crate) modulus: Option<Text>,
-    /// The label a `replace`, `hashmod`, `lowercase`, `uppercase` writes, or that `keepequal`
-    /// and `dropequal` compare with; `replace` may use `$1`-style references in it.
-    pub(crate) target_label: Option<Text>,
-    /// What `replace` writes (and `labelmap` names labels), with `$1`, `${1}`, `$name`
-    /// references to the regex's groups; default `$1`.
-    pub(crate) replacement: Option<Text>,
-    /// `replace` (default), `keep`, `drop`, `keepequal`, `dropequal`, `hashmod`, `labelmap`,
-    /// `labeldrop`, `labelkeep`, `lowercase` or `uppercase`.
-    pub(crate) action: Option<Text>,
-}
 
 impl Loader<'_> {
     /// Checks every rule of a list (`field` names the list), recording each problem where it

@@ -1,13 +1,48 @@
 //! The effective configuration as YAML in the file's schema (`sysport check-config`); loading
-//! the output gives back the same [`Config`].
+//! the output gives back the same [`Config`]. Rendering reads nothing but the configuration and
+//! the host facts it is given ([`Rendered::with_connection_cap`]).
 
 use std::fmt;
 
-use super::Config;
+use super::data::Config;
 use super::units::{format_bytes, format_duration};
 use crate::relabel::Rule;
 
+/// The configuration as `check-config` prints it.
+#[derive(Debug, Clone, Copy)]
+pub struct Rendered<'a> {
+    config: &'a Config,
+    /// The connection cap in force without `listen.max_connections`, and the open-file limit
+    /// it comes from, where the caller knows them.
+    default_cap: Option<(usize, Option<u64>)>,
+}
+
+impl Config {
+    /// The effective configuration as YAML in the file's schema.
+    pub fn render(&self) -> Rendered<'_> {
+        Rendered {
+            config: self,
+            default_cap: None,
+        }
+    }
+}
+
+impl Rendered<'_> {
+    /// Says which connection cap an unset `listen.max_connections` gives on this host: `cap`,
+    /// from the open-file limit `fd_limit`.
+    pub fn with_connection_cap(mut self, cap: usize, fd_limit: Option<u64>) -> Self {
+        self.default_cap = Some((cap, fd_limit));
+        self
+    }
+}
+
 impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.render().fmt(f)
+    }
+}
+
+impl fmt::Display for Rendered<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let Config {
             listen,
@@ -19,7 +54,7 @@ impl fmt::Display for Config {
             views,
             metric_relabel_configs,
             source: _,
-        } = self;
+        } = self.config;
         writeln!(f, "listen:")?;
         writeln!(f, "  host: {}", quoted(&listen.host.to_string()))?;
         writeln!(f, "  port: {}", listen.port)?;
@@ -40,16 +75,20 @@ impl fmt::Display for Config {
         )?;
         match listen.max_connections {
             Some(n) => writeln!(f, "  max_connections: {n}")?,
-            None => {
-                let limit = crate::listener::fds::fd_hard_limit();
-                let n = crate::listener::fds::default_max_connections(limit);
-                let limit = limit.map_or("unlimited".to_owned(), |l| l.to_string());
-                writeln!(
+            None => match self.default_cap {
+                Some((n, limit)) => {
+                    let limit = limit.map_or("unlimited".to_owned(), |l| l.to_string());
+                    writeln!(
+                        f,
+                        "  # max_connections: not set: {n} here (1024, or half the open-file \
+                         limit, {limit})"
+                    )?;
+                }
+                None => writeln!(
                     f,
-                    "  # max_connections: not set: {n} here (1024, or half the open-file limit, \
-                     {limit})"
-                )?;
-            }
+                    "  # max_connections: not set: 1024, or half the open-file limit"
+                )?,
+            },
         }
         if let Some(port) = listen.probe_port {
             writeln!(f, "  probe_port: {port}")?;

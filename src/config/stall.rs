@@ -3,7 +3,7 @@
 
 use serde_saphyr::Spanned;
 
-use super::StallConfig;
+use super::data::StallConfig;
 use super::loader::{Loader, Origin};
 use super::raw::{RawList, RawStall, Text};
 use super::units::parse_duration;

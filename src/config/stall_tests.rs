@@ -2,7 +2,9 @@
 //! reported with its line, column and field.
 
 use super::tests::{assert_issue, no_env, ok, problems};
-use super::*;
+use std::time::Duration;
+
+use crate::model::FamilyKey;
 
 fn family(name: &str, select: &[(&str, &str)]) -> FamilyKey {
     FamilyKey {

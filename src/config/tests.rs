@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::load::load_text;
 use super::*;
-use crate::model::Op;
+use crate::model::{Engine, FamilyKey, Op, Url, ViewFamily};
 
 const FILE: &str = "sysport.yaml";
 
@@ -140,7 +140,7 @@ fn defaults_without_file_env_or_flags() {
         health_url: Some(url("http://127.0.0.1:8000/health")),
         required: true,
         min_interval: Duration::ZERO,
-        engine: crate::config::Engine::Vllm,
+        engine: crate::model::Engine::Vllm,
         aliases: false,
         metric_relabel_configs: Vec::new(),
         stall: None,

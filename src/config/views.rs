@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use serde_saphyr::Spanned;
 
 use super::check::{check_label_name, check_upstream_name};
+use super::data::{HealthConfig, UpstreamConfig, ViewConfig};
 use super::loader::{Loader, Origin};
 use super::raw::RawView;
-use super::{HealthConfig, UpstreamConfig, ViewConfig};
 use crate::model::{FamilyKey, Op, ViewFamily, routes};
 
 impl Loader<'_> {

@@ -1,8 +1,8 @@
 //! The web configuration file (exporter-toolkit's format: `tls_server_config`,
 //! `http_server_config`, `basic_auth_users`), loaded like the main file: every problem with
 //! the web file's name, line and column. Values are taken literally (no `${VAR}`: a bcrypt hash
-//! is full of `$`). The certificate and key are read and paired here, so `check-config` and
-//! start-up refuse what the server could not load.
+//! is full of `$`). Whether the certificate and key load and pair is for the TLS stack to tell:
+//! `web::tls::check` does it on the loaded configuration, for `check-config` and start-up alike.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,7 +16,7 @@ use super::env::Env;
 use super::error::ConfigIssue;
 use super::loader::{Loader, Origin};
 use super::raw::{RawLabels, Text};
-use crate::web::{ClientAuth, Pem, TlsSettings, TlsVersion, WebConfig};
+use super::web_config::{ClientAuth, Pem, TlsPlaces, TlsSettings, TlsVersion, WebConfig};
 
 /// The file as written.
 #[derive(Debug, Default, Deserialize)]
@@ -155,6 +155,17 @@ struct Places {
 }
 
 impl Places {
+    fn data(&self) -> TlsPlaces {
+        let at = |l: &Location| (l.line() as usize, l.column() as usize);
+        let mut fields: Vec<(&'static str, (usize, usize))> =
+            self.fields.iter().map(|(f, l)| (*f, at(l))).collect();
+        fields.sort();
+        TlsPlaces {
+            section: at(&self.section),
+            fields,
+        }
+    }
+
     fn issue(&self, loader: &mut Loader<'_>, field: &'static str, message: impl Into<String>) {
         let location = self.fields.get(field).copied().unwrap_or(self.section);
         loader.issue(
@@ -303,14 +314,9 @@ fn tls_settings(loader: &mut Loader<'_>, raw: Spanned<RawTls>, dir: &Path) -> Op
         cipher_suites: list(raw.cipher_suites),
         prefer_server_cipher_suites: prefer?,
         curve_preferences: list(raw.curve_preferences),
+        places: places.data(),
     };
-    match crate::web::tls::server_config(&settings) {
-        Ok(_) => Some(settings),
-        Err(e) => {
-            places.issue(loader, e.field, e.message);
-            None
-        }
-    }
+    Some(settings)
 }
 
 /// The web configuration file in force: `--web.config.file` > `SYSPORT_WEB_CONFIG` >

@@ -42,6 +42,19 @@ pub struct Limits {
     pub max_connections: usize,
 }
 
+impl Limits {
+    /// The limits `listen:` sets, with the connection cap for the open-file limit `fd_limit`.
+    pub fn new(listen: &crate::config::Listen, fd_limit: Option<u64>) -> Limits {
+        let (max_connections, _) = fds::effective_max_connections(listen.max_connections, fd_limit);
+        Limits {
+            request_head_timeout: listen.request_head_timeout,
+            idle_timeout: listen.idle_timeout,
+            max_request_head_bytes: listen.max_request_head_bytes,
+            max_connections,
+        }
+    }
+}
+
 /// The TLS configuration for the next handshake (replaced when the certificate changes).
 pub type Tls = watch::Receiver<Arc<ServerConfig>>;
 

@@ -265,6 +265,12 @@ impl Engine {
     pub fn name(self) -> &'static str {
         self.preset().name
     }
+
+    /// The engine's own family prefixes (vLLM: `["vllm:", "lmcache:"]`, with LMCache's
+    /// families when it runs in-process), as an upstream's `keep`.
+    pub fn default_keep(self) -> Vec<String> {
+        self.preset().keep.iter().map(|k| (*k).to_owned()).collect()
+    }
 }
 
 impl Preset {

@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::RuleSet;
-use super::analysis::{Verdict, Verdicts};
 use super::apply::{Memo, Step};
 use super::labels::{Labels, SampleLabels};
 use super::made::{Families, Made, Rewritten, Target};
 use super::seen::{self, Outcome};
+use super::set::RuleSet;
+use super::verdict::{Verdict, Verdicts};
 use crate::expfmt::{
     self, Exposition, Family, Format, PairHasher, ParseError, ParseLimits, ParseOptions, Sample,
 };

@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::analysis::Verdicts;
 use super::made::Rewritten;
+use super::verdict::Verdicts;
 use crate::expfmt::{Exposition, Family, Sample};
 
 /// Per family (by [`key`]), what the last page taught.

@@ -29,6 +29,17 @@ use page::RenderSlot;
 pub use page::SYSPORT_AGE;
 pub use start::{BindError, Sysport, serve};
 
+/// The configuration the server runs with: [`crate::config::load`], then what only the TLS
+/// stack can check ([`crate::web::tls::check`]: the certificate pairs with its key, every file
+/// reads), so that `check-config`, start-up and SIGHUP refuse alike what the server could not
+/// put in force.
+pub fn load_config(
+    overrides: &crate::config::Overrides,
+    env: &dyn crate::config::Env,
+) -> Result<crate::config::Config, crate::config::ConfigError> {
+    crate::config::load(overrides, env).and_then(crate::web::tls::check)
+}
+
 /// How long in-flight requests may take to finish once the listener has closed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 

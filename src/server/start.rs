@@ -99,7 +99,7 @@ impl Sysport {
     pub fn try_from_listener(listener: TcpListener, config: Config) -> Result<Sysport, BindError> {
         let telemetry = Telemetry::new();
         let fd_limit = listener::fds::fd_limit();
-        let limits = config.listen.limits(fd_limit);
+        let limits = listener::Limits::new(&config.listen, fd_limit);
         if let (_, true) =
             listener::fds::effective_max_connections(config.listen.max_connections, fd_limit)
         {

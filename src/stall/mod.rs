@@ -51,11 +51,11 @@ impl Reading {
 /// Reads the stall families of `stall` from one upstream's page; `copies` are the labels whose
 /// series are copies of one number (the engine preset's).
 pub(crate) fn read(exp: &Exposition, stall: &StallConfig, copies: &[&str]) -> Reading {
-    let running = crate::views::total(exp, &stall.busy.name, &stall.busy.select, copies);
+    let running = crate::numbers::total(exp, &stall.busy.name, &stall.busy.select, copies);
     let progress = stall
         .progress
         .iter()
-        .filter_map(|f| crate::views::total(exp, &f.name, &f.select, &[]))
+        .filter_map(|f| crate::numbers::total(exp, &f.name, &f.select, &[]))
         .reduce(|a, b| a + b)
         .filter(|p| !p.is_nan());
     Reading { running, progress }

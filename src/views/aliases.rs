@@ -6,7 +6,7 @@
 use crate::expfmt::Exposition;
 use crate::scrape::{Scraped, Scraper};
 
-use super::{derived, write_pairs};
+use super::text::{derived, write_pairs};
 
 /// The other names of one scrape's renamed families, to merge after the upstreams' pages.
 #[derive(Debug, Default)]

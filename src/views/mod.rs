@@ -12,22 +12,24 @@
 //! upstreams of `/metrics`, so added labels, duplicates and both output formats are handled by
 //! the same code.
 //!
-//! - `combine`: grouping the series of one family;
+//! - `crate::numbers`: grouping the series of one family;
 //!   `aliases`: renamed families under their other name in the full `/metrics`.
 
 mod aliases;
-mod combine;
+mod text;
 
 pub use aliases::{Aliases, aliases};
 
 use bytes::Bytes;
 
 use crate::config::{Config, UpstreamConfig};
-use crate::expfmt::{self, Exposition, Family, MergeOptions, Output, ParseLimits, ParseOptions};
-use crate::model::{Op, Preset, ViewFamily};
+use crate::expfmt::{self, Exposition, MergeOptions, Output};
+use crate::model::{Preset, ViewFamily};
 use crate::scrape::{Scraped, Scraper};
 
-use self::combine::{Labels, combine};
+use crate::numbers::{Labels, combine, escaped, find_family};
+
+use self::text::{derived, write_pairs};
 
 /// The name of the built-in view for endpoint pickers.
 pub const ROUTER: &str = crate::model::engine::ROUTER_VIEW;
@@ -244,53 +246,6 @@ fn wanted(f: &ViewFamily, preset: &Preset) -> Wanted {
     }
 }
 
-/// The family of `exp` whose text-format name is `name`.
-fn find_family<'a>(exp: &'a Exposition, name: &str) -> Option<&'a Family> {
-    exp.families().iter().find(|f| {
-        let (base, suffix) = exp.family_name(f);
-        base.len() + suffix.len() == name.len()
-            && name.as_bytes().starts_with(base)
-            && name.as_bytes().ends_with(suffix)
-    })
-}
-
-/// The sum of the series of family `name` in `exp` that carry every `select` pair (plain
-/// values), where series that differ only in a `copies` label count once, with their largest
-/// value. A histogram's or summary's `_count` is its number, whether `name` is the family's or
-/// its `_count`'s. `None` when the page has no such series.
-pub fn total(
-    exp: &Exposition,
-    name: &str,
-    select: &[(String, String)],
-    copies: &[&str],
-) -> Option<f64> {
-    let family = find_family(exp, name).or_else(|| {
-        let f = find_family(exp, name.strip_suffix("_count")?)?;
-        matches!(f.kind, expfmt::Kind::Histogram | expfmt::Kind::Summary).then_some(f)
-    })?;
-    let tail: &[u8] = match family.kind {
-        expfmt::Kind::Histogram | expfmt::Kind::Summary => b"_count",
-        _ => b"",
-    };
-    let select: Vec<(String, Vec<u8>)> = select
-        .iter()
-        .map(|(k, v)| (k.clone(), escaped(k, v)))
-        .collect();
-    let labels = Labels { copies, ranks: &[] };
-    combine(exp, family, &select, Op::Sum, labels)
-        .iter()
-        .filter(|s| s.tail == tail)
-        .map(|s| s.number())
-        .reduce(|a, b| a + b)
-}
-
-/// A label value as the exposition writes it.
-fn escaped(name: &str, value: &str) -> Vec<u8> {
-    crate::expfmt::AddedLabel::new(name, value)
-        .escaped_value()
-        .to_vec()
-}
-
 /// One upstream's part of a view, as text 0.0.4.
 fn write_upstream(
     families: &[Wanted],
@@ -356,40 +311,6 @@ fn write_upstream(
             }
         }
     }
-}
-
-/// `{name="value",...}` (values already escaped), or nothing without labels.
-fn write_pairs(pairs: &[(&[u8], &[u8])], out: &mut Vec<u8>) {
-    if pairs.is_empty() {
-        return;
-    }
-    out.push(b'{');
-    for (i, (k, v)) in pairs.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(k);
-        out.extend_from_slice(b"=\"");
-        out.extend_from_slice(v);
-        out.push(b'"');
-    }
-    out.push(b'}');
-}
-
-/// Text sysport wrote from `upstream`'s page, read back like a page of that upstream.
-fn derived(text: Vec<u8>, upstream: &UpstreamConfig, scraper: &Scraper) -> Exposition {
-    let added: Vec<&[u8]> = scraper.added_labels().iter().map(|a| a.name()).collect();
-    let opts = ParseOptions {
-        keep: &upstream.keep,
-        limits: ParseLimits::DERIVED,
-        added_labels: &added,
-        hasher: scraper.hasher(),
-        allow_reserved: false,
-    };
-    expfmt::parse(text.into(), expfmt::Format::Text, &opts).unwrap_or_else(|err| {
-        tracing::error!(error = %err, upstream = %upstream.name, "could not read back a view");
-        Exposition::empty()
-    })
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! One upstream's part of a view, from pages parsed as the scraper parses them.
 
 use super::*;
-use crate::expfmt::{Format, PairHasher};
-use crate::model::{Engine, FamilyKey};
+use crate::expfmt::{Format, PairHasher, ParseLimits, ParseOptions};
+use crate::model::{Engine, FamilyKey, Op};
 
 /// `page` parsed as the scraper parses an upstream keeping `keep`.
 pub(crate) fn parsed(page: &str, format: Format, keep: &[&str]) -> Exposition {

@@ -16,7 +16,7 @@ use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite, version};
 use tokio::sync::watch;
 
 use super::verify::{AllowedSans, AnyClientCert};
-use super::{ClientAuth, Pem, TlsSettings, TlsVersion};
+use crate::config::{ClientAuth, Config, ConfigError, ConfigIssue, Pem, TlsSettings, TlsVersion};
 use crate::telemetry::{NAMESPACE, Telemetry};
 
 /// How often the files are looked at for changes.
@@ -148,6 +148,33 @@ fn certificates(pem: &Pem, field: &'static str) -> Result<Vec<CertificateDer<'st
         ));
     }
     Ok(certs)
+}
+
+/// The loaded `config` when its web configuration's TLS material loads (every file read, the
+/// certificate paired with its key, the suites and curves known); else the problem with the
+/// web file's name, line and field, as every configuration problem is reported.
+pub fn check(config: Config) -> Result<Config, ConfigError> {
+    let Some(web) = &config.listen.web else {
+        return Ok(config);
+    };
+    let Some(settings) = &web.tls else {
+        return Ok(config);
+    };
+    match server_config(settings) {
+        Ok(_) => Ok(config),
+        Err(e) => {
+            let (line, column) = settings.places.of(e.field);
+            Err(ConfigError {
+                issues: vec![ConfigIssue {
+                    file: Some(web.file.clone()),
+                    line: Some(line),
+                    column: Some(column),
+                    field: format!("tls_server_config.{}", e.field),
+                    message: e.message,
+                }],
+            })
+        }
+    }
 }
 
 /// Builds the rustls server configuration, reading every file.

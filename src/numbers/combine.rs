@@ -10,22 +10,22 @@ use crate::model::Op;
 
 /// Which labels go, and how.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Labels<'a> {
+pub(crate) struct Labels<'a> {
     /// Copies of one number: combined with `max`.
-    pub(super) copies: &'a [&'a str],
+    pub(crate) copies: &'a [&'a str],
     /// Data-parallel ranks: combined with the family's operation.
-    pub(super) ranks: &'a [&'a str],
+    pub(crate) ranks: &'a [&'a str],
 }
 
 /// One output series: its name after the family's (`_bucket`, or nothing), its labels (values
 /// escaped), its value.
 #[derive(Debug, Clone)]
-pub(super) struct Series<'a> {
-    pub(super) tail: &'a [u8],
-    pub(super) pairs: Vec<Pair<'a>>,
+pub(crate) struct Series<'a> {
+    pub(crate) tail: &'a [u8],
+    pub(crate) pairs: Vec<Pair<'a>>,
     value: Value<'a>,
     /// The sample of a series that passes as it is (`Op::Pass`: its timestamp goes along).
-    pub(super) sample: Option<&'a crate::expfmt::Sample>,
+    pub(crate) sample: Option<&'a crate::expfmt::Sample>,
 }
 
 /// A value being combined: the text of a lone member (written back as it was), or the running
@@ -39,12 +39,12 @@ struct Value<'a> {
 
 impl Series<'_> {
     /// The value as a number: the lone member's, or what combining made.
-    pub(super) fn number(&self) -> f64 {
+    pub(crate) fn number(&self) -> f64 {
         self.value.acc
     }
 
     /// Appends the value: as the engine wrote it when nothing was combined, else computed.
-    pub(super) fn write_value(&self, op: Op, out: &mut Vec<u8>) {
+    pub(crate) fn write_value(&self, op: Op, out: &mut Vec<u8>) {
         match self.value.raw {
             Some(raw) => out.extend_from_slice(raw),
             None if op == Op::Avg => {
@@ -56,7 +56,7 @@ impl Series<'_> {
 }
 
 /// The series of `family` (of `exp`) that carry every `select` pair, combined.
-pub(super) fn combine<'a>(
+pub(crate) fn combine<'a>(
     exp: &'a Exposition,
     family: &'a Family,
     select: &[(String, Vec<u8>)],

@@ -1,0 +1,282 @@
+//! The validated configuration: plain data, every field checked by the loader.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::web_config::WebConfig;
+use crate::model::{Engine, FamilyKey, Url, ViewFamily, routes};
+use crate::relabel::Rule;
+
+/// The validated configuration the server runs with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Address and port of the system port.
+    pub listen: Listen,
+    /// Readiness / liveness settings.
+    pub health: HealthConfig,
+    /// Labels added to every engine series that does not already carry them, in file order.
+    pub labels: Vec<(String, String)>,
+    /// The engine endpoints to scrape, in file order (their families are emitted in this order).
+    pub upstreams: Vec<UpstreamConfig>,
+    /// Resource limits applied to every upstream response.
+    pub limits: Limits,
+    /// Graceful shutdown behaviour.
+    pub shutdown: ShutdownConfig,
+    /// Views served at `/metrics/<name>` besides the built-in `router` (which one named
+    /// `router` replaces), in file order.
+    pub views: Vec<ViewConfig>,
+    /// Rules applied to every engine series, after its upstream's own.
+    pub metric_relabel_configs: Vec<Rule>,
+    /// The file this configuration was read from, if any (used by `SIGHUP` reload).
+    pub source: Option<PathBuf>,
+}
+
+/// A page at `/metrics/<name>` computed from the upstreams' families.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ViewConfig {
+    pub name: String,
+    /// In output order; each read from every upstream that has it.
+    pub families: Vec<ViewFamily>,
+    /// Labels combined with each family's operation; `None`: each upstream engine's
+    /// data-parallel rank labels.
+    pub aggregate: Option<Vec<String>>,
+}
+
+/// Where the system port listens, and what one client may hold there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listen {
+    /// `DYN_SYSTEM_HOST`, default `0.0.0.0`.
+    pub host: IpAddr,
+    /// `DYN_SYSTEM_PORT`, default 8081. Port 0 asks the OS for a free port.
+    pub port: u16,
+    /// Time to send a request head, from the connection's start or the next request's first
+    /// byte, default 5 s.
+    pub request_head_timeout: Duration,
+    /// Time a kept-alive connection may wait for its next request, default 2 min.
+    pub idle_timeout: Duration,
+    /// Largest request head, default 16 KiB.
+    pub max_request_head_bytes: usize,
+    /// Most connections held at once; `None`: 1024, or half the open-file limit when lower.
+    pub max_connections: Option<usize>,
+    /// A plain-HTTP port serving only the probes (`/live`, `/health`), for when the main port
+    /// requires client certificates the kubelet cannot present.
+    pub probe_port: Option<u16>,
+    /// The web configuration (TLS, client certificates, basic auth, headers), loaded from
+    /// `--web.config.file`, `SYSPORT_WEB_CONFIG` or `listen.web_config_file`.
+    pub web: Option<WebConfig>,
+}
+
+/// Readiness before the first health check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartingStatus {
+    /// `/health` answers 503 until the first check succeeds (default).
+    NotReady,
+    /// `/health` answers 200 until a check fails.
+    Ready,
+}
+
+/// Health endpoint settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthConfig {
+    /// `DYN_SYSTEM_HEALTH_PATH`, default `/health`.
+    pub path: String,
+    /// `DYN_SYSTEM_LIVE_PATH`, default `/live`.
+    pub live_path: String,
+    /// `DYN_SYSTEM_STARTING_HEALTH_STATUS`, default `notready`.
+    pub starting_status: StartingStatus,
+    /// How often each upstream's health is checked, default 5 s.
+    pub interval: Duration,
+}
+
+/// One engine endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamConfig {
+    /// Unique name, used as the `upstream` label of sysport's own metrics.
+    pub name: String,
+    /// The inference engine behind it (default vLLM): its preset gave the defaults, and decides
+    /// the `router` view's families and the renamed families of `aliases`.
+    pub engine: Engine,
+    /// The Prometheus endpoint (http or https).
+    pub url: Url,
+    /// Family-name prefixes to keep; never empty.
+    pub keep: Vec<String>,
+    /// Per-scrape timeout, default 2 s (further capped by Prometheus' scrape timeout header).
+    pub timeout: Duration,
+    /// Optional health URL; without one, readiness follows the last scrape.
+    pub health_url: Option<Url>,
+    /// Whether readiness needs this upstream, default true.
+    pub required: bool,
+    /// Reuse a fetch younger than this, and serve a slightly older one while a refresh runs
+    /// (0 = always fetch), default 0.
+    pub min_interval: Duration,
+    /// Also serve renamed families under their other name in the full `/metrics`, default false.
+    pub aliases: bool,
+    /// Rules applied to this upstream's series before the top-level ones; default none.
+    pub metric_relabel_configs: Vec<Rule>,
+    /// Stall detection (`stall_after` above zero), default off.
+    pub stall: Option<StallConfig>,
+}
+
+/// Stall detection of one upstream: requests running at every check for `after`, and the
+/// progress counters never moving in that time, is a stalled engine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StallConfig {
+    /// How long requests may run without progress; more than zero.
+    pub after: Duration,
+    /// The gauge of requests being worked on: busy when a series is above zero.
+    pub busy: FamilyKey,
+    /// Counters that move while requests are worked on, summed over every series (a
+    /// histogram's or summary's `_count`); never empty.
+    pub progress: Vec<FamilyKey>,
+}
+
+impl StallConfig {
+    /// Stall detection after `after` with `engine`'s own families.
+    pub fn preset(engine: Engine, after: Duration) -> StallConfig {
+        let families = &engine.preset().stall;
+        StallConfig {
+            after,
+            busy: families.busy.clone(),
+            progress: families.progress.clone(),
+        }
+    }
+}
+
+/// Limits applied to each upstream response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Body bytes after decoding, default 16 MiB.
+    pub max_body_bytes: usize,
+    /// Longest line, default 1 MiB.
+    pub max_line_bytes: usize,
+    /// Series per upstream, default 250 000.
+    pub max_series: usize,
+    /// Metric families (distinct names) per upstream, default 20 000.
+    pub max_families: usize,
+    /// Labels per series, default 64.
+    pub max_labels: usize,
+    /// Bytes in one label value, default 512 KiB.
+    pub max_label_value_bytes: usize,
+}
+
+impl Limits {
+    /// The limits a parse of one upstream body applies (all but the body size, which the
+    /// fetch applies).
+    pub fn parse_limits(&self) -> crate::expfmt::ParseLimits {
+        crate::expfmt::ParseLimits {
+            max_line_bytes: self.max_line_bytes,
+            max_series: self.max_series,
+            max_families: self.max_families,
+            max_labels: self.max_labels,
+            max_label_value_bytes: self.max_label_value_bytes,
+        }
+    }
+}
+
+/// Shutdown settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShutdownConfig {
+    /// After SIGTERM: `/health` is 503 at once, the listener keeps serving this long, default 5 s.
+    pub drain_delay: Duration,
+}
+
+impl Default for Config {
+    /// The built-in configuration: every default, scraping vLLM at
+    /// `http://127.0.0.1:8000/metrics`.
+    fn default() -> Self {
+        let preset = Engine::Vllm.preset();
+        let url = |u: &str| Url::parse(u).expect("a preset's URLs are valid");
+        let mut vllm = UpstreamConfig::new("vllm", url(preset.metrics_url));
+        vllm.health_url = Some(url(preset.health_url));
+        Config {
+            listen: Listen::default(),
+            health: HealthConfig::default(),
+            labels: Vec::new(),
+            upstreams: vec![vllm],
+            limits: Limits::default(),
+            shutdown: ShutdownConfig::default(),
+            views: Vec::new(),
+            metric_relabel_configs: Vec::new(),
+            source: None,
+        }
+    }
+}
+
+impl Default for Listen {
+    fn default() -> Self {
+        Listen {
+            host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port: 8081,
+            request_head_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(120),
+            max_request_head_bytes: 16 << 10,
+            max_connections: None,
+            probe_port: None,
+            web: None,
+        }
+    }
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            path: routes::HEALTH.to_owned(),
+            live_path: routes::LIVE.to_owned(),
+            starting_status: StartingStatus::NotReady,
+            interval: Duration::from_secs(5),
+        }
+    }
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        ShutdownConfig {
+            drain_delay: Duration::from_secs(5),
+        }
+    }
+}
+
+impl UpstreamConfig {
+    /// An upstream with the defaults of `--upstream NAME=URL`: vLLM, keep `vllm:` and
+    /// `lmcache:`, 2 s timeout, required, no health URL, always fetch, no aliases, no stall
+    /// detection.
+    pub fn new(name: impl Into<String>, url: Url) -> Self {
+        UpstreamConfig {
+            name: name.into(),
+            engine: Engine::Vllm,
+            url,
+            keep: Engine::Vllm.default_keep(),
+            timeout: Duration::from_secs(2),
+            health_url: None,
+            required: true,
+            min_interval: Duration::ZERO,
+            aliases: false,
+            metric_relabel_configs: Vec::new(),
+            stall: None,
+        }
+    }
+}
+
+impl std::fmt::Display for StartingStatus {
+    /// `notready` or `ready`, as in the file and `DYN_SYSTEM_STARTING_HEALTH_STATUS`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StartingStatus::NotReady => "notready",
+            StartingStatus::Ready => "ready",
+        })
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 16 << 20,
+            max_line_bytes: 1 << 20,
+            max_series: 250_000,
+            max_families: 20_000,
+            max_labels: 64,
+            max_label_value_bytes: 512 << 10,
+        }
+    }
+}
