@@ -14,14 +14,17 @@ WORKDIR /build
 
 # Dependencies first: build them against stub targets so that a source change reuses this
 # layer instead of recompiling every crate. sysport and the workspace's exposition crate
-# declare bench targets, so they need stubs too.
+# declare bench targets, so they need stubs too; the benchmark inputs crate is a workspace
+# member (not built here: only the benchmarks use it).
 COPY Cargo.toml Cargo.lock ./
 COPY crates/expfmt/Cargo.toml crates/expfmt/
-RUN mkdir -p src benches crates/expfmt/src crates/expfmt/benches \
+COPY crates/bench-inputs/Cargo.toml crates/bench-inputs/
+RUN mkdir -p src benches crates/expfmt/src crates/expfmt/benches crates/bench-inputs/src \
     && echo 'fn main() {}' > src/main.rs \
     && echo 'fn main() {}' > benches/relabel.rs \
     && echo '' > src/lib.rs \
     && echo '' > crates/expfmt/src/lib.rs \
+    && echo '' > crates/bench-inputs/src/lib.rs \
     && echo 'fn main() {}' > crates/expfmt/benches/expfmt.rs \
     && cargo build --release --locked \
     && rm -rf src benches crates \

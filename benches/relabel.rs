@@ -13,15 +13,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{Criterion, SamplingMode, Throughput};
-use sysport::expfmt::{
-    self, AddedLabel, Exposition, Format, MergeOptions, PairHasher, ParseOptions,
-};
+use sysport::expfmt::{self, Exposition, Format, MergeOptions, Output, PairHasher, ParseOptions};
 use sysport::relabel::{self, Page, Rule, RuleSet};
-
-#[path = "../crates/expfmt/benches/inputs/mod.rs"]
-mod inputs;
-
-use inputs::{Input, KEEP, LIMITS, is_test_mode};
+use sysport_bench_inputs::{self as inputs, Input, KEEP, LIMITS, is_test_mode};
 
 fn main() {
     let test_mode = is_test_mode();
@@ -34,22 +28,6 @@ fn main() {
         .configure_from_args();
     bench_relabel(&mut c, &input);
     c.final_summary();
-}
-
-/// What a request does with the parsed pages: merge them, write text 0.0.4 into a fresh
-/// buffer sized by `Merge::size_hint`.
-fn merged_text(sources: &[&Exposition], added: &[AddedLabel], hasher: PairHasher) -> Vec<u8> {
-    let m = expfmt::merge(
-        sources,
-        &MergeOptions {
-            added,
-            names: None,
-            hasher,
-        },
-    );
-    let mut out = Vec::with_capacity(m.size_hint());
-    expfmt::write_text(&m, &mut out);
-    out
 }
 
 /// Ten typical rules: the README's example (request-size histograms dropped, latency buckets
@@ -117,7 +95,8 @@ fn rule_set(rules: &[Rule]) -> RuleSet {
     RuleSet::new(rules, &[], &[]).expect("some rules")
 }
 
-/// [`pipeline`] with the page through `rules` between the parse and the merge.
+/// What one `/metrics` request does with the large page (parse, merge, write text 0.0.4), with
+/// the page through `rules` between the parse and the merge.
 fn relabelled_pipeline(body: &Bytes, rules: Option<&RuleSet>) -> Vec<u8> {
     let hasher = PairHasher::new(0x5eed);
     let keep: Vec<String> = KEEP.iter().map(|s| s.to_string()).collect();
@@ -134,8 +113,15 @@ fn relabelled_pipeline(body: &Bytes, rules: Option<&RuleSet>) -> Vec<u8> {
         None => Page::unchanged(exp),
         Some(rules) => relabel::relabel(exp, rules, LIMITS, hasher).expect("within the limits"),
     };
+    // What a request does with the parsed pages: merge them, write text 0.0.4 into a fresh
+    // buffer sized by `Merge::size_hint`.
     let sources: Vec<&Exposition> = page.served.iter().map(|e| &**e).collect();
-    merged_text(&sources, &[], hasher)
+    let opts = MergeOptions {
+        added: &[],
+        names: None,
+        hasher,
+    };
+    expfmt::merge_write::<Vec<u8>>(&sources, &opts, Output::Text).out
 }
 
 /// The cost of `metric_relabel_configs` on the large text input.

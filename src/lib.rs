@@ -10,8 +10,9 @@
 //! 3. `scrape` fetches each distinct URL once, shared by every request waiting for it
 //!    (`scrape::flight`): one GET (`scrape::http`), the body decoded (`scrape::decode`) into a
 //!    reused block (`scrape::blocks`), parsed by [`expfmt`] with the upstream's `keep` prefixes
-//!    and limits, then relabelled by [`relabel`] (`scrape::parse`). `scrape::record` counts the
-//!    outcome in `telemetry`, in the status page's history and in the log.
+//!    and limits, then relabelled by [`relabel`] (`scrape::parse`). `scrape::record` tells the
+//!    outcome to the scraper's recorders ([`model::Recorder`]: `telemetry` and the status
+//!    page's history, which `scrape` does not know) and logs it.
 //! 4. Back in [`server`], `server::page` merges the pages ([`expfmt::merge`]), writes them in the
 //!    format asked for (mostly as runs of the upstream bodies), once for all requests that share
 //!    the fetches, then appends sysport's own `dynamo_sysport_*` families from `telemetry`.
@@ -19,12 +20,13 @@
 //! `health` checks the upstreams in the background for `/health`; `stall` tells a busy engine
 //! from a stuck one for `/live/engine`; [`views`] serves `/metrics/<name>`; `status` the status
 //! page. [`config`] turns the YAML file, `DYN_SYSTEM_*` variables and flags into one `Config`,
-//! [`engine`] knows each engine's families, [`demo`] simulates vLLM and LMCache.
+//! [`model::engine`] knows each engine's families, [`demo`] simulates vLLM and LMCache.
 //!
 //! # Modules
 //!
 //! - [`config`]: YAML file + `DYN_SYSTEM_*` environment + CLI flags → one validated `Config`.
-//! - [`engine`]: what sysport knows about each inference engine (presets).
+//! - [`model`]: plain data every module may use: family keys, engine presets
+//!   ([`model::engine`]), the paths served, scrape records and their [`model::Recorder`].
 //! - [`expfmt`]: the exposition format, pure and I/O-free: lexer, filter, merge, writers (the
 //!   `sysport-expfmt` crate in `crates/expfmt`, re-exported).
 //! - `scrape`: fetches upstreams concurrently, single-flight, with limits and timeouts, and

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use sysport::config::{self, Overrides, ProcessEnv};
+use sysport::model::routes;
 use sysport::server::{Handle, Sysport};
 
 /// System-port sidecar for LLM inference workers: one /metrics, /health and /live.
@@ -322,8 +323,8 @@ fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) 
             ..Listen::default()
         },
         health: HealthConfig {
-            path: "/health".into(),
-            live_path: "/live".into(),
+            path: routes::HEALTH.into(),
+            live_path: routes::LIVE.into(),
             starting_status: StartingStatus::NotReady,
             interval: DEMO_INTERVAL,
         },

@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use crate::expfmt::Selection;
+use crate::model::{Read, Recorder, ScrapeRecord};
 
 use prometheus::{
     Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -347,6 +348,47 @@ impl Telemetry {
     }
 }
 
+/// Scrape results as sysport's own metrics: `upstream_scrapes_total` and `upstream_up` for every
+/// result; for a full page its duration, size and series counts (all 0 when the fetch failed);
+/// `format_mismatches_total` for a body the `Content-Type` misnamed.
+impl Recorder for Telemetry {
+    fn scraped(&self, r: &ScrapeRecord<'_>) {
+        let name = r.name;
+        self.scrapes.with_label_values(&[name, r.result]).inc();
+        self.upstream_up
+            .with_label_values(&[name])
+            .set(r.succeeded() as i64);
+        if r.read != Read::Full {
+            return;
+        }
+        self.scrape_duration
+            .with_label_values(&[name])
+            .observe(r.took.as_secs_f64());
+        if let Some(len) = r.body_bytes {
+            self.response_bytes
+                .with_label_values(&[name])
+                .set(len as i64);
+        }
+        match r.series {
+            Some(s) => {
+                self.set_series(name, "kept", s.kept);
+                self.set_series(name, "dropped", s.dropped);
+                self.set_series(name, "malformed", s.malformed);
+                self.set_series(name, "relabel_dropped", s.relabel_dropped);
+            }
+            None => {
+                for outcome in SERIES_OUTCOMES {
+                    self.set_series(name, outcome, 0);
+                }
+            }
+        }
+    }
+
+    fn mislabelled(&self, _upstream: usize, name: &str) {
+        self.format_mismatches.with_label_values(&[name]).inc();
+    }
+}
+
 impl Default for Telemetry {
     fn default() -> Self {
         Telemetry::new()
@@ -432,37 +474,34 @@ impl Process {
     /// without it the metrics stay at 0. It reads two files, not five: `stat` has the CPU time,
     /// memory and threads.
     fn update(&self) {
+        self.update_at(Instant::now());
+    }
+
+    /// [`Process::update`] at `now`.
+    fn update_at(&self, now: Instant) {
         let mut sampled = self.sampled.lock().expect("process sample lock");
         if sampled
             .at
-            .is_some_and(|at| at.elapsed() < PROCESS_SAMPLE_EVERY)
+            .is_some_and(|at| now.saturating_duration_since(at) < PROCESS_SAMPLE_EVERY)
         {
             return;
         }
-        sampled.at = Some(Instant::now());
+        sampled.at = Some(now);
         if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
-            // Fields after the parenthesised command name, from the state (field 3): utime and
-            // stime are fields 14 and 15, num_threads 20, vsize 23 (bytes), rss 24 (pages).
-            let fields: Vec<&str> = stat
-                .rsplit_once(')')
-                .map_or("", |(_, r)| r)
-                .split_whitespace()
-                .collect();
-            let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<i64>().ok());
-            if let (Some(u), Some(s)) = (field(14), field(15)) {
-                let total = (u + s) as f64 / self.ticks_per_second;
-                if total > sampled.cpu {
-                    self.cpu.inc_by(total - sampled.cpu);
-                    sampled.cpu = total;
-                }
+            let stat = Stat::parse(&stat);
+            if let Some(total) = stat.cpu_seconds(self.ticks_per_second)
+                && total > sampled.cpu
+            {
+                self.cpu.inc_by(total - sampled.cpu);
+                sampled.cpu = total;
             }
-            if let Some(n) = field(20) {
+            if let Some(n) = stat.field(20) {
                 self.threads.set(n);
             }
-            if let Some(v) = field(23) {
+            if let Some(v) = stat.field(23) {
                 self.virtual_bytes.set(v);
             }
-            if let Some(pages) = field(24) {
+            if let Some(pages) = stat.field(24) {
                 self.resident.set(pages * self.page_size);
             }
         }
@@ -482,6 +521,32 @@ impl Process {
         {
             self.max_fds.set(soft);
         }
+    }
+}
+
+/// `/proc/self/stat`'s fields from the state (field 3) on, after the parenthesised command name
+/// (which may hold spaces and parentheses of its own).
+struct Stat<'a>(Vec<&'a str>);
+
+impl<'a> Stat<'a> {
+    fn parse(stat: &'a str) -> Stat<'a> {
+        Stat(
+            stat.rsplit_once(')')
+                .map_or("", |(_, r)| r)
+                .split_whitespace()
+                .collect(),
+        )
+    }
+
+    /// Field `n` as proc(5) numbers them: utime and stime are 14 and 15, num_threads 20, vsize
+    /// 23 (bytes), rss 24 (pages).
+    fn field(&self, n: usize) -> Option<i64> {
+        self.0.get(n.checked_sub(3)?)?.parse().ok()
+    }
+
+    /// User and system CPU time in seconds, to the clock tick.
+    fn cpu_seconds(&self, ticks_per_second: f64) -> Option<f64> {
+        Some((self.field(14)? + self.field(15)?) as f64 / ticks_per_second)
     }
 }
 
@@ -510,15 +575,54 @@ fn auxv(key: u64) -> Option<u64> {
 mod tests {
     use super::*;
 
+    /// This process's CPU time as `/proc/self/stat` has it now.
+    fn cpu_now() -> f64 {
+        let stat = std::fs::read_to_string("/proc/self/stat").expect("procfs");
+        let ticks = auxv(17).map_or(100.0, |t| t as f64);
+        Stat::parse(&stat)
+            .cpu_seconds(ticks)
+            .expect("utime and stime")
+    }
+
+    #[test]
+    fn stat_fields_are_read_after_the_command_name_and_cpu_time_to_the_tick() {
+        // pid, a command name with spaces and parentheses, then fields 3 (state) to 24.
+        let mut fields: Vec<String> = (3..=24).map(|n| n.to_string()).collect();
+        fields[0] = "S".to_owned();
+        fields[14 - 3] = "123".to_owned();
+        fields[15 - 3] = "45".to_owned();
+        fields[20 - 3] = "7".to_owned();
+        let line = format!("4242 (a) b (c)) {}\n", fields.join(" "));
+        let stat = Stat::parse(&line);
+        // 168 ticks at 100 a second: 1.68 s, not rounded down to whole seconds.
+        assert_eq!(stat.cpu_seconds(100.0), Some(1.68));
+        assert_eq!(stat.field(20), Some(7));
+        assert_eq!(stat.field(24), Some(24));
+        assert_eq!(
+            (stat.field(3), stat.field(2), stat.field(25)),
+            (None, None, None)
+        );
+        assert_eq!(Stat::parse("garbage").cpu_seconds(100.0), None);
+    }
+
     #[test]
     fn process_cpu_time_keeps_fractions_of_a_second() {
-        let t = Telemetry::new();
-        let start = std::time::Instant::now();
+        // Until this process has used some CPU time that is not a whole number of seconds
+        // (bounded by CPU time, not wall time: a loaded machine only makes it take longer).
         let mut x = 0u64;
-        while start.elapsed() < std::time::Duration::from_millis(150) {
-            x = x.wrapping_mul(31).wrapping_add(7);
+        for _ in 0..100_000 {
+            if cpu_now().fract() > 0.0 {
+                break;
+            }
+            for _ in 0..100_000 {
+                x = x.wrapping_mul(31).wrapping_add(7);
+            }
         }
         std::hint::black_box(x);
+        let before = cpu_now();
+        assert!(before.fract() > 0.0, "cpu seconds {before}");
+        let t = Telemetry::new();
+        let after = cpu_now();
         let mut out = Vec::new();
         t.render_text(
             Some(&Selection::new([
@@ -535,35 +639,35 @@ mod tests {
                 .and_then(|v| v.parse().ok())
                 .expect("metric present")
         };
+        // Read between the two: rounded down to whole seconds it would be below `before`.
         let cpu = value("dynamo_sysport_process_cpu_seconds_total");
-        assert!(cpu > 0.05 && cpu < 60.0, "cpu seconds {cpu}");
+        assert!(
+            before <= cpu && cpu <= after,
+            "{before} <= {cpu} <= {after}"
+        );
         assert!(value("dynamo_sysport_process_resident_memory_bytes") > 1e6);
     }
 
     #[test]
     fn process_metrics_are_read_at_most_once_per_window() {
         let p = Telemetry::new().process;
-        let burn = |ms: u64| {
-            let start = Instant::now();
-            let mut x = 0u64;
-            while start.elapsed() < std::time::Duration::from_millis(ms) {
-                x = x.wrapping_mul(31).wrapping_add(7);
-            }
-            std::hint::black_box(x);
-        };
-        p.update();
-        let read_at = p.sampled.lock().expect("lock").at.expect("read");
-        let cpu = p.cpu.get();
-        burn(40);
-        p.update();
-        // Unless this thread stalled past the window, the reading stands.
-        if read_at.elapsed() < PROCESS_SAMPLE_EVERY {
-            assert_eq!(p.cpu.get(), cpu);
-            assert_eq!(p.sampled.lock().expect("lock").at, Some(read_at));
-        }
-        burn(PROCESS_SAMPLE_EVERY.as_millis() as u64);
-        p.update();
-        assert!(p.cpu.get() > cpu, "read again after the window");
+        let read_at = p
+            .sampled
+            .lock()
+            .expect("lock")
+            .at
+            .expect("read when registered");
+        // Values no reading gives: a reading overwrites them.
+        p.threads.set(-1);
+        p.open_fds.set(-1);
+        let within = read_at + PROCESS_SAMPLE_EVERY - std::time::Duration::from_nanos(1);
+        p.update_at(within);
+        assert_eq!((p.threads.get(), p.open_fds.get()), (-1, -1));
+        assert_eq!(p.sampled.lock().expect("lock").at, Some(read_at));
+        let after = read_at + PROCESS_SAMPLE_EVERY;
+        p.update_at(after);
+        assert!(p.threads.get() >= 1 && p.open_fds.get() >= 3, "read again");
+        assert_eq!(p.sampled.lock().expect("lock").at, Some(after));
     }
 
     #[test]

@@ -7,23 +7,22 @@
 //!
 //! `cargo test --test faults -- --nocapture` prints one line per fault: result, time, VmHWM.
 
-#[path = "faults/bodies.rs"]
-mod bodies;
-#[path = "common/mod.rs"]
 mod common;
-#[path = "faults/expo.rs"]
-mod expo;
-#[path = "faults/lies.rs"]
-mod lies;
-#[path = "faults/upstream.rs"]
-mod upstream;
+/// The faults' parts, in `tests/faults/`.
+mod faults {
+    pub(crate) mod bodies;
+    pub(crate) mod expo;
+    pub(crate) mod lies;
+    pub(crate) mod upstream;
+}
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use common::metric;
 use common::sidecar::{Sidecar, UpstreamSpec};
-use upstream::{Fault, RawUpstream, refused_url};
+use faults::upstream::{Fault, RawUpstream, refused_url};
+use faults::{bodies, expo};
 
 /// The faulty upstream's `timeout`, and how long `/metrics` may take with it.
 const TIMEOUT: &str = "1s";

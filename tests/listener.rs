@@ -6,7 +6,6 @@
 //!
 //! `cargo test --test listener -- --nocapture` prints the probe latencies and peak memory.
 
-#[path = "common/mod.rs"]
 mod common;
 
 use std::sync::Arc;

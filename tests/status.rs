@@ -3,7 +3,6 @@
 //! nothing an upstream or the configuration says becomes markup, no secret is shown, and
 //! they sit behind basic auth with the rest (the probes stay open).
 
-#[path = "common/mod.rs"]
 mod common;
 
 use std::collections::BTreeSet;

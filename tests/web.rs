@@ -2,17 +2,14 @@
 //! everything but the probes, certificates re-read from disk, client certificates, and the
 //! configuration errors that name the web file's line. Certificates are made with `openssl`.
 
-#[path = "common/mod.rs"]
 mod common;
-#[path = "common/pki.rs"]
-mod pki;
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
+use common::pki::Pki;
 use common::{Reply, Running, Upstream, eventually, metric};
-use pki::Pki;
 use sysport::config::{self, Config, Overrides};
 use sysport::server::Sysport;
 use tokio::net::TcpListener;

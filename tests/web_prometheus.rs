@@ -3,17 +3,14 @@
 //! `basicAuth` makes it do. Run by `tests/suites/web-prometheus.sh` (which the test command
 //! runs): `cargo test --test web_prometheus -- --ignored`.
 
-#[path = "common/mod.rs"]
 mod common;
-#[path = "common/pki.rs"]
-mod pki;
 
 use std::collections::HashMap;
 use std::process::Stdio;
 use std::time::Duration;
 
+use common::pki::Pki;
 use common::{Reply, Running, Upstream, eventually};
-use pki::Pki;
 use sysport::config::Overrides;
 
 const PAGE: &str = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 4\n";

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::data::{StartingStatus, UpstreamConfig};
 use super::units::{parse_bytes, parse_duration};
+use crate::model::routes;
 use crate::model::{Engine, Url};
 
 pub(super) fn parse_engine(text: &str) -> Result<Engine, String> {
@@ -50,10 +51,12 @@ pub(super) fn parse_route(text: &str) -> Result<String, String> {
             "invalid path {text:?}: must not contain spaces, \"?\" or \"#\""
         ));
     }
-    if text == "/metrics" {
-        return Err("invalid path \"/metrics\": that route serves the metrics".to_owned());
+    if text == routes::METRICS {
+        return Err(format!(
+            "invalid path {text:?}: that route serves the metrics"
+        ));
     }
-    if text == crate::stall::LIVE_ENGINE_PATH {
+    if text == routes::LIVE_ENGINE {
         return Err(format!(
             "invalid path {text:?}: that route serves the engine container's liveness"
         ));

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::web_config::WebConfig;
-use crate::model::{Engine, FamilyKey, Url, ViewFamily};
+use crate::model::{Engine, FamilyKey, Url, ViewFamily, routes};
 use crate::relabel::Rule;
 
 /// The validated configuration the server runs with.
@@ -221,8 +221,8 @@ impl Default for Listen {
 impl Default for HealthConfig {
     fn default() -> Self {
         HealthConfig {
-            path: "/health".to_owned(),
-            live_path: "/live".to_owned(),
+            path: routes::HEALTH.to_owned(),
+            live_path: routes::LIVE.to_owned(),
             starting_status: StartingStatus::NotReady,
             interval: Duration::from_secs(5),
         }

@@ -9,7 +9,7 @@ use super::check::{check_label_name, check_upstream_name};
 use super::data::{HealthConfig, UpstreamConfig, ViewConfig};
 use super::loader::{Loader, Origin};
 use super::raw::RawView;
-use crate::model::{FamilyKey, Op, ViewFamily};
+use crate::model::{FamilyKey, Op, ViewFamily, routes};
 
 impl Loader<'_> {
     pub(super) fn views(
@@ -48,7 +48,7 @@ impl Loader<'_> {
             check_upstream_name(n).map_err(|m| m.replace("upstream name", "view name"))
         });
         if let Some((name, location)) = &name {
-            let path = format!("/metrics/{name}");
+            let path = routes::view(name);
             if let Some(first) = first_lines.get(name) {
                 let message = format!(
                     "duplicate view name {name:?}: {path} is already the view at line {first}"

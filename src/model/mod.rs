@@ -4,12 +4,18 @@
 //! - [`family`]: a family as readers name it ([`FamilyKey`]) and how copies of one number
 //!   combine ([`Op`], [`ViewFamily`]);
 //! - [`engine`]: what sysport knows about each inference engine, as a table of presets;
+//! - [`routes`]: the paths sysport serves;
+//! - [`scrape`]: what a scrape of an upstream left, and the [`Recorder`] interface it is
+//!   recorded through;
 //! - the URL type every configured address is held in ([`Url`]).
 
 pub mod engine;
 pub mod family;
+pub mod routes;
+pub mod scrape;
 
 pub use engine::{Engine, Preset};
 pub use family::{FamilyKey, FamilyKeyError, Op, ViewFamily};
 /// An absolute URL (upstream metrics, health and canary addresses).
 pub use reqwest::Url;
+pub use scrape::{PageSeries, Read, Recorder, ScrapeRecord};

@@ -10,9 +10,10 @@ use futures_util::future::{BoxFuture, Shared};
 use super::blocks::BodyBlocks;
 use super::http::get;
 use super::parse::{contained, parse_for};
-use super::record::{Kind, record};
+use super::record::{mislabelled, record};
 use super::select::NameSet;
 use super::{Fetch, Inner, ScrapeError, Scraper, UpstreamResult};
+use crate::model::Read;
 use crate::model::Url;
 
 type SharedFetch = Shared<BoxFuture<'static, Arc<Fetch>>>;
@@ -186,11 +187,7 @@ async fn run_fetch(
             if fetched.mislabelled {
                 for &u in &target.upstreams {
                     let name = &inner.upstreams[u].name;
-                    inner
-                        .telemetry
-                        .format_mismatches
-                        .with_label_values(&[name])
-                        .inc();
+                    mislabelled(&inner.recorders, u, name);
                     tracing::debug!(
                         upstream = %name,
                         content_type = fetched.content_type.as_deref().unwrap_or(""),
@@ -219,9 +216,9 @@ async fn run_fetch(
         Err(e) => target.upstreams.iter().map(|_| Err(e.clone())).collect(),
     };
     let kind = if slot.selective {
-        Kind::Selective
+        Read::Selective
     } else {
-        Kind::Full
+        Read::Full
     };
     for (&u, result) in target.upstreams.iter().zip(&results) {
         record(&inner, u, result, elapsed, kind, body_len);

@@ -12,13 +12,12 @@
 //! `min_interval` however many readers there are, and readers rarely wait for it.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use crate::config::{Config, UpstreamConfig};
 use crate::expfmt::{AddedLabel, PairHasher, Selection};
+use crate::model::{Read, Recorder};
 use crate::relabel::{Page, RuleSet};
-use crate::status::history::{LastScrape, Point};
-use crate::telemetry::Telemetry;
 
 mod blocks;
 mod decode;
@@ -33,7 +32,7 @@ pub(crate) use error::ScrapeError;
 pub(crate) use http::http_client;
 
 use flight::{Slot, Target, next_generation};
-use record::{Kind, UpstreamState, record};
+use record::{UpstreamState, record};
 
 /// What one upstream got from one fetch: its page as parsed and as its rules leave it.
 pub(crate) type UpstreamResult = Result<Arc<Page>, ScrapeError>;
@@ -61,30 +60,21 @@ pub struct Scraped {
     pub result: UpstreamResult,
 }
 
-/// The state of an upstream as the last fetch left it.
+/// The state of an upstream as the last fetch left it (its history is the recorders').
 #[derive(Debug, Clone, Default)]
 pub struct UpstreamStatus {
     /// `None` before the first fetch finished.
     pub up: Option<bool>,
     /// The error of the last failed fetch, kept after the upstream recovers.
     pub last_error: Option<String>,
-    /// When the last failed fetch finished.
-    pub last_error_at: Option<SystemTime>,
-    /// Since when the fetches have succeeded, or failed, as the last one did.
-    pub state_since: Option<SystemTime>,
     /// When the upstream last answered successfully.
     pub last_success: Option<Instant>,
-    /// The last fetch.
-    pub last: Option<LastScrape>,
-    /// The decoded size of the last full page that arrived.
-    pub response_bytes: Option<u64>,
-    /// The seconds of the last few minutes that saw fetches, oldest first.
-    pub history: Vec<Point>,
 }
 
 struct Inner {
     client: reqwest::Client,
-    telemetry: Telemetry,
+    /// Told about every result ([`record::record`]).
+    recorders: Vec<Arc<dyn Recorder>>,
     upstreams: Vec<UpstreamConfig>,
     keep: Vec<Vec<String>>,
     states: Vec<Mutex<UpstreamState>>,
@@ -113,12 +103,15 @@ impl std::fmt::Debug for Scraper {
 }
 
 impl Scraper {
-    /// A scraper for the upstreams of `config`.
-    pub fn new(config: &Config, client: reqwest::Client, telemetry: Telemetry) -> Scraper {
+    /// A scraper for the upstreams of `config`, which tells `recorders` about every result.
+    pub fn new(
+        config: &Config,
+        client: reqwest::Client,
+        recorders: Vec<Arc<dyn Recorder>>,
+    ) -> Scraper {
         let mut targets: Vec<Target> = Vec::new();
         let mut position = Vec::with_capacity(config.upstreams.len());
         for (i, u) in config.upstreams.iter().enumerate() {
-            telemetry.register_upstream(&u.name);
             match targets.iter_mut().position(|t| t.full.url == u.url) {
                 Some(t) => {
                     let target = &mut targets[t];
@@ -147,7 +140,7 @@ impl Scraper {
         Scraper {
             inner: Arc::new(Inner {
                 client,
-                telemetry,
+                recorders,
                 upstreams: config.upstreams.clone(),
                 keep: config.upstreams.iter().map(|u| u.keep.clone()).collect(),
                 states: config
@@ -209,17 +202,11 @@ impl Scraper {
 
     /// What the last fetches of upstream `i` left.
     pub fn status(&self, i: usize) -> UpstreamStatus {
-        let now = Instant::now();
         let s = self.inner.states[i].lock().expect("upstream state lock");
         UpstreamStatus {
             up: s.up,
             last_error: s.last_error.clone(),
-            last_error_at: s.recorded.last_error_at(),
-            state_since: s.recorded.since(),
             last_success: s.last_success,
-            last: s.recorded.last(),
-            response_bytes: s.recorded.response_bytes(),
-            history: s.recorded.points(now),
         }
     }
 
@@ -274,7 +261,7 @@ impl Scraper {
                         // result when it ends).
                         let limit = budget.unwrap_or(self.inner.upstreams[u].timeout);
                         let result = Err(ScrapeError::Timeout(limit));
-                        record(&self.inner, u, &result, limit, Kind::Deadline, None);
+                        record(&self.inner, u, &result, limit, Read::Deadline, None);
                         Scraped {
                             generation: next_generation(),
                             at: Instant::now(),

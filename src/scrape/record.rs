@@ -1,85 +1,56 @@
-//! What a scrape leaves behind: sysport's own metrics for the upstream, the status page's
-//! record, and a log line when the upstream changes state or its page's first malformed line
-//! changes. [`record`] is the one place that does it.
+//! What a scrape leaves behind: a [`ScrapeRecord`] told to every [`Recorder`] the scraper was
+//! given (sysport's own metrics, the status page's history), the upstream's state here (up or
+//! down, its last error and success), and a log line when the upstream changes state or its
+//! page's first malformed line changes. [`record`] is the one place that does it.
 
 use std::time::{Duration, Instant};
 
 use super::{Inner, UpstreamResult};
 use crate::expfmt::Malformed;
-use crate::status::history::{Outcome, Recorded};
-use crate::telemetry::SERIES_OUTCOMES;
+use crate::model::{PageSeries, Read, Recorder, ScrapeRecord};
 
-/// Per upstream state, for logging changes once and for the status page.
+/// Per upstream state, for logging changes once and for [`super::Scraper::status`].
 #[derive(Debug, Default)]
 pub(super) struct UpstreamState {
     pub(super) up: Option<bool>,
     pub(super) last_error: Option<String>,
     pub(super) last_success: Option<Instant>,
-    pub(super) recorded: Recorded,
     /// The first malformed line of the last full page, logged when it changes.
     first_malformed: Option<Malformed>,
 }
 
-/// What a result being recorded came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    /// A fetch of the full page.
-    Full,
-    /// A fetch of selected families (`name[]`): a request to the engine, but its duration,
-    /// size and series are not the full page's.
-    Selective,
-    /// A request whose deadline came before the shared fetch ended: for that scrape the
-    /// upstream timed out. The fetch itself is recorded when it ends.
-    Deadline,
-}
-
-/// Records one result of upstream `u`: `dynamo_sysport_upstream_scrapes_total`, `_up`, and for a
-/// full page its duration, size and series counts; the status page's record of engine requests;
-/// and a log line when the upstream goes up or down. `took`: how long the fetch (or the wait)
-/// took; `body_len`: the decoded body's size, when one arrived.
+/// Records one result of upstream `u` with every recorder, and in the upstream's state here
+/// (with a log line when the upstream goes up or down). `took`: how long the fetch (or the
+/// wait) took; `body_len`: the decoded body's size, when one arrived.
 pub(super) fn record(
     inner: &Inner,
     u: usize,
     result: &UpstreamResult,
     took: Duration,
-    kind: Kind,
+    read: Read,
     body_len: Option<usize>,
 ) {
-    let t = &inner.telemetry;
     let name = inner.upstreams[u].name.as_str();
     let up = result.is_ok();
-    let reason = result.as_ref().map_or_else(|e| e.reason(), |_| "success");
-    // Until a full `/metrics` read merges the page (and takes out conflicts and duplicates),
-    // the parse's count less what the rules dropped is the best one the status page can show.
-    let kept = result.as_ref().ok().map(|page| {
-        page.parsed
-            .stats()
-            .kept
-            .saturating_sub(page.relabel_dropped)
-    });
-    t.scrapes.with_label_values(&[name, reason]).inc();
-    t.upstream_up.with_label_values(&[name]).set(up as i64);
-    if kind == Kind::Full {
-        t.scrape_duration
-            .with_label_values(&[name])
-            .observe(took.as_secs_f64());
-        if let Some(len) = body_len {
-            t.response_bytes.with_label_values(&[name]).set(len as i64);
-        }
-        match result {
-            Ok(page) => {
-                let s = page.parsed.stats();
-                t.set_series(name, "kept", kept.unwrap_or_default());
-                t.set_series(name, "dropped", s.dropped);
-                t.set_series(name, "malformed", s.malformed);
-                t.set_series(name, "relabel_dropped", page.relabel_dropped);
+    let record = ScrapeRecord {
+        upstream: u,
+        name,
+        read,
+        result: result.as_ref().map_or_else(|e| e.reason(), |_| "success"),
+        took,
+        body_bytes: body_len.map(|n| n as u64),
+        series: result.as_ref().ok().map(|page| {
+            let s = page.parsed.stats();
+            PageSeries {
+                kept: s.kept.saturating_sub(page.relabel_dropped),
+                dropped: s.dropped,
+                malformed: s.malformed,
+                relabel_dropped: page.relabel_dropped,
             }
-            Err(_) => {
-                for outcome in SERIES_OUTCOMES {
-                    t.set_series(name, outcome, 0);
-                }
-            }
-        }
+        }),
+    };
+    for r in &inner.recorders {
+        r.scraped(&record);
     }
     let mut state = inner.states[u].lock().expect("upstream state lock");
     let error = result.as_ref().err().map(|e| e.to_string());
@@ -98,18 +69,16 @@ pub(super) fn record(
     } else {
         state.last_error = error;
     }
-    if let (Kind::Full, Ok(page)) = (kind, result) {
+    if let (Read::Full, Ok(page)) = (read, result) {
         let stats = page.parsed.stats();
         note_malformed(&mut state, name, stats.first_malformed, stats.malformed);
     }
-    if kind != Kind::Deadline {
-        state.recorded.record(Outcome {
-            result: reason,
-            took,
-            selective: kind == Kind::Selective,
-            kept,
-            body_bytes: body_len.map(|n| n as u64),
-        });
+}
+
+/// Tells every recorder that upstream `u` sent a `Content-Type` naming the other format.
+pub(super) fn mislabelled(recorders: &[std::sync::Arc<dyn Recorder>], u: usize, name: &str) {
+    for r in recorders {
+        r.mislabelled(u, name);
     }
 }
 
@@ -140,4 +109,99 @@ fn note_malformed(
         ),
     }
     state.first_malformed = first;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::config::{Config, UpstreamConfig};
+    use crate::scrape::{Scraper, http_client};
+
+    /// A recorder that keeps what it is told.
+    #[derive(Default)]
+    struct Kept(Mutex<Vec<String>>);
+
+    impl Recorder for Kept {
+        fn scraped(&self, r: &ScrapeRecord<'_>) {
+            self.0.lock().expect("lock").push(format!(
+                "{} {} {:?} {} bytes={:?} series={:?}",
+                r.upstream,
+                r.name,
+                r.read,
+                r.result,
+                r.body_bytes,
+                r.series
+                    .map(|s| (s.kept, s.dropped, s.malformed, s.relabel_dropped))
+            ));
+        }
+
+        fn mislabelled(&self, upstream: usize, name: &str) {
+            self.0
+                .lock()
+                .expect("lock")
+                .push(format!("{upstream} {name} mislabelled"));
+        }
+    }
+
+    const PAGE: &str = "# TYPE vllm:a gauge\nvllm:a 1\nvllm:a{x=\"1\"} 2\nvllm:b{oops 4\nother 3\n";
+
+    /// A loopback upstream that answers `PAGE` labelled as OpenMetrics.
+    async fn upstream() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(|| async {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0",
+                    )],
+                    PAGE,
+                )
+            }),
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}/metrics")
+    }
+
+    #[tokio::test]
+    async fn every_result_reaches_every_recorder() {
+        let url = upstream().await;
+        let config = Config {
+            upstreams: vec![
+                UpstreamConfig {
+                    keep: vec!["vllm:".to_owned()],
+                    ..UpstreamConfig::new("engine", url.parse().expect("url"))
+                },
+                UpstreamConfig::new("gone", "http://127.0.0.1:1/metrics".parse().expect("url")),
+            ],
+            ..Config::default()
+        };
+        let (a, b) = (Arc::new(Kept::default()), Arc::new(Kept::default()));
+        let scraper = Scraper::new(&config, http_client(), vec![a.clone(), b.clone()]);
+        let scraped = scraper.scrape(&[0, 1], None, None).await;
+        assert!(scraped[0].result.is_ok() && scraped[1].result.is_err());
+        let bytes = PAGE.len();
+        let mut told = a.0.lock().expect("lock").clone();
+        told.sort();
+        assert_eq!(
+            told,
+            [
+                format!("0 engine Full success bytes=Some({bytes}) series=Some((2, 1, 1, 0))"),
+                "0 engine mislabelled".to_owned(),
+                "1 gone Full connect_error bytes=None series=None".to_owned(),
+            ]
+        );
+        assert_eq!(*b.0.lock().expect("lock"), *a.0.lock().expect("lock"));
+        // What the scraper keeps for itself.
+        let (up, down) = (scraper.status(0), scraper.status(1));
+        assert_eq!((up.up, up.last_success.is_some()), (Some(true), true));
+        assert_eq!(down.up, Some(false));
+        assert!(down.last_error.is_some_and(|e| !e.is_empty()));
+    }
 }

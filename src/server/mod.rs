@@ -12,8 +12,10 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::health::{self, Readiness};
+use crate::model::Recorder;
 use crate::scrape::Scraper;
 use crate::stall;
+use crate::status::history::History;
 use crate::telemetry::Telemetry;
 use crate::views::Views;
 
@@ -45,6 +47,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 struct Runtime {
     config: Config,
     scraper: Arc<Scraper>,
+    /// The scrapes' recent history, for the status page (recorded by the scraper).
+    history: Arc<History>,
     views: Views,
     readiness: Arc<Readiness>,
     stop_checks: watch::Sender<bool>,
@@ -52,7 +56,13 @@ struct Runtime {
 
 impl Runtime {
     fn start(config: Config, client: &reqwest::Client, telemetry: &Telemetry) -> Runtime {
-        let scraper = Arc::new(Scraper::new(&config, client.clone(), telemetry.clone()));
+        for u in &config.upstreams {
+            telemetry.register_upstream(&u.name);
+        }
+        // Every scrape result is recorded in sysport's own metrics and the status page's history.
+        let history = Arc::new(History::new(config.upstreams.len()));
+        let recorders: Vec<Arc<dyn Recorder>> = vec![Arc::new(telemetry.clone()), history.clone()];
+        let scraper = Arc::new(Scraper::new(&config, client.clone(), recorders));
         let readiness = Arc::new(Readiness::new(&config.health, &config.upstreams));
         telemetry.health_ready.set(readiness.is_ready() as i64);
         stall::register_gauges(&config.upstreams, telemetry);
@@ -69,6 +79,7 @@ impl Runtime {
             views: Views::new(&config),
             config,
             scraper,
+            history,
             readiness,
             stop_checks,
         }

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use super::negotiate::content_type;
 use super::parts::Parts;
 use super::{App, Runtime};
-use crate::expfmt::{self, MergeOptions, ParseLimits, ParseOptions, Selection};
+use crate::expfmt::{self, Format, MergeOptions, Output, ParseLimits, ParseOptions, Selection};
 use crate::scrape::Scraped;
 use crate::{stall, views};
 
@@ -62,10 +62,8 @@ pub(super) async fn response(
         set_fetch_ages(app, runtime, which, scraped, now);
         stall::set_gauges(&runtime.readiness.stalls(), &app.telemetry);
         render_own(app, runtime, selection, openmetrics)
-    } else if openmetrics {
-        Bytes::from_static(expfmt::OPENMETRICS_EOF)
     } else {
-        Bytes::new()
+        no_own(openmetrics)
     };
     let mut r = Response::new(body(&engines, own));
     r.headers_mut()
@@ -136,42 +134,21 @@ fn render_engines(
         .flat_map(|(i, page)| page.served.iter().map(move |part| (&**part, i)))
         .unzip();
     engines.extend(&aliases.expositions);
-    let merged = expfmt::merge(
-        &engines,
-        &MergeOptions {
-            added: runtime.scraper.added_labels(),
-            names,
-            hasher: runtime.scraper.hasher(),
-        },
-    );
-    if names.is_none() {
-        let upstreams = runtime.scraper.upstreams();
-        let mut totals: Vec<(usize, expfmt::MergeStats)> = Vec::new();
-        for (&i, stats) in owners.iter().zip(merged.stats()) {
-            match totals.last_mut() {
-                Some((last, total)) if *last == i => {
-                    total.kept += stats.kept;
-                    total.conflict += stats.conflict;
-                    total.duplicate += stats.duplicate;
-                }
-                _ => totals.push((i, *stats)),
-            }
+    let opts = MergeOptions {
+        added: runtime.scraper.added_labels(),
+        names,
+        hasher: runtime.scraper.hasher(),
+    };
+    let count = |stats: &[expfmt::MergeStats]| {
+        if names.is_none() {
+            count_series(app, runtime, &owners, stats, &aliases.counts);
         }
-        for (i, stats) in totals {
-            let name = upstreams[i].name.as_str();
-            let t = &app.telemetry;
-            t.set_series(name, "kept", stats.kept);
-            t.set_series(name, "conflict", stats.conflict);
-            t.set_series(name, "duplicate", stats.duplicate);
-        }
-        for (i, added) in aliases.counts {
-            app.telemetry
-                .set_series(&upstreams[i].name, "aliased", added);
-        }
-    }
+    };
+    let to = Output::new(openmetrics, false);
     if openmetrics {
-        let mut out = Vec::with_capacity(merged.size_hint());
-        let stats = expfmt::write_openmetrics(&merged, &mut out);
+        let written = expfmt::merge_write::<Vec<u8>>(&engines, &opts, to);
+        count(written.merge.stats());
+        let stats = written.openmetrics;
         if stats.dropped_samples > 0 {
             app.telemetry
                 .openmetrics_dropped
@@ -181,12 +158,46 @@ fn render_engines(
                 "families OpenMetrics cannot express were left out"
             );
         }
-        Arc::new([Bytes::from(out)])
+        Arc::new([Bytes::from(written.out)])
     } else {
-        let bodies = engines.iter().map(|e| e.body().clone()).collect();
-        let mut out = expfmt::Pieces::new(bodies);
-        expfmt::write_text(&merged, &mut out);
-        out.finish().into()
+        let written = expfmt::merge_write::<expfmt::Pieces>(&engines, &opts, to);
+        count(written.merge.stats());
+        written.out.finish().into()
+    }
+}
+
+/// Records each upstream's series counts of one full merge: `stats` per merged part, `owners`
+/// the upstream of each part (an upstream's page is one part or two), `aliased` the series
+/// added under renamed families' other names.
+fn count_series(
+    app: &App,
+    runtime: &Runtime,
+    owners: &[usize],
+    stats: &[expfmt::MergeStats],
+    aliased: &[(usize, u64)],
+) {
+    let upstreams = runtime.scraper.upstreams();
+    let mut totals: Vec<(usize, expfmt::MergeStats)> = Vec::new();
+    for (&i, stats) in owners.iter().zip(stats) {
+        match totals.last_mut() {
+            Some((last, total)) if *last == i => {
+                total.kept += stats.kept;
+                total.conflict += stats.conflict;
+                total.duplicate += stats.duplicate;
+            }
+            _ => totals.push((i, *stats)),
+        }
+    }
+    for (i, stats) in totals {
+        let name = upstreams[i].name.as_str();
+        let t = &app.telemetry;
+        t.set_series(name, "kept", stats.kept);
+        t.set_series(name, "conflict", stats.conflict);
+        t.set_series(name, "duplicate", stats.duplicate);
+    }
+    for &(i, added) in aliased {
+        app.telemetry
+            .set_series(&upstreams[i].name, "aliased", added);
     }
 }
 
@@ -219,27 +230,23 @@ fn read_back_own(text: Vec<u8>, openmetrics: bool, hasher: expfmt::PairHasher) -
         hasher,
         allow_reserved: true,
     };
-    let own = expfmt::parse(text.into(), expfmt::Format::Text, &opts).unwrap_or_else(|err| {
-        tracing::error!(error = %err, "could not read back sysport's own metrics");
-        expfmt::Exposition::empty()
-    });
-    let sources = [&own];
-    let merged = expfmt::merge(
-        &sources,
-        &MergeOptions {
-            added: &[],
-            names: None,
-            hasher,
-        },
-    );
-    let mut out = Vec::with_capacity(merged.size_hint() + 16);
-    if openmetrics {
-        expfmt::write_openmetrics(&merged, &mut out);
-        out.extend_from_slice(expfmt::OPENMETRICS_EOF);
-    } else {
-        expfmt::write_text(&merged, &mut out);
+    let to = Output::new(openmetrics, true);
+    match expfmt::parse_merge_write::<Vec<u8>>(text.into(), Format::Text, &opts, &[], None, to) {
+        Ok(written) => Bytes::from(written.out),
+        Err(err) => {
+            tracing::error!(error = %err, "could not read back sysport's own metrics");
+            no_own(openmetrics)
+        }
     }
-    Bytes::from(out)
+}
+
+/// The response's end without sysport's own families: `# EOF` in OpenMetrics, else nothing.
+fn no_own(openmetrics: bool) -> Bytes {
+    if openmetrics {
+        Bytes::from_static(expfmt::OPENMETRICS_EOF)
+    } else {
+        Bytes::new()
+    }
 }
 
 /// `Sysport-Age`: the age of the oldest upstream data in the response, in seconds with
@@ -317,6 +324,51 @@ mod tests {
             String::from_utf8_lossy(&back),
             String::from_utf8_lossy(&text)
         );
+    }
+
+    /// A scrape result fetched at `at`: a page, or a timeout.
+    fn scraped(at: Instant, ok: bool) -> Scraped {
+        use crate::relabel::Page;
+        use crate::scrape::ScrapeError;
+        Scraped {
+            generation: 1,
+            at,
+            result: if ok {
+                Ok(Arc::new(Page::unchanged(Arc::new(
+                    expfmt::Exposition::empty(),
+                ))))
+            } else {
+                Err(ScrapeError::Timeout(std::time::Duration::from_secs(1)))
+            },
+        }
+    }
+
+    #[test]
+    fn ages_are_the_oldest_data_served_and_http_age_only_for_earlier_fetches() {
+        let ms = std::time::Duration::from_millis;
+        let t0 = Instant::now();
+        let header =
+            |h: &HeaderMap, name: &str| h.get(name).map(|v| v.to_str().expect("ascii").to_owned());
+        // A fetch an earlier request made (min_interval), one made for this request, and an
+        // older failure, which serves no data and has no age.
+        let mut h = HeaderMap::new();
+        let all = [
+            scraped(t0 + ms(250), true),
+            scraped(t0 + ms(1_600), true),
+            scraped(t0, false),
+        ];
+        set_age(&mut h, &all, t0 + ms(1_500), t0 + ms(2_999));
+        assert_eq!(header(&h, SYSPORT_AGE).as_deref(), Some("2.749"));
+        assert_eq!(header(&h, "age").as_deref(), Some("2"));
+        // Every fetch made for this request: no HTTP Age.
+        let mut h = HeaderMap::new();
+        set_age(&mut h, &all[1..2], t0 + ms(1_500), t0 + ms(1_850));
+        assert_eq!(header(&h, SYSPORT_AGE).as_deref(), Some("0.250"));
+        assert_eq!(header(&h, "age"), None);
+        // No data: no age at all.
+        let mut h = HeaderMap::new();
+        set_age(&mut h, &all[2..], t0 + ms(1_500), t0 + ms(1_850));
+        assert!(h.is_empty());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The routes: which path is which, the probes, `/metrics` and the views, the status page; and
 //! the count of every answer in `dynamo_sysport_http_requests_total`.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,6 +17,7 @@ use super::page::{self, set_age};
 use super::{App, Runtime};
 use crate::config::Config;
 use crate::expfmt::Selection;
+use crate::model::routes;
 use crate::{stall, status, web};
 
 /// The routes, behind basic auth and the configured headers when the web configuration has
@@ -43,7 +45,9 @@ pub(super) fn router(app: Arc<App>, guard: Option<web::auth::Guard>) -> Router {
 
 /// Whether `path` is a probe: open without credentials, and served on the probe port.
 pub(super) fn is_probe(config: &Config, path: &str) -> bool {
-    path == config.health.path || path == config.health.live_path || path == stall::LIVE_ENGINE_PATH
+    table(config)
+        .iter()
+        .any(|&(p, route)| p == path && route.is_probe())
 }
 
 /// The probe port: the probes, nothing else.
@@ -75,28 +79,58 @@ enum Route {
     LiveEngine,
 }
 
+impl Route {
+    /// The route of a request's path: the table's first match, else a view.
+    fn of(path: &str, runtime: &Runtime) -> Option<Route> {
+        table(&runtime.config)
+            .into_iter()
+            .find(|&(p, _)| p == path)
+            .map(|(_, route)| route)
+            .or_else(|| {
+                routes::view_name(path)
+                    .and_then(|name| runtime.views.find(name))
+                    .map(Route::View)
+            })
+    }
+
+    /// The route's path, as `dynamo_sysport_http_requests_total` labels it.
+    fn path(self, runtime: &Runtime) -> Cow<'_, str> {
+        match self {
+            Route::View(v) => Cow::Owned(routes::view(runtime.views.name(v))),
+            route => Cow::Borrowed(
+                table(&runtime.config)
+                    .into_iter()
+                    .find(|&(_, r)| r == route)
+                    .map_or("other", |(p, _)| p),
+            ),
+        }
+    }
+
+    fn is_probe(self) -> bool {
+        matches!(self, Route::Health | Route::Live | Route::LiveEngine)
+    }
+}
+
+/// The route table: every route but the views (`/metrics/<name>`, `model::routes::view`) with
+/// its path, in the order a request's path is tried. The probes' paths come from the
+/// configuration, which keeps them off `/metrics` and `/live/engine`; one on `/` or `/status`
+/// wins over the status page. No view's path is one of these (the configuration refuses a view
+/// on a probe's path).
+fn table(config: &Config) -> [(&str, Route); 6] {
+    [
+        (routes::METRICS, Route::Metrics),
+        (&config.health.path, Route::Health),
+        (&config.health.live_path, Route::Live),
+        (routes::LIVE_ENGINE, Route::LiveEngine),
+        (routes::STATUS_PAGE, Route::Page),
+        (routes::STATUS, Route::Status),
+    ]
+}
+
 async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
     let started = Instant::now();
     let runtime = app.current();
-    let path = req.uri().path();
-    let route = if path == "/metrics" {
-        Some(Route::Metrics)
-    } else if path == runtime.config.health.path {
-        Some(Route::Health)
-    } else if path == runtime.config.health.live_path {
-        Some(Route::Live)
-    } else if path == stall::LIVE_ENGINE_PATH {
-        Some(Route::LiveEngine)
-    } else {
-        path.strip_prefix("/metrics/")
-            .and_then(|name| runtime.views.find(name))
-            .map(Route::View)
-            .or(match path {
-                "/" => Some(Route::Page),
-                "/status" => Some(Route::Status),
-                _ => None,
-            })
-    };
+    let route = Route::of(req.uri().path(), &runtime);
     let mut read = "";
     let response = match (route, check_host(&req)) {
         (_, Err(msg)) => (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response(),
@@ -141,23 +175,10 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
             view(&app, &runtime, v, req.headers(), started).await
         }
     };
-    let view_path;
-    let path_label = match route {
-        Some(Route::Metrics) => "/metrics",
-        Some(Route::View(v)) => {
-            view_path = format!("/metrics/{}", runtime.views.name(v));
-            view_path.as_str()
-        }
-        Some(Route::Health) => runtime.config.health.path.as_str(),
-        Some(Route::Live) => runtime.config.health.live_path.as_str(),
-        Some(Route::Page) => "/",
-        Some(Route::Status) => "/status",
-        Some(Route::LiveEngine) => stall::LIVE_ENGINE_PATH,
-        None => "other",
-    };
+    let path_label = route.map_or(Cow::Borrowed("other"), |r| r.path(&runtime));
     let t = &app.telemetry;
     t.http_requests
-        .with_label_values(&[path_label, response.status().as_str(), read])
+        .with_label_values(&[&path_label, response.status().as_str(), read])
         .inc();
     if !read.is_empty() {
         t.metrics_duration
@@ -193,6 +214,7 @@ fn facts(app: &App, runtime: &Runtime) -> status::Facts {
     status::Facts::gather(status::Sources {
         config: &runtime.config,
         scraper: &runtime.scraper,
+        history: &runtime.history,
         readiness: &runtime.readiness,
         views: &runtime.views,
         telemetry: &app.telemetry,

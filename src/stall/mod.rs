@@ -25,7 +25,7 @@
 mod report;
 mod watch;
 
-pub(crate) use report::{LIVE_ENGINE_PATH, live_engine, register_gauges, set_gauges, status_json};
+pub(crate) use report::{live_engine, register_gauges, set_gauges, status_json};
 pub(crate) use watch::{StallStatus, Watch};
 
 use crate::config::StallConfig;

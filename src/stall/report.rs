@@ -7,9 +7,6 @@ use super::StallStatus;
 use crate::config::UpstreamConfig;
 use crate::telemetry::Telemetry;
 
-/// The path of the engine container's liveness probe.
-pub(crate) const LIVE_ENGINE_PATH: &str = "/live/engine";
-
 /// One upstream's stall detail, as `/health` and `/live/engine` show it.
 pub(crate) fn status_json(status: &StallStatus) -> Value {
     json!({

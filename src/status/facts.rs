@@ -6,10 +6,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 use serde::ser::SerializeMap;
 
-use super::history::Point;
+use super::history::{History, Point};
 use crate::config::Config;
 use crate::health::Readiness;
-use crate::model::Url;
+use crate::model::{Url, routes};
 use crate::scrape::Scraper;
 use crate::telemetry::Telemetry;
 use crate::views::Views;
@@ -19,6 +19,8 @@ use crate::views::Views;
 pub(crate) struct Sources<'a> {
     pub config: &'a Config,
     pub scraper: &'a Scraper,
+    /// The scrapes' recent history.
+    pub history: &'a History,
     pub readiness: &'a Readiness,
     pub views: &'a Views,
     pub telemetry: &'a Telemetry,
@@ -157,6 +159,7 @@ impl Facts {
             .enumerate()
             .map(|(i, u)| {
                 let s = src.scraper.status(i);
+                let h = src.history.of(i, now);
                 let check = &readiness[i];
                 let stalled = check.stall.as_ref().filter(|st| st.stalled);
                 let state = match s.up {
@@ -172,17 +175,17 @@ impl Facts {
                     required: u.required,
                     up: s.up,
                     state,
-                    state_since: s.state_since.map(Timestamp),
+                    state_since: h.state_since.map(Timestamp),
                     last_error: s.last_error,
-                    last_error_at: s.last_error_at.map(Timestamp),
-                    last_scrape: s.last.map(|l| LastScrapeFacts {
+                    last_error_at: h.last_error_at.map(Timestamp),
+                    last_scrape: h.last.map(|l| LastScrapeFacts {
                         at: Timestamp(l.at),
                         duration_seconds: l.took.as_secs_f64(),
                         result: l.result,
                         read: if l.selective { "selective" } else { "full" },
                     }),
                     series: Series(src.telemetry.series_of(&u.name)),
-                    response_bytes: s.response_bytes,
+                    response_bytes: h.response_bytes,
                     data_age_seconds: s
                         .last_success
                         .map(|at| now.saturating_duration_since(at).as_secs_f64()),
@@ -195,7 +198,7 @@ impl Facts {
                         stall: check.stall.as_ref().map(crate::stall::status_json),
                         stalled: stalled.map(|st| st.describe()),
                     },
-                    history: s.history,
+                    history: h.points,
                 }
             })
             .collect();
@@ -209,15 +212,11 @@ impl Facts {
             listen: src.listen.to_owned(),
             config_file: src.config.source.as_ref().map(|p| p.display().to_string()),
             paths: Paths {
-                metrics: "/metrics",
+                metrics: routes::METRICS,
                 health: health.path.clone(),
                 live: health.live_path.clone(),
-                status: "/status",
-                views: src
-                    .views
-                    .names()
-                    .map(|name| format!("/metrics/{name}"))
-                    .collect(),
+                status: routes::STATUS,
+                views: src.views.names().map(routes::view).collect(),
             },
             upstreams,
             config: without_passwords(src.config).to_string(),

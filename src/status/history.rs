@@ -4,12 +4,78 @@
 //! The buckets are a ring allocated once, so the memory is the same whether the upstream is
 //! scraped every 15 s by Prometheus or every 25 ms for endpoint pickers.
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
+use crate::model::{Read, Recorder, ScrapeRecord};
+
 /// How far back the chart reaches, in seconds (one bucket each).
 pub(crate) const WINDOW_SECONDS: usize = 300;
+
+/// The recent scrapes of every upstream of one configuration: recorded from the scrapes'
+/// records (it is one of the scraper's [`Recorder`]s), read by the status page.
+#[derive(Debug)]
+pub(crate) struct History {
+    upstreams: Vec<Mutex<Recorded>>,
+}
+
+/// What the status page reads of one upstream's history.
+#[derive(Debug, Clone)]
+pub(crate) struct Seen {
+    /// The last scrape.
+    pub last: Option<LastScrape>,
+    /// When the last failed scrape finished.
+    pub last_error_at: Option<SystemTime>,
+    /// Since when the scrapes have succeeded, or failed, as the last one did.
+    pub state_since: Option<SystemTime>,
+    /// The decoded size of the last full page that arrived.
+    pub response_bytes: Option<u64>,
+    /// The seconds of the last few minutes that saw scrapes, oldest first.
+    pub points: Vec<Point>,
+}
+
+impl History {
+    /// Nothing recorded yet, for `upstreams` upstreams.
+    pub(crate) fn new(upstreams: usize) -> History {
+        History {
+            upstreams: (0..upstreams)
+                .map(|_| Mutex::new(Recorded::default()))
+                .collect(),
+        }
+    }
+
+    /// Upstream `i`'s history as of `now`.
+    pub(crate) fn of(&self, i: usize, now: Instant) -> Seen {
+        let r = self.upstreams[i].lock().expect("history lock");
+        Seen {
+            last: r.last(),
+            last_error_at: r.last_error_at(),
+            state_since: r.since(),
+            response_bytes: r.response_bytes(),
+            points: r.points(now),
+        }
+    }
+}
+
+/// Every result but a request's own deadline (the fetch it waited for is recorded when it ends).
+impl Recorder for History {
+    fn scraped(&self, r: &ScrapeRecord<'_>) {
+        if r.read == Read::Deadline {
+            return;
+        }
+        if let Some(recorded) = self.upstreams.get(r.upstream) {
+            recorded.lock().expect("history lock").record(Outcome {
+                result: r.result,
+                took: r.took,
+                selective: r.read == Read::Selective,
+                kept: r.series.map(|s| s.kept),
+                body_bytes: r.body_bytes,
+            });
+        }
+    }
+}
 
 /// One scrape, as [`Recorded::record`] takes it.
 #[derive(Debug, Clone, Copy)]
@@ -29,7 +95,7 @@ pub(crate) struct Outcome {
 
 /// The last scrape of an upstream.
 #[derive(Debug, Clone, Copy)]
-pub struct LastScrape {
+pub(crate) struct LastScrape {
     /// When it finished.
     pub at: SystemTime,
     /// How long it took.
@@ -42,7 +108,7 @@ pub struct LastScrape {
 
 /// One second of the chart: the scrapes that finished in it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Point {
+pub(crate) struct Point {
     /// How long ago the second was (0: the current one).
     pub seconds_ago: u32,
     /// Scrapes, full and selective.

@@ -12,7 +12,7 @@
 //! upstreams of `/metrics`, so added labels, duplicates and both output formats are handled by
 //! the same code.
 //!
-//! - [`crate::numbers`]: grouping the series of one family;
+//! - `crate::numbers`: grouping the series of one family;
 //!   `aliases`: renamed families under their other name in the full `/metrics`.
 
 mod aliases;
@@ -23,7 +23,7 @@ pub use aliases::{Aliases, aliases};
 use bytes::Bytes;
 
 use crate::config::{Config, UpstreamConfig};
-use crate::expfmt::{self, Exposition, MergeOptions};
+use crate::expfmt::{self, Exposition, MergeOptions, Output};
 use crate::model::{Preset, ViewFamily};
 use crate::scrape::{Scraped, Scraper};
 
@@ -219,23 +219,17 @@ impl Views {
             })
             .collect();
         let sources: Vec<&Exposition> = parts.iter().collect();
-        let merged = expfmt::merge(
-            &sources,
-            &MergeOptions {
-                added: scraper.added_labels(),
-                names: None,
-                hasher: scraper.hasher(),
-            },
-        );
-        let mut out = Vec::with_capacity(merged.size_hint() + 16);
-        let mut dropped = 0;
-        if openmetrics {
-            dropped = expfmt::write_openmetrics(&merged, &mut out).dropped_samples;
-            out.extend_from_slice(expfmt::OPENMETRICS_EOF);
-        } else {
-            expfmt::write_text(&merged, &mut out);
-        }
-        (Bytes::from(out), dropped)
+        let opts = MergeOptions {
+            added: scraper.added_labels(),
+            names: None,
+            hasher: scraper.hasher(),
+        };
+        let written =
+            expfmt::merge_write::<Vec<u8>>(&sources, &opts, Output::new(openmetrics, true));
+        (
+            Bytes::from(written.out),
+            written.openmetrics.dropped_samples,
+        )
     }
 }
 

@@ -22,6 +22,8 @@ use ring::hmac;
 use subtle::ConstantTimeEq;
 use tokio::sync::Semaphore;
 
+use crate::model::routes;
+
 /// Successful checks remembered; past this the memory is cleared and refilled.
 const CACHE_ENTRIES: usize = 256;
 /// Uncached checks allowed to wait for the one running; more are answered 429 at once.
@@ -195,8 +197,8 @@ fn basic_credentials(value: &HeaderValue) -> Option<(String, String)> {
 /// response gets the configured headers.
 pub async fn require(State(guard): State<Guard>, req: Request, next: Next) -> Response {
     let open = guard.inner.users.is_empty() || (guard.is_open)(req.uri().path());
-    let path = if req.uri().path() == "/metrics" {
-        "/metrics"
+    let path = if req.uri().path() == routes::METRICS {
+        routes::METRICS
     } else {
         "other"
     };

@@ -3,6 +3,7 @@
 //! metrics.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod pki;
 pub mod sidecar;
 
 use std::net::SocketAddr;

@@ -11,10 +11,11 @@ use flate2::Compression;
 use flate2::write::{DeflateEncoder, GzEncoder, ZlibEncoder};
 use serde_json::Value;
 
-use super::common::metric;
-use super::common::sidecar::{Sidecar, UpstreamSpec};
+use super::bodies;
 use super::upstream::{Fault, RawUpstream};
-use super::{Case, Expect, bodies, series};
+use crate::common::metric;
+use crate::common::sidecar::{Sidecar, UpstreamSpec};
+use crate::{Case, Expect, series};
 
 const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::common::sidecar::free_port;
+use crate::common::sidecar::free_port;
 
 /// What the upstream does once it has read a request.
 #[derive(Debug, Clone)]

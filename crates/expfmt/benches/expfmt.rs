@@ -2,7 +2,7 @@
 //!
 //! Each iteration does what one `/metrics` request does with one upstream body: parse it, keep
 //! the `vllm:` and `lmcache:` families, merge, and write text 0.0.4 into a fresh buffer sized by
-//! [`Merge::size_hint`]. Beside it, on the same bytes, a grep-like line filter built on `memchr`
+//! `Merge::size_hint` ([`expfmt::parse_merge_write`]). Beside it, on the same bytes, a grep-like line filter built on `memchr`
 //! (keep lines starting with `vllm:`/`lmcache:` or `# HELP`/`# TYPE` of those): the practical speed
 //! limit of anything that reads every byte once.
 //!
@@ -33,11 +33,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{Criterion, SamplingMode, Throughput};
-use sysport_expfmt::{self as expfmt, AddedLabel, Format, MergeOptions, PairHasher, ParseOptions};
-
-mod inputs;
-
-use inputs::{Input, KEEP, LIMITS, SIZES, format_name, is_test_mode, make_input};
+use sysport_bench_inputs::{
+    self as inputs, Input, KEEP, LIMITS, SIZES, format_name, is_test_mode, make_input,
+};
+use sysport_expfmt::{self as expfmt, AddedLabel, Format, Output, PairHasher, ParseOptions};
 
 fn main() {
     if let Ok(spec) = std::env::var(ALLOC_CHILD) {
@@ -115,19 +114,9 @@ fn pipeline(body: &Bytes, format: Format, keep: &[String], added: &[AddedLabel])
         hasher,
         allow_reserved: false,
     };
-    let exp = expfmt::parse(body.clone(), format, &opts).expect("inputs are within the limits");
-    let sources = [&exp];
-    let m = expfmt::merge(
-        &sources,
-        &MergeOptions {
-            added,
-            names: None,
-            hasher,
-        },
-    );
-    let mut out = Vec::with_capacity(m.size_hint());
-    expfmt::write_text(&m, &mut out);
-    out
+    expfmt::parse_merge_write::<Vec<u8>>(body.clone(), format, &opts, added, None, Output::Text)
+        .expect("inputs are within the limits")
+        .out
 }
 
 /// The speed limit: keep each line that starts with a kept prefix, or is the HELP or TYPE line

@@ -8,6 +8,8 @@
 //!   at once, with the result of a parse in one pass ([`Split`]).
 //! - [`merge()`] combines several expositions: one HELP/TYPE per family, TYPE conflicts and
 //!   duplicate series dropped and counted.
+//! - [`merge_write`] and [`parse_merge_write`] are the whole pipeline in one call: what the
+//!   server, the views, the benchmarks and the load driver do with pages.
 //! - [`Selection`] is what a reader's `?name=` selects, for merging and for asking an engine.
 //! - [`write_text`] and [`write_openmetrics`] render a merge into a [`Sink`]: one pre-sized
 //!   buffer, or [`Pieces`], runs of the upstream bodies wherever the output repeats them.
@@ -28,6 +30,7 @@ mod merge;
 mod openmetrics;
 mod out;
 mod parse;
+mod pipeline;
 mod rewrite;
 mod select;
 mod text;
@@ -42,6 +45,7 @@ pub use parse::{
     Limit, Malformed, ParseError, ParseLimits, ParseOptions, Rule, Split, parse, parse_after,
     parse_with,
 };
+pub use pipeline::{Output, Rewritten, Target, Written, merge_write, parse_merge_write};
 pub use rewrite::{escape_label_value, unescape_label_value};
 pub use select::Selection;
 pub use text::write_text;

@@ -114,6 +114,11 @@ impl<'a> Merge<'a> {
         &self.names[fam.name.0 as usize..fam.name.1 as usize]
     }
 
+    /// The merged expositions, in the order given.
+    pub(crate) fn sources(&self) -> &'a [&'a Exposition] {
+        self.sources
+    }
+
     /// How many families will be written.
     pub fn family_count(&self) -> usize {
         self.families.len()

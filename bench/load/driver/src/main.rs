@@ -23,7 +23,9 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use sysport_expfmt::{self as expfmt, Format, MergeOptions, PairHasher, ParseLimits, ParseOptions, Split};
+use sysport_expfmt::{
+    self as expfmt, Format, MergeOptions, Output, PairHasher, ParseLimits, ParseOptions, Split,
+};
 
 /// Counts every allocation and reallocation; frees are not interesting here.
 struct Counting;
@@ -98,24 +100,15 @@ fn pipeline(body: &Bytes, format: Format, keep: &[String]) -> Run {
         hasher,
         allow_reserved: false,
     };
-    let exp = expfmt::parse(body.clone(), format, &opts).expect("input within the limits");
-    let sources = [&exp];
-    let m = expfmt::merge(
-        &sources,
-        &MergeOptions {
-            added: &[],
-            names: None,
-            hasher,
-        },
-    );
-    let mut out = Vec::with_capacity(m.size_hint());
-    expfmt::write_text(&m, &mut out);
+    let w =
+        expfmt::parse_merge_write::<Vec<u8>>(body.clone(), format, &opts, &[], None, Output::Text)
+            .expect("input within the limits");
     let run = Run {
-        series: exp.all_samples().len(),
-        families: m.family_count(),
-        out_bytes: out.len(),
+        series: w.page.all_samples().len(),
+        families: w.families,
+        out_bytes: w.out.len(),
     };
-    black_box(out);
+    black_box(w.out);
     run
 }
 
@@ -310,23 +303,13 @@ fn rss(path: &str, keep_last: bool) {
     let mut last = None;
     for _ in 0..5 {
         let (body, format) = read(path);
-        let exp = expfmt::parse(body, format, &opts).expect("input within the limits");
-        let sources = [&exp];
-        let m = expfmt::merge(
-            &sources,
-            &MergeOptions {
-                added: &[],
-                names: None,
-                hasher,
-            },
-        );
-        let mut out = Vec::with_capacity(m.size_hint());
-        expfmt::write_text(&m, &mut out);
+        let expfmt::Rewritten { page, out, .. } =
+            expfmt::parse_merge_write::<Vec<u8>>(body, format, &opts, &[], None, Output::Text)
+                .expect("input within the limits");
         black_box(&out);
         drop(out);
-        drop(m);
         if keep_last {
-            last = Some(exp);
+            last = Some(page);
         }
     }
     black_box(&last);

@@ -1,8 +1,8 @@
-//! The benchmark inputs, shared by the exposition crate's benchmark and sysport's own
-//! (`benches/relabel.rs` includes this module): realistic engine pages of several sizes, made by
-//! the shared fixture generator when a Python with `prometheus_client` is found, else from the
-//! checked-in fixtures replicated per engine (see `benches/expfmt.rs`).
-#![allow(dead_code)]
+//! The benchmark inputs, shared by the exposition crate's benchmark
+//! (`crates/expfmt/benches/expfmt.rs`) and sysport's own (`benches/relabel.rs`): realistic
+//! engine pages of several sizes, made by the shared fixture generator when a Python with
+//! `prometheus_client` is found, else from the checked-in fixtures replicated per engine (see
+//! `crates/expfmt/benches/expfmt.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,17 +10,15 @@ use std::process::Command;
 use bytes::Bytes;
 use sysport_expfmt::{Format, ParseLimits};
 
-pub(crate) const SMALL_PROM: &[u8] = include_bytes!("../../../../tests/fixtures/small.prom");
-pub(crate) const SMALL_OM: &[u8] =
-    include_bytes!("../../../../tests/fixtures/small.openmetrics.txt");
-pub(crate) const MEDIUM_PROM: &[u8] = include_bytes!("../../../../tests/fixtures/medium.prom");
-pub(crate) const MEDIUM_OM: &[u8] =
-    include_bytes!("../../../../tests/fixtures/medium.openmetrics.txt");
+pub const SMALL_PROM: &[u8] = include_bytes!("../../../tests/fixtures/small.prom");
+pub const SMALL_OM: &[u8] = include_bytes!("../../../tests/fixtures/small.openmetrics.txt");
+pub const MEDIUM_PROM: &[u8] = include_bytes!("../../../tests/fixtures/medium.prom");
+pub const MEDIUM_OM: &[u8] = include_bytes!("../../../tests/fixtures/medium.openmetrics.txt");
 
-pub(crate) const KEEP: [&str; 2] = ["vllm:", "lmcache:"];
+pub const KEEP: [&str; 2] = ["vllm:", "lmcache:"];
 
 /// The generator flags of `medium.prom` (see the fixtures' `make_samples.sh`), engines apart.
-pub(crate) const MEDIUM_FLAGS: &[&str] = &[
+pub const MEDIUM_FLAGS: &[&str] = &[
     "--lmcache",
     "--tp",
     "2",
@@ -31,7 +29,7 @@ pub(crate) const MEDIUM_FLAGS: &[&str] = &[
 ];
 
 /// Sysport's default limits, with room for the huge input's series.
-pub(crate) const LIMITS: ParseLimits = ParseLimits {
+pub const LIMITS: ParseLimits = ParseLimits {
     max_line_bytes: 1 << 20,
     max_series: 250_000,
     max_families: 20_000,
@@ -40,25 +38,25 @@ pub(crate) const LIMITS: ParseLimits = ParseLimits {
 };
 
 /// One benchmark input.
-pub(crate) struct Input {
-    pub(crate) name: &'static str,
-    pub(crate) format: Format,
-    pub(crate) body: Bytes,
+pub struct Input {
+    pub name: &'static str,
+    pub format: Format,
+    pub body: Bytes,
     /// Where the bytes came from, for the log.
-    pub(crate) source: String,
+    pub source: String,
 }
 
 /// A size of input and how to make it.
-pub(crate) struct Size {
-    pub(crate) name: &'static str,
+pub struct Size {
+    pub name: &'static str,
     /// Data-parallel engines; `None` for the cut fixture.
-    pub(crate) engines: Option<usize>,
+    pub engines: Option<usize>,
     /// The generator flags besides `--engines`, and the fixtures replicated without Python.
-    pub(crate) flags: &'static [&'static str],
-    pub(crate) fixture: (&'static [u8], &'static [u8]),
+    pub flags: &'static [&'static str],
+    pub fixture: (&'static [u8], &'static [u8]),
 }
 
-pub(crate) const SIZES: [Size; 4] = [
+pub const SIZES: [Size; 4] = [
     Size {
         name: "small",
         engines: None,
@@ -86,14 +84,14 @@ pub(crate) const SIZES: [Size; 4] = [
 ];
 
 /// Criterion's own rule: `cargo bench` passes `--bench`; `cargo test` does not, or adds `--test`.
-pub(crate) fn is_test_mode() -> bool {
+pub fn is_test_mode() -> bool {
     let args: Vec<String> = std::env::args().collect();
     let bench = args.iter().any(|a| a == "--bench");
     let test = args.iter().any(|a| a == "--test");
     !bench || test
 }
 
-pub(crate) fn format_name(f: Format) -> &'static str {
+pub fn format_name(f: Format) -> &'static str {
     match f {
         Format::Text => "text",
         Format::OpenMetrics => "openmetrics",
@@ -101,14 +99,14 @@ pub(crate) fn format_name(f: Format) -> &'static str {
 }
 
 /// `gen_vllm_like.py` and a Python that can run it.
-pub(crate) struct Generator {
-    pub(crate) python: PathBuf,
-    pub(crate) script: PathBuf,
-    pub(crate) http: bool,
+pub struct Generator {
+    pub python: PathBuf,
+    pub script: PathBuf,
+    pub http: bool,
 }
 
 impl Generator {
-    pub(crate) fn find() -> Option<Generator> {
+    pub fn find() -> Option<Generator> {
         let root = repo_root();
         let script = std::env::var_os("GEN_VLLM_LIKE")
             .map(PathBuf::from)
@@ -187,7 +185,7 @@ impl Generator {
     }
 }
 
-pub(crate) fn make_input(size: &Size, format: Format, python: Option<&Generator>) -> Input {
+pub fn make_input(size: &Size, format: Format, python: Option<&Generator>) -> Input {
     let fixture = match format {
         Format::Text => size.fixture.0,
         Format::OpenMetrics => size.fixture.1,
@@ -220,7 +218,7 @@ pub(crate) fn make_input(size: &Size, format: Format, python: Option<&Generator>
 
 /// The fixture up to the first `# HELP` line at or after `at` bytes (plus `# EOF` for
 /// OpenMetrics), so no family is cut in half.
-pub(crate) fn cut(fixture: &[u8], at: usize, format: Format) -> Vec<u8> {
+pub fn cut(fixture: &[u8], at: usize, format: Format) -> Vec<u8> {
     let end = find(&fixture[at..], b"\n# HELP ").map_or(fixture.len(), |i| at + i + 1);
     let mut out = fixture[..end].to_vec();
     if format == Format::OpenMetrics && !out.ends_with(b"# EOF\n") {
@@ -230,7 +228,7 @@ pub(crate) fn cut(fixture: &[u8], at: usize, format: Format) -> Vec<u8> {
 }
 
 /// The fixture as its registry would render it with `engines` data-parallel engines.
-pub(crate) fn replicate(fixture: &[u8], engines: usize, format: Format) -> Vec<u8> {
+pub fn replicate(fixture: &[u8], engines: usize, format: Format) -> Vec<u8> {
     let per_copy = engine_count(fixture).max(1);
     let copies = engines.div_ceil(per_copy);
     let mut out = Vec::with_capacity(fixture.len() * copies);
@@ -281,7 +279,7 @@ pub(crate) fn replicate(fixture: &[u8], engines: usize, format: Format) -> Vec<u
 }
 
 /// The value of the `engine` label in a sample line: its span and number.
-pub(crate) fn engine_value(line: &[u8]) -> Option<(usize, usize, usize)> {
+pub fn engine_value(line: &[u8]) -> Option<(usize, usize, usize)> {
     let at = find(line, b"engine=\"")?;
     if at > 0 && !matches!(line[at - 1], b'{' | b',') {
         return None;
@@ -298,7 +296,7 @@ pub(crate) fn engine_value(line: &[u8]) -> Option<(usize, usize, usize)> {
     Some((vs, vs + len, n))
 }
 
-pub(crate) fn engine_count(fixture: &[u8]) -> usize {
+pub fn engine_count(fixture: &[u8]) -> usize {
     fixture
         .split(|&b| b == b'\n')
         .filter_map(engine_value)
@@ -319,7 +317,7 @@ fn repo_root() -> PathBuf {
 
 /// The generator to make inputs with, or `None` for the fixtures (in test mode, or with
 /// `EXPFMT_BENCH_INPUTS=fixtures`); says which on stderr.
-pub(crate) fn generator(test_mode: bool) -> Option<Generator> {
+pub fn generator(test_mode: bool) -> Option<Generator> {
     let python = if test_mode || std::env::var("EXPFMT_BENCH_INPUTS").as_deref() == Ok("fixtures") {
         None
     } else {
@@ -333,7 +331,7 @@ pub(crate) fn generator(test_mode: bool) -> Option<Generator> {
 }
 
 /// The input of size `name` in `format`.
-pub(crate) fn input(name: &str, format: Format, python: Option<&Generator>) -> Input {
+pub fn input(name: &str, format: Format, python: Option<&Generator>) -> Input {
     let size = SIZES
         .iter()
         .find(|s| s.name == name)
