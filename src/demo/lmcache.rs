@@ -5,9 +5,9 @@
 
 use std::collections::VecDeque;
 
-use super::MODEL;
 use super::expo::Hist;
 use super::rng::Rng;
+use super::served::MODEL;
 
 pub(super) const CHUNK_TOKENS: u32 = 256;
 /// KV bytes per token of an 8B Llama-style model in fp16.

@@ -22,6 +22,7 @@ mod lmcache;
 mod pages;
 mod process;
 mod rng;
+mod served;
 mod sim;
 
 use std::future::Future;
@@ -43,8 +44,6 @@ use self::sim::Sim;
 
 /// The content type `prometheus_client` answers with for text 0.0.4.
 const CONTENT_TYPE_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
-/// The model both simulated engines serve (vLLM's `model_name`, LMCache's `model_name`).
-const MODEL: &str = "demo-model";
 /// One fixed seed: every demo run tells the same story.
 const SEED: u64 = 0x5EED_0DE3_0C0D_E5A1;
 /// The engines have been running this long when the demo starts, so the first scrape already

@@ -11,11 +11,11 @@
 use std::collections::VecDeque;
 use std::f64::consts::TAU;
 
-use super::MODEL;
 use super::expo::Hist;
 use super::lmcache::LmcWorker;
 use super::process::{ApiServer, ProcessStats};
 use super::rng::Rng;
+use super::served::MODEL;
 
 const BLOCK_SIZE: u32 = 16;
 const NUM_GPU_BLOCKS: u32 = 2048;

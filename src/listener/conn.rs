@@ -18,7 +18,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
-use super::Limits;
+use super::limits::Limits;
 use super::phase::Watch;
 use super::slots::Slot;
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
-use super::Limits;
+use super::limits::Limits;
 use super::metrics::Closed;
 
 const HEAD: u64 = 0;

@@ -4,6 +4,8 @@
 //! detection read pages through here.
 
 mod combine;
+#[cfg(test)]
+pub(crate) mod testing;
 
 pub(crate) use combine::{Labels, combine};
 

@@ -9,9 +9,10 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
 use bytes::Bytes;
 
+use super::app::{App, Runtime};
 use super::negotiate::content_type;
 use super::parts::Parts;
-use super::{App, Runtime};
+use super::render::RenderKey;
 use crate::expfmt::{self, Format, MergeOptions, Output, ParseLimits, ParseOptions, Selection};
 use crate::scrape::Scraped;
 use crate::{stall, views};
@@ -19,13 +20,6 @@ use crate::{stall, views};
 /// Below this, a response is copied into one buffer and sent in one write; above it, its runs
 /// (mostly the upstream bodies themselves) are written as they are.
 const SINGLE_WRITE_BYTES: usize = 64 << 10;
-
-/// The latest shared rendering of the engine families, held weakly: it lives only while the
-/// requests that share it are being answered.
-pub(super) type RenderSlot = Option<(
-    RenderKey,
-    std::sync::Weak<tokio::sync::OnceCell<Arc<[Bytes]>>>,
-)>;
 
 /// The `/metrics` answer to one scrape of the upstreams `which`: the engine families (one
 /// rendering shared by every request of the same fetches when the whole page is asked for),
@@ -48,7 +42,7 @@ pub(super) async fn response(
                 generations: scraped.iter().map(|s| s.generation).collect(),
                 openmetrics,
             };
-            let cell = app.render_cell(key);
+            let cell = app.render.cell(key);
             cell.get_or_init(|| async {
                 render_engines(app, runtime, which, scraped, None, openmetrics)
             })
@@ -84,29 +78,6 @@ fn body(engines: &[Bytes], own: Bytes) -> Body {
         Body::from(all)
     } else {
         Body::new(Parts::new(engines.iter().cloned().chain([own])))
-    }
-}
-
-/// Identifies one rendering of the engine families: the fetches it came from and the format.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct RenderKey {
-    generations: Vec<u64>,
-    openmetrics: bool,
-}
-
-impl App {
-    /// The shared rendering for `key`, alive while some request holds it.
-    fn render_cell(&self, key: RenderKey) -> Arc<tokio::sync::OnceCell<Arc<[Bytes]>>> {
-        let mut slot = self.render.lock().expect("render cache lock");
-        if let Some((k, weak)) = slot.as_ref()
-            && *k == key
-            && let Some(cell) = weak.upgrade()
-        {
-            return cell;
-        }
-        let cell = Arc::new(tokio::sync::OnceCell::new());
-        *slot = Some((key, Arc::downgrade(&cell)));
-        cell
     }
 }
 

@@ -12,9 +12,9 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use tower_http::compression::CompressionLayer;
 
+use super::app::{App, Runtime};
 use super::negotiate::{budget, content_type, requested_names, wants_openmetrics};
 use super::page::{self, set_age};
-use super::{App, Runtime};
 use crate::config::Config;
 use crate::expfmt::Selection;
 use crate::model::routes;

@@ -10,8 +10,8 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use super::app::{App, Handle, Runtime, SHUTDOWN_GRACE};
 use super::routes::{is_probe, probes_only, router};
-use super::{App, Handle, Runtime, SHUTDOWN_GRACE};
 use crate::config::Config;
 use crate::listener::{self, ListenerMetrics, Slots};
 use crate::scrape;
@@ -137,7 +137,7 @@ impl Sysport {
         let app = Arc::new(App {
             runtime: RwLock::new(Arc::new(runtime)),
             listen,
-            render: std::sync::Mutex::new(None),
+            render: Default::default(),
             telemetry,
             client,
             shutting_down: watch::channel(false).0,

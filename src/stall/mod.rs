@@ -26,27 +26,11 @@ mod report;
 mod watch;
 
 pub(crate) use report::{live_engine, register_gauges, set_gauges, status_json};
-pub(crate) use watch::{StallStatus, Watch};
+pub(crate) use watch::{Reading, StallStatus, Watch};
 
 use crate::config::StallConfig;
 use crate::expfmt::{Exposition, Selection};
 use crate::scrape::{Scraper, UpstreamResult};
-
-/// What one check read from an engine's page.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Reading {
-    /// Requests being worked on; `None` when the page has no series of the busy family.
-    pub running: Option<f64>,
-    /// The progress counters' sum; `None` when the page has none of them (or one is NaN).
-    pub progress: Option<f64>,
-}
-
-impl Reading {
-    /// Whether requests are being worked on.
-    pub(crate) fn busy(&self) -> bool {
-        self.running.is_some_and(|n| n > 0.0)
-    }
-}
 
 /// Reads the stall families of `stall` from one upstream's page; `copies` are the labels whose
 /// series are copies of one number (the engine preset's).

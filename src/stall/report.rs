@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::StallStatus;
+use super::watch::StallStatus;
 use crate::config::UpstreamConfig;
 use crate::telemetry::Telemetry;
 

@@ -3,7 +3,7 @@
 use super::*;
 use crate::expfmt::Format;
 use crate::model::{Engine, FamilyKey};
-use crate::views::tests::parsed;
+use crate::numbers::testing::parsed;
 
 /// The preset's stall families of `engine`.
 fn preset(engine: Engine) -> StallConfig {

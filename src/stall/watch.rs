@@ -2,7 +2,21 @@
 
 use std::time::{Duration, Instant};
 
-use super::Reading;
+/// What one check read from an engine's page.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Reading {
+    /// Requests being worked on; `None` when the page has no series of the busy family.
+    pub running: Option<f64>,
+    /// The progress counters' sum; `None` when the page has none of them (or one is NaN).
+    pub progress: Option<f64>,
+}
+
+impl Reading {
+    /// Whether requests are being worked on.
+    pub(crate) fn busy(&self) -> bool {
+        self.running.is_some_and(|n| n > 0.0)
+    }
+}
 
 /// The state of one upstream's stall detection.
 #[derive(Debug, Clone)]

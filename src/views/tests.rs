@@ -1,21 +1,9 @@
 //! One upstream's part of a view, from pages parsed as the scraper parses them.
 
 use super::*;
-use crate::expfmt::{Format, PairHasher, ParseLimits, ParseOptions};
+use crate::expfmt::Format;
 use crate::model::{Engine, FamilyKey, Op};
-
-/// `page` parsed as the scraper parses an upstream keeping `keep`.
-pub(crate) fn parsed(page: &str, format: Format, keep: &[&str]) -> Exposition {
-    let keep: Vec<String> = keep.iter().map(|k| k.to_string()).collect();
-    let opts = ParseOptions {
-        keep: &keep,
-        limits: ParseLimits::DERIVED,
-        added_labels: &[],
-        hasher: PairHasher::new(1),
-        allow_reserved: false,
-    };
-    expfmt::parse(page.as_bytes().to_vec().into(), format, &opts).expect("parses")
-}
+use crate::numbers::testing::parsed;
 
 /// View `families` of `page` for an upstream of `engine`, as text.
 fn view(engine: Engine, page: &str, format: Format, families: &[(&str, Op)]) -> String {

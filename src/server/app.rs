@@ -1,0 +1,151 @@
+//! What serves: the runtime a configuration makes (replaced whole on reload), the state that
+//! outlives it, and the [`Handle`] that reloads and shuts down from outside.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::render::Renders;
+use crate::config::Config;
+use crate::health::{self, Readiness};
+use crate::model::Recorder;
+use crate::scrape::Scraper;
+use crate::stall;
+use crate::status::history::History;
+use crate::telemetry::Telemetry;
+use crate::views::Views;
+
+/// How long in-flight requests may take to finish once the listener has closed.
+pub(super) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Everything that a configuration determines; replaced whole on reload.
+pub(super) struct Runtime {
+    pub(super) config: Config,
+    pub(super) scraper: Arc<Scraper>,
+    /// The scrapes' recent history, for the status page (recorded by the scraper).
+    pub(super) history: Arc<History>,
+    pub(super) views: Views,
+    pub(super) readiness: Arc<Readiness>,
+    pub(super) stop_checks: watch::Sender<bool>,
+}
+
+impl Runtime {
+    pub(super) fn start(
+        config: Config,
+        client: &reqwest::Client,
+        telemetry: &Telemetry,
+    ) -> Runtime {
+        for u in &config.upstreams {
+            telemetry.register_upstream(&u.name);
+        }
+        // Every scrape result is recorded in sysport's own metrics and the status page's history.
+        let history = Arc::new(History::new(config.upstreams.len()));
+        let recorders: Vec<Arc<dyn Recorder>> = vec![Arc::new(telemetry.clone()), history.clone()];
+        let scraper = Arc::new(Scraper::new(&config, client.clone(), recorders));
+        let readiness = Arc::new(Readiness::new(&config.health, &config.upstreams));
+        telemetry.health_ready.set(readiness.is_ready() as i64);
+        stall::register_gauges(&config.upstreams, telemetry);
+        let (stop_checks, stop) = watch::channel(false);
+        tokio::spawn(health::run(
+            scraper.clone(),
+            readiness.clone(),
+            client.clone(),
+            telemetry.clone(),
+            config.health.interval,
+            stop,
+        ));
+        Runtime {
+            views: Views::new(&config),
+            config,
+            scraper,
+            history,
+            readiness,
+            stop_checks,
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        let _ = self.stop_checks.send(true);
+    }
+}
+
+pub(super) struct App {
+    pub(super) runtime: RwLock<Arc<Runtime>>,
+    /// The main port as a URL, for the status page.
+    pub(super) listen: String,
+    pub(super) render: Renders,
+    pub(super) telemetry: Telemetry,
+    pub(super) client: reqwest::Client,
+    pub(super) shutting_down: watch::Sender<bool>,
+}
+
+impl App {
+    pub(super) fn current(&self) -> Arc<Runtime> {
+        self.runtime.read().expect("runtime lock").clone()
+    }
+}
+
+/// Controls a running sysport from outside: reload, shutdown.
+#[derive(Clone)]
+pub struct Handle {
+    pub(super) app: Arc<App>,
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle").finish_non_exhaustive()
+    }
+}
+
+impl Handle {
+    /// Replaces the configuration atomically: requests already running finish with the old one.
+    /// Listen address changes need a restart and are ignored with a warning.
+    pub fn reload(&self, config: Config) {
+        let old = self.app.current();
+        if old.config.listen != config.listen {
+            tracing::warn!("listen address changes take effect only after a restart");
+        }
+        for u in &old.config.upstreams {
+            if !config.upstreams.iter().any(|n| n.name == u.name) {
+                self.app.telemetry.forget_upstream(&u.name);
+            }
+        }
+        let new = Arc::new(Runtime::start(
+            config,
+            &self.app.client,
+            &self.app.telemetry,
+        ));
+        if old.readiness.is_shutting_down() {
+            new.readiness.begin_shutdown();
+        }
+        *self.app.runtime.write().expect("runtime lock") = new;
+        self.app
+            .telemetry
+            .config_reloads
+            .with_label_values(&["success"])
+            .inc();
+        tracing::info!("configuration reloaded");
+    }
+
+    /// Counts a reload that was refused (the caller logs why).
+    pub fn reload_failed(&self) {
+        self.app
+            .telemetry
+            .config_reloads
+            .with_label_values(&["failure"])
+            .inc();
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> Config {
+        self.app.current().config.clone()
+    }
+
+    /// Starts shutdown: `/health` turns 503 at once; the listener closes after the drain delay.
+    pub fn shutdown(&self) {
+        self.app.shutting_down.send_replace(true);
+    }
+}
