@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, unit and integration tests, the conformance suite against
 # promtool and prometheus_client, the end-to-end suite with a real Prometheus, the fault and soak
-# suite, the deployment checks, and the documentation (README at most 12 KB, every relative link
-# in README.md and docs/ resolves). Installs what it needs when missing:
+# suite, the deployment checks, the documentation (README at most 12 KB, every relative link in
+# README.md and docs/ resolves) and the code's layering (no import cycle between the files of src/,
+# no import against the layer table in scripts/check-layers.py, no #[path] include).
+# Installs what it needs when missing:
 #   - Debian's `prometheus` package (prometheus + promtool)
 #   - openssl (the TLS tests make their certificates with it) and prlimit (util-linux: the
 #     listener tests run sysport under a 1024-descriptor limit)
@@ -67,6 +69,9 @@ export PATH="$HOME/.cargo/bin:$PATH"
 export SYSPORT_BIN="$ROOT/target/debug/sysport"
 
 step "docs: README size and links" python3 scripts/check-docs.py
+step "layers: no import cycle, no import against the layers" python3 scripts/check-layers.py
+step "layers: the check catches cycles added on purpose" python3 scripts/check-layers.py --self-test
+step "no #[path] include" bash -c '! grep -rn "#\[path" src crates benches bench tests fuzz'
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo doc -D warnings" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked

@@ -116,6 +116,21 @@ async fn busy_and_frozen_turns_health_and_live_engine_503_until_progress() {
     );
     assert_eq!(body["endpoints"]["vllm"], "notready");
     let stall = &body["upstreams"]["vllm"]["stall"];
+    // Every key of the stall detail (docs/readiness.md), in /health and /status alike.
+    let stall_keys: std::collections::BTreeSet<String> = [
+        "stalled",
+        "stall_after_seconds",
+        "running",
+        "no_progress_seconds",
+        "progress_age_seconds",
+        "unread",
+    ]
+    .map(String::from)
+    .into();
+    let keys = |v: &serde_json::Value| -> std::collections::BTreeSet<String> {
+        v.as_object().expect("an object").keys().cloned().collect()
+    };
+    assert_eq!(keys(stall), stall_keys, "{stall}");
     assert_eq!(stall["stalled"], true);
     assert!(stall["no_progress_seconds"].as_f64().expect("seconds") >= STALL_AFTER.as_secs_f64());
     let (_, engine_body) = sp.get("/live/engine").await;
@@ -141,6 +156,7 @@ async fn busy_and_frozen_turns_health_and_live_engine_503_until_progress() {
     assert_eq!(vllm["state"], "stalled", "{vllm}");
     assert_eq!(vllm["up"], true, "{vllm}");
     assert_eq!(vllm["health"]["stall"]["stalled"], true, "{vllm}");
+    assert_eq!(keys(&vllm["health"]["stall"]), stall_keys, "{vllm}");
     let not_ready = status_json["not_ready_reason"].as_str().expect("a reason");
     assert!(
         not_ready.starts_with("vllm is stalled: 3 requests running"),

@@ -78,7 +78,8 @@ async fn status_keeps_its_schema_and_agrees_with_health_and_metrics() {
     let (code, status) = json(&sp, "/status").await;
     assert_eq!(code, StatusCode::OK);
 
-    // The documented schema (README, "Status page"): removing or renaming a key fails here.
+    // The documented schema (docs/status.md): every key the code emits is pinned here, so
+    // removing, renaming or adding one without documenting it fails.
     assert_eq!(
         keys(&status),
         set(&[
@@ -124,8 +125,34 @@ async fn status_keeps_its_schema_and_agrees_with_health_and_metrics() {
             keys(&u["last_scrape"]),
             set(&["at", "duration_seconds", "result", "read"])
         );
-        for outcome in ["kept", "dropped", "malformed", "duplicate", "conflict"] {
-            assert!(u["series"][outcome].is_u64(), "{outcome}: {u}");
+        assert_eq!(
+            keys(&u["series"]),
+            set(&[
+                "kept",
+                "dropped",
+                "conflict",
+                "duplicate",
+                "malformed",
+                "aliased",
+                "relabel_dropped"
+            ])
+        );
+        for (outcome, n) in u["series"].as_object().expect("series") {
+            assert!(n.is_u64(), "{outcome}: {u}");
+        }
+        let history = u["history"].as_array().expect("history");
+        assert!(!history.is_empty(), "both were scraped: {u}");
+        for second in history {
+            assert_eq!(
+                keys(second),
+                set(&[
+                    "seconds_ago",
+                    "scrapes",
+                    "failures",
+                    "max_duration_seconds",
+                    "kept"
+                ])
+            );
         }
         assert_eq!(
             keys(&u["health"]),

@@ -1,164 +1,84 @@
 //! The single-flight core: one fetch of a URL at a time, shared by every request that arrives
 //! while it runs, and reused within `min_interval` ([`Reuse`]).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
-use futures_util::future::{BoxFuture, Shared};
 
-use super::blocks::BodyBlocks;
+use super::error::ScrapeError;
 use super::http::get;
 use super::parse::{contained, parse_for};
 use super::record::{mislabelled, record};
-use super::select::NameSet;
-use super::{Fetch, Inner, ScrapeError, Scraper, UpstreamResult};
+use super::shared::{Fetch, Inner, UpstreamResult, next_generation};
+use super::slot::{PRIOR_MAX_BYTES, Reuse, SharedFetch, Slot, Target};
 use crate::model::Read;
-use crate::model::Url;
 
-type SharedFetch = Shared<BoxFuture<'static, Arc<Fetch>>>;
-
-static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-pub(super) fn next_generation() -> u64 {
-    GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-
-/// What a request does with its target's last completed fetch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reuse {
-    /// Younger than `min_interval`: answered with it.
-    Fresh,
-    /// Younger than `min_interval` plus the longer of `min_interval` and twice what the fetch
-    /// took: answered with it at once, and a refresh starts (unless one is running), so that
-    /// later requests get newer data without waiting for the engine, even a slow one.
-    Stale,
-    /// Older, or `min_interval` is zero: the request waits for a fetch.
-    No,
-}
-
-impl Reuse {
-    fn of(age: Duration, min_interval: Duration, took: Duration) -> Reuse {
-        if min_interval.is_zero() {
-            Reuse::No
-        } else if age < min_interval {
-            Reuse::Fresh
-        } else if age < min_interval.saturating_add(min_interval.max(took.saturating_mul(2))) {
-            Reuse::Stale
-        } else {
-            Reuse::No
+/// Reuses, joins or starts the fetch of `slot`; `None` when `budget` ran out first.
+pub(super) async fn fetch(
+    inner: &Arc<Inner>,
+    target: &Arc<Target>,
+    slot: &Arc<Slot>,
+    budget: Option<Duration>,
+) -> Option<Arc<Fetch>> {
+    let timeout = budget.map_or(target.timeout, |b| b.min(target.timeout));
+    let shared = {
+        let mut state = slot.state.lock().expect("slot state lock");
+        let reuse = state.last.as_ref().map_or(Reuse::No, |last| {
+            Reuse::of(last.at.elapsed(), target.min_interval, last.took)
+        });
+        match (reuse, &state.last) {
+            (Reuse::Fresh, Some(last)) => return Some(last.clone()),
+            (Reuse::Stale, Some(last)) => {
+                let last = last.clone();
+                if state.inflight.is_none() {
+                    // Nobody waits for this one: it gets the upstream's whole timeout.
+                    state.inflight = Some(start(inner, target, slot, target.timeout));
+                }
+                return Some(last);
+            }
+            _ => state
+                .inflight
+                .get_or_insert_with(|| start(inner, target, slot, timeout))
+                .clone(),
         }
+    };
+    match tokio::time::timeout(timeout + Duration::from_millis(50), shared).await {
+        Ok(fetch) if fetch.results.len() == target.upstreams.len() => Some(fetch),
+        _ => None,
     }
 }
 
-#[derive(Default)]
-pub(super) struct SlotState {
-    last: Option<Arc<Fetch>>,
-    inflight: Option<SharedFetch>,
-    /// The last fetch whose body was at most [`PRIOR_MAX_BYTES`], for the next one to parse
-    /// after ([`crate::expfmt::parse_after`]).
-    prior: Option<Arc<Fetch>>,
-}
-
-/// The largest body kept for the next fetch of its URL to parse after: the next parse then
-/// reads only the values of the lines whose series are the same (most of a page; a 740 KB
-/// vLLM page parses in 0.24 ms on one thread instead of 0.46 ms, or 0.28 ms on two), for the
-/// memory of one body more. Above this, memory counts for more than the time.
-const PRIOR_MAX_BYTES: usize = 4 << 20;
-
-/// One URL to fetch and its reuse state: a target's full page, or one set of selected families.
-pub(super) struct Slot {
-    pub(super) url: Url,
-    /// Whether this fetch asks the engine for selected families only.
-    pub(super) selective: bool,
-    pub(super) blocks: BodyBlocks,
-    pub(super) state: Mutex<SlotState>,
-}
-
-impl Slot {
-    pub(super) fn new(url: Url, selective: bool) -> Arc<Slot> {
-        Arc::new(Slot {
-            url,
-            selective,
-            blocks: BodyBlocks::default(),
-            state: Mutex::new(SlotState::default()),
+/// Starts fetching `slot` in a task of its own; the task records the result in the slot
+/// when it ends, whether or not anyone still waits for it.
+fn start(
+    inner: &Arc<Inner>,
+    target: &Arc<Target>,
+    slot: &Arc<Slot>,
+    timeout: Duration,
+) -> SharedFetch {
+    let task = tokio::spawn(run_fetch(
+        inner.clone(),
+        target.clone(),
+        slot.clone(),
+        timeout,
+    ));
+    let slot = slot.clone();
+    async move {
+        task.await.unwrap_or_else(|err| {
+            tracing::error!(error = %err, "upstream fetch task failed");
+            // The task did not get to clear its slot: clear it, so the next request retries.
+            slot.state.lock().expect("slot state lock").inflight = None;
+            Arc::new(Fetch {
+                generation: next_generation(),
+                at: Instant::now(),
+                took: Duration::ZERO,
+                results: Vec::new(),
+            })
         })
     }
-}
-
-/// A distinct URL and the upstreams that read it.
-pub(super) struct Target {
-    pub(super) timeout: Duration,
-    pub(super) min_interval: Duration,
-    /// Indexes into `Scraper::upstreams`.
-    pub(super) upstreams: Vec<usize>,
-    pub(super) full: Arc<Slot>,
-    /// Most recently used last.
-    pub(super) name_sets: Mutex<Vec<NameSet>>,
-}
-
-impl Scraper {
-    /// Reuses, joins or starts the fetch of `slot`; `None` when `budget` ran out first.
-    pub(super) async fn fetch(
-        &self,
-        target: &Arc<Target>,
-        slot: &Arc<Slot>,
-        budget: Option<Duration>,
-    ) -> Option<Arc<Fetch>> {
-        let timeout = budget.map_or(target.timeout, |b| b.min(target.timeout));
-        let shared = {
-            let mut state = slot.state.lock().expect("slot state lock");
-            let reuse = state.last.as_ref().map_or(Reuse::No, |last| {
-                Reuse::of(last.at.elapsed(), target.min_interval, last.took)
-            });
-            match (reuse, &state.last) {
-                (Reuse::Fresh, Some(last)) => return Some(last.clone()),
-                (Reuse::Stale, Some(last)) => {
-                    let last = last.clone();
-                    if state.inflight.is_none() {
-                        // Nobody waits for this one: it gets the upstream's whole timeout.
-                        state.inflight = Some(self.start(target, slot, target.timeout));
-                    }
-                    return Some(last);
-                }
-                _ => state
-                    .inflight
-                    .get_or_insert_with(|| self.start(target, slot, timeout))
-                    .clone(),
-            }
-        };
-        match tokio::time::timeout(timeout + Duration::from_millis(50), shared).await {
-            Ok(fetch) if fetch.results.len() == target.upstreams.len() => Some(fetch),
-            _ => None,
-        }
-    }
-
-    /// Starts fetching `slot` in a task of its own; the task records the result in the slot
-    /// when it ends, whether or not anyone still waits for it.
-    fn start(&self, target: &Arc<Target>, slot: &Arc<Slot>, timeout: Duration) -> SharedFetch {
-        let task = tokio::spawn(run_fetch(
-            self.inner.clone(),
-            target.clone(),
-            slot.clone(),
-            timeout,
-        ));
-        let slot = slot.clone();
-        async move {
-            task.await.unwrap_or_else(|err| {
-                tracing::error!(error = %err, "upstream fetch task failed");
-                // The task did not get to clear its slot: clear it, so the next request retries.
-                slot.state.lock().expect("slot state lock").inflight = None;
-                Arc::new(Fetch {
-                    generation: next_generation(),
-                    at: Instant::now(),
-                    took: Duration::ZERO,
-                    results: Vec::new(),
-                })
-            })
-        }
-        .boxed()
-        .shared()
-    }
+    .boxed()
+    .shared()
 }
 
 /// Fetches a target once, parses it for each of its upstreams, records the outcome.

@@ -122,7 +122,6 @@ pub(super) async fn get(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scrape::ScrapeError;
 
     #[tokio::test]
     async fn a_closed_port_is_connection_refused() {

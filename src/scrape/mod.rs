@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crate::config::{Config, UpstreamConfig};
 use crate::expfmt::{AddedLabel, PairHasher, Selection};
 use crate::model::{Read, Recorder};
-use crate::relabel::{Page, RuleSet};
+use crate::relabel::RuleSet;
 
 mod blocks;
 mod decode;
@@ -26,29 +26,20 @@ mod flight;
 mod http;
 mod parse;
 mod record;
+#[cfg(test)]
+mod record_tests;
 mod select;
+mod shared;
+mod slot;
 
 pub(crate) use error::ScrapeError;
 pub(crate) use http::http_client;
 
-use flight::{Slot, Target, next_generation};
-use record::{UpstreamState, record};
+pub(crate) use shared::UpstreamResult;
 
-/// What one upstream got from one fetch: its page as parsed and as its rules leave it.
-pub(crate) type UpstreamResult = Result<Arc<Page>, ScrapeError>;
-
-/// One completed fetch of a URL, parsed for every upstream that shares it.
-#[derive(Debug)]
-pub(crate) struct Fetch {
-    /// Unique per fetch: equal generations mean the very same results.
-    pub generation: u64,
-    /// When the fetch finished.
-    pub at: Instant,
-    /// How long it took.
-    pub took: Duration,
-    /// Per upstream of the target, in the order of `Target::upstreams`.
-    pub results: Vec<UpstreamResult>,
-}
+use record::record;
+use shared::{Inner, UpstreamState, next_generation};
+use slot::{Slot, Target};
 
 /// One upstream's part of a scrape.
 #[derive(Debug, Clone)]
@@ -69,20 +60,6 @@ pub struct UpstreamStatus {
     pub last_error: Option<String>,
     /// When the upstream last answered successfully.
     pub last_success: Option<Instant>,
-}
-
-struct Inner {
-    client: reqwest::Client,
-    /// Told about every result ([`record::record`]).
-    recorders: Vec<Arc<dyn Recorder>>,
-    upstreams: Vec<UpstreamConfig>,
-    keep: Vec<Vec<String>>,
-    states: Vec<Mutex<UpstreamState>>,
-    limits: crate::config::Limits,
-    added_names: Vec<Vec<u8>>,
-    hasher: PairHasher,
-    /// Per upstream: its `metric_relabel_configs` and the top-level ones, if any.
-    rules: Vec<Option<RuleSet>>,
 }
 
 /// Fetches and parses upstreams for one configuration.
@@ -235,10 +212,14 @@ impl Scraper {
         let fetches = futures_util::future::join_all(targets.iter().map(|&t| async move {
             match names {
                 None => {
-                    self.fetch(&self.targets[t], &self.targets[t].full, budget)
+                    flight::fetch(&self.inner, &self.targets[t], &self.targets[t].full, budget)
                         .await
                 }
-                Some(names) => self.fetch_selected(t, names, budget).await,
+                Some(names) => {
+                    let target = &self.targets[t];
+                    let renames = target.upstreams.iter().any(|&u| self.renames(u));
+                    select::fetch_selected(&self.inner, target, names, budget, renames).await
+                }
             }
         }))
         .await;

@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
+use super::error::ScrapeError;
 use super::http::Fetched;
-use super::{Inner, ScrapeError, UpstreamResult};
+use super::shared::{Inner, UpstreamResult};
 use crate::expfmt::{self, Exposition, ParseOptions};
 use crate::relabel::{self, Page};
 

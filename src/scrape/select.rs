@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::flight::Slot;
-use super::{Fetch, Scraper};
+use super::flight::fetch;
+use super::shared::{Fetch, Inner};
+use super::slot::{NameSet, Slot, Target};
 use crate::expfmt::{Exposition, Selection};
 use crate::model::Url;
 
@@ -16,75 +17,63 @@ const MAX_NAME_SETS: usize = 8;
 /// stays valid.
 const SELECTION_CHECK_EVERY: Duration = Duration::from_secs(60);
 
-/// One selected name set of a target (`?name=`), fetched from the engine with
-/// prometheus_client's `name[]` parameter so it renders only those families.
-pub(super) struct NameSet {
-    selection: Selection,
-    slot: Arc<Slot>,
-    /// When the engine's selection was last compared with its full page, and whether it held
-    /// every family the page has.
-    checked: Option<(Instant, bool)>,
-}
-
-impl Scraper {
-    /// A selective read of target `t`: from the engine's own selection when it has been shown
-    /// to agree with the full page, else from the full page (and the comparison is made).
-    pub(super) async fn fetch_selected(
-        &self,
-        t: usize,
-        selection: &Selection,
-        budget: Option<Duration>,
-    ) -> Option<Arc<Fetch>> {
-        let target = &self.targets[t];
-        let (slot, checked) = {
-            let mut sets = target.name_sets.lock().expect("name sets lock");
-            let set = match sets.iter().position(|s| s.selection == *selection) {
-                Some(i) => sets.remove(i),
-                None => NameSet {
-                    slot: Slot::new(selection_url(&target.full.url, selection), true),
-                    selection: selection.clone(),
-                    checked: None,
-                },
-            };
-            let checked = set
-                .checked
-                .filter(|(at, _)| at.elapsed() < SELECTION_CHECK_EVERY)
-                .map(|(_, agreed)| agreed);
-            let slot = set.slot.clone();
-            if sets.len() == MAX_NAME_SETS {
-                sets.remove(0);
-            }
-            sets.push(set);
-            (slot, checked)
+/// A selective read of `target`: from the engine's own selection when it has been shown to agree
+/// with the full page, else from the full page (and the comparison is made). `renames`: a rule
+/// of one of its upstreams may rename series, which then come from families other than those
+/// named, so only the full page has them.
+pub(super) async fn fetch_selected(
+    inner: &Arc<Inner>,
+    target: &Arc<Target>,
+    selection: &Selection,
+    budget: Option<Duration>,
+    renames: bool,
+) -> Option<Arc<Fetch>> {
+    let (slot, checked) = {
+        let mut sets = target.name_sets.lock().expect("name sets lock");
+        let set = match sets.iter().position(|s| s.selection == *selection) {
+            Some(i) => sets.remove(i),
+            None => NameSet {
+                slot: Slot::new(selection_url(&target.full.url, selection), true),
+                selection: selection.clone(),
+                checked: None,
+            },
         };
-        // Renamed series come from families other than those named: only the page has them.
-        let renames = target.upstreams.iter().any(|&u| self.renames(u));
-        match checked {
-            _ if renames => self.fetch(target, &target.full, budget).await,
-            Some(true) => self.fetch(target, &slot, budget).await,
-            Some(false) => self.fetch(target, &target.full, budget).await,
-            None => {
-                let (full, selected) = tokio::join!(
-                    self.fetch(target, &target.full, budget),
-                    self.fetch(target, &slot, budget)
-                );
-                if let Some(full) = &full
-                    && let Some(agreed) = selection_agrees(full, selected.as_deref(), selection)
-                {
-                    if !agreed {
-                        tracing::warn!(
-                            url = %target.full.url,
-                            "the upstream's name[] selection fails or lacks families its full \
-                             page has: these selective reads use the full page"
-                        );
-                    }
-                    let mut sets = target.name_sets.lock().expect("name sets lock");
-                    if let Some(set) = sets.iter_mut().find(|s| Arc::ptr_eq(&s.slot, &slot)) {
-                        set.checked = Some((Instant::now(), agreed));
-                    }
+        let checked = set
+            .checked
+            .filter(|(at, _)| at.elapsed() < SELECTION_CHECK_EVERY)
+            .map(|(_, agreed)| agreed);
+        let slot = set.slot.clone();
+        if sets.len() == MAX_NAME_SETS {
+            sets.remove(0);
+        }
+        sets.push(set);
+        (slot, checked)
+    };
+    match checked {
+        _ if renames => fetch(inner, target, &target.full, budget).await,
+        Some(true) => fetch(inner, target, &slot, budget).await,
+        Some(false) => fetch(inner, target, &target.full, budget).await,
+        None => {
+            let (full, selected) = tokio::join!(
+                fetch(inner, target, &target.full, budget),
+                fetch(inner, target, &slot, budget)
+            );
+            if let Some(full) = &full
+                && let Some(agreed) = selection_agrees(full, selected.as_deref(), selection)
+            {
+                if !agreed {
+                    tracing::warn!(
+                        url = %target.full.url,
+                        "the upstream's name[] selection fails or lacks families its full \
+                         page has: these selective reads use the full page"
+                    );
                 }
-                full
+                let mut sets = target.name_sets.lock().expect("name sets lock");
+                if let Some(set) = sets.iter_mut().find(|s| Arc::ptr_eq(&s.slot, &slot)) {
+                    set.checked = Some((Instant::now(), agreed));
+                }
             }
+            full
         }
     }
 }
