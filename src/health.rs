@@ -16,16 +16,31 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{Map, Value, json};
 
 use crate::config::{HealthConfig, StartingStatus, UpstreamConfig};
+use crate::scrape::ScrapeError;
 use crate::scrape::Scraper;
-use crate::stall::{self, Reading, StallStatus, Watch};
+use crate::stall::{self, Reading, StallStatus, Unread, Watch};
 use crate::telemetry::Telemetry;
+
+/// Why a check of an upstream failed, with the facts of the failure.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum CheckError {
+    /// The health URL answered other than 2xx, or not at all.
+    #[error("health check failed: {0}")]
+    Health(ScrapeError),
+    /// The scrape of the metrics URL (the check of an upstream without a health URL) failed.
+    #[error("scrape failed: {0}")]
+    Scrape(ScrapeError),
+    /// The scrape gave nothing for the upstream.
+    #[error("no scrape result")]
+    NoResult,
+}
 
 /// One upstream's last check.
 #[derive(Debug, Clone, Default)]
 struct Check {
     /// `None` until the first check finishes.
     healthy: Option<bool>,
-    last_error: Option<String>,
+    last_error: Option<CheckError>,
     last_check: Option<SystemTime>,
     /// With `stall_after`: the stall judgement.
     stall: Option<Watch>,
@@ -47,7 +62,7 @@ pub(crate) struct UpstreamReadiness {
     /// When the last check finished.
     pub last_check: Option<SystemTime>,
     /// The error of the last failed check, kept after it passes again.
-    pub last_error: Option<String>,
+    pub last_error: Option<CheckError>,
     /// With `stall_after`: the stall judgement now.
     pub stall: Option<StallStatus>,
 }
@@ -120,7 +135,7 @@ impl Readiness {
     }
 
     /// Records a check of upstream `i`; returns the new overall readiness.
-    pub(crate) fn record(&self, i: usize, result: Result<(), String>) -> bool {
+    pub(crate) fn record(&self, i: usize, result: Result<(), CheckError>) -> bool {
         let mut checks = self.checks.lock().expect("checks lock");
         let c = &mut checks[i];
         let healthy = result.is_ok();
@@ -145,7 +160,7 @@ impl Readiness {
         &self,
         i: usize,
         at: Instant,
-        reading: Result<Reading, String>,
+        reading: Result<Reading, Unread>,
     ) -> bool {
         let mut checks = self.checks.lock().expect("checks lock");
         if let Some(watch) = checks[i].stall.as_mut() {
@@ -247,7 +262,7 @@ impl Readiness {
                 "checked": u.checked,
                 "check": u.check,
                 "last_check_unix_seconds": u.last_check.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_secs_f64()),
-                "last_error": u.last_error,
+                "last_error": u.last_error.as_ref().map(ToString::to_string),
             });
             if let Some(status) = &u.stall {
                 if status.stalled && u.required {
@@ -304,8 +319,8 @@ pub(crate) async fn check_all(
                         .map(|s| s.result);
                     let result = match &page {
                         Some(Ok(_)) => Ok(()),
-                        Some(Err(e)) => Err(format!("scrape failed: {e}")),
-                        None => Err("no scrape result".to_string()),
+                        Some(Err(e)) => Err(CheckError::Scrape(e.clone())),
+                        None => Err(CheckError::NoResult),
                     };
                     (i, result, read_stall(scraper, i, page).await)
                 }
@@ -326,17 +341,11 @@ async fn check_url(
     client: &reqwest::Client,
     url: &crate::model::Url,
     timeout: Duration,
-) -> Result<(), String> {
+) -> Result<(), CheckError> {
     match client.get(url.clone()).timeout(timeout).send().await {
         Ok(resp) if resp.status().is_success() => Ok(()),
-        Ok(resp) => Err(format!(
-            "health check failed: {}",
-            crate::scrape::ScrapeError::from_status(&resp)
-        )),
-        Err(e) => Err(format!(
-            "health check failed: {}",
-            crate::scrape::ScrapeError::from_reqwest(e, timeout)
-        )),
+        Ok(resp) => Err(CheckError::Health(ScrapeError::from_status(&resp))),
+        Err(e) => Err(CheckError::Health(ScrapeError::from_reqwest(e, timeout))),
     }
 }
 
@@ -346,7 +355,7 @@ async fn read_stall(
     scraper: &Scraper,
     i: usize,
     page: Option<crate::scrape::UpstreamResult>,
-) -> Option<Result<Reading, String>> {
+) -> Option<Result<Reading, Unread>> {
     let stall = scraper.upstreams()[i].stall.as_ref()?;
     Some(stall::read_upstream(scraper, i, stall, page).await)
 }
@@ -409,7 +418,7 @@ mod tests {
         assert!(!Readiness::new(&health(StartingStatus::NotReady), &ups).is_ready());
         let r = Readiness::new(&health(StartingStatus::Ready), &ups);
         assert!(r.is_ready());
-        assert!(!r.record(0, Err("down".into())));
+        assert!(!r.record(0, Err(CheckError::NoResult)));
         assert!(r.record(0, Ok(())));
     }
 
@@ -419,12 +428,15 @@ mod tests {
         let r = Readiness::new(&health(StartingStatus::NotReady), &ups);
         assert!(!r.record(1, Ok(())));
         assert!(r.record(0, Ok(())));
-        assert!(r.record(1, Err("gone".into())));
+        assert!(r.record(1, Err(CheckError::Scrape(ScrapeError::Refused))));
         let (ready, body) = r.report(1.5);
         assert!(ready);
         assert_eq!(body["status"], "ready");
         assert_eq!(body["endpoints"]["lmcache"], "notready");
-        assert_eq!(body["upstreams"]["lmcache"]["last_error"], "gone");
+        assert_eq!(
+            body["upstreams"]["lmcache"]["last_error"],
+            "scrape failed: connection refused"
+        );
         assert_eq!(body["uptime"], 1.5);
     }
 
@@ -443,8 +455,8 @@ mod tests {
                  sglang is not checked yet (starting status notready)"
             )
         );
-        r.record(0, Err("health check failed: connection refused".into()));
-        r.record(1, Err("gone".into()));
+        r.record(0, Err(CheckError::Health(ScrapeError::Refused)));
+        r.record(1, Err(CheckError::NoResult));
         r.record(2, Ok(()));
         assert_eq!(
             r.not_ready_reason().as_deref(),

@@ -30,12 +30,12 @@ pub enum BindError {
         source: std::io::Error,
     },
     /// The web configuration could not be put in force (its files changed since loading).
-    #[error("{file}: {message}")]
+    #[error("{file}: {error}")]
     Web {
         /// The web configuration file.
         file: std::path::PathBuf,
         /// What is wrong.
-        message: String,
+        error: web::WebError,
     },
 }
 
@@ -111,14 +111,13 @@ impl Sysport {
         }
         let slots = Slots::new(limits.max_connections, ListenerMetrics::new(&telemetry));
         let web_file = config.listen.web.as_ref().map(|w| w.file.clone());
-        let web_error = move |message: String| BindError::Web {
+        let web_error = move |error: web::WebError| BindError::Web {
             file: web_file.clone().unwrap_or_default(),
-            message,
+            error,
         };
         let tls = match config.listen.web.as_ref().and_then(|w| w.tls.clone()) {
             Some(settings) => Some(
-                web::tls::Reloader::new(settings, &telemetry)
-                    .map_err(|e| web_error(format!("tls_server_config.{}: {e}", e.field)))?,
+                web::tls::Reloader::new(settings, &telemetry).map_err(|e| web_error(e.into()))?,
             ),
             None => None,
         };
@@ -147,7 +146,8 @@ impl Sysport {
                 let probe_app = app.clone();
                 let is_open: web::auth::IsOpen =
                     Arc::new(move |path: &str| is_probe(&probe_app.current().config, path));
-                let guard = web::auth::Guard::new(&users, &headers, is_open).map_err(web_error)?;
+                let guard = web::auth::Guard::new(&users, &headers, is_open)
+                    .map_err(|e| web_error(e.into()))?;
                 Some(guard.counting(app.telemetry.http_requests.clone()))
             }
             None => None,

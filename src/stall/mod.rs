@@ -26,7 +26,7 @@ mod report;
 mod watch;
 
 pub(crate) use report::{live_engine, register_gauges, set_gauges, status_json};
-pub(crate) use watch::{Reading, StallStatus, Watch};
+pub(crate) use watch::{Reading, StallStatus, Unread, Watch};
 
 use crate::config::StallConfig;
 use crate::expfmt::{Exposition, Selection};
@@ -66,7 +66,7 @@ pub(crate) async fn read_upstream(
     i: usize,
     stall: &StallConfig,
     page: Option<UpstreamResult>,
-) -> Result<Reading, String> {
+) -> Result<Reading, Unread> {
     let result = match page {
         Some(page) => page,
         None => scraper
@@ -74,14 +74,14 @@ pub(crate) async fn read_upstream(
             .await
             .pop()
             .map(|s| s.result)
-            .ok_or_else(|| "no scrape result".to_owned())?,
+            .ok_or(Unread::NoResult)?,
     };
     let copies = scraper.upstreams()[i].engine.preset().copy_labels();
     match result {
         // The engine's page as parsed: whatever `metric_relabel_configs` leave of its families
         // for Prometheus, the stall families are read as the engine wrote them.
         Ok(page) => Ok(read(&page.parsed, stall, &copies)),
-        Err(e) => Err(format!("cannot read the stall families: {e}")),
+        Err(e) => Err(Unread::Scrape(e)),
     }
 }
 

@@ -15,7 +15,7 @@ pub(crate) fn status_json(status: &StallStatus) -> Value {
         "running": status.running,
         "no_progress_seconds": status.quiet_for.map(|d| d.as_secs_f64()),
         "progress_age_seconds": status.progress_age.map(|d| d.as_secs_f64()),
-        "unread": status.unread,
+        "unread": status.unread.as_ref().map(ToString::to_string),
     })
 }
 

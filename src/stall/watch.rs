@@ -2,6 +2,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::scrape::ScrapeError;
+
 /// What one check read from an engine's page.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Reading {
@@ -9,6 +11,20 @@ pub(crate) struct Reading {
     pub running: Option<f64>,
     /// The progress counters' sum; `None` when the page has none of them (or one is NaN).
     pub progress: Option<f64>,
+}
+
+/// Why a check could not judge an engine: nothing is stalled then, and the watch starts over.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum Unread {
+    /// The page could not be fetched or read.
+    #[error("cannot read the stall families: {0}")]
+    Scrape(ScrapeError),
+    /// The scrape gave nothing for the upstream.
+    #[error("no scrape result")]
+    NoResult,
+    /// Requests run, but the page has none of the progress counters.
+    #[error("requests are running but the page has no progress counter")]
+    NoProgressCounter,
 }
 
 impl Reading {
@@ -34,12 +50,12 @@ pub(crate) struct Watch {
     /// Requests running at the last check.
     running: Option<f64>,
     /// Why the last check could not judge.
-    unread: Option<String>,
+    unread: Option<Unread>,
     stalled: bool,
 }
 
 /// What a [`Watch`] says, for `/health`, `/live/engine` and the status page.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub(crate) struct StallStatus {
     /// Requests ran for `stall_after` without progress, as of the last check.
     pub stalled: bool,
@@ -54,7 +70,7 @@ pub(crate) struct StallStatus {
     pub progress_age: Option<Duration>,
     /// Why the last check could not judge (the page could not be read, or has no progress
     /// counter while requests run).
-    pub unread: Option<String>,
+    pub unread: Option<Unread>,
 }
 
 impl Watch {
@@ -74,7 +90,7 @@ impl Watch {
 
     /// Feeds the check made at `now`: what it read, or why it could read nothing. Returns
     /// whether the engine is stalled.
-    pub(crate) fn observe(&mut self, now: Instant, reading: Result<Reading, String>) -> bool {
+    pub(crate) fn observe(&mut self, now: Instant, reading: Result<Reading, Unread>) -> bool {
         self.checked = Some(now);
         let reading = match reading {
             Ok(reading) => reading,
@@ -100,8 +116,8 @@ impl Watch {
                 self.moved_at = Some(now);
             }
         }
-        self.unread = (reading.busy() && reading.progress.is_none())
-            .then(|| "requests are running but the page has no progress counter".to_owned());
+        self.unread =
+            (reading.busy() && reading.progress.is_none()).then_some(Unread::NoProgressCounter);
         self.quiet_since = match (reading.busy(), reading.progress) {
             (true, Some(_)) if moved => Some(now),
             (true, Some(_)) => self.quiet_since.or(Some(now)),
@@ -159,14 +175,14 @@ mod tests {
 
     const SECOND: Duration = Duration::from_secs(1);
 
-    fn busy(progress: f64) -> Result<Reading, String> {
+    fn busy(progress: f64) -> Result<Reading, Unread> {
         Ok(Reading {
             running: Some(3.0),
             progress: Some(progress),
         })
     }
 
-    fn idle(progress: f64) -> Result<Reading, String> {
+    fn idle(progress: f64) -> Result<Reading, Unread> {
         Ok(Reading {
             running: Some(0.0),
             progress: Some(progress),
@@ -174,7 +190,7 @@ mod tests {
     }
 
     /// Feeds one reading per second from `start`, returning the judgements.
-    fn feed(watch: &mut Watch, start: Instant, readings: &[Result<Reading, String>]) -> Vec<bool> {
+    fn feed(watch: &mut Watch, start: Instant, readings: &[Result<Reading, Unread>]) -> Vec<bool> {
         readings
             .iter()
             .enumerate()
@@ -260,7 +276,7 @@ mod tests {
     fn a_page_that_cannot_be_read_is_down_not_stalled_and_restarts_the_run() {
         let start = Instant::now();
         let mut w = Watch::new(2 * SECOND);
-        let down = || Err("connection refused".to_owned());
+        let down = || Err(Unread::Scrape(ScrapeError::Refused));
         let seen = feed(
             &mut w,
             start,
@@ -284,7 +300,10 @@ mod tests {
         let status = w.status(start + 2 * SECOND);
         assert!(!status.stalled);
         assert_eq!(status.running, None);
-        assert_eq!(status.unread.as_deref(), Some("connection refused"));
+        assert_eq!(
+            status.unread.map(|u| u.to_string()).as_deref(),
+            Some("cannot read the stall families: connection refused")
+        );
     }
 
     #[test]
@@ -302,6 +321,7 @@ mod tests {
             status
                 .unread
                 .expect("says why")
+                .to_string()
                 .contains("no progress counter")
         );
         assert_eq!(status.progress_age, None);

@@ -194,7 +194,7 @@ impl Facts {
                         checked: check.checked,
                         check: check.check,
                         last_check_at: check.last_check.map(Timestamp),
-                        last_error: check.last_error.clone(),
+                        last_error: check.last_error.as_ref().map(ToString::to_string),
                         stall: check.stall.as_ref().map(crate::stall::status_json),
                         stalled: stalled.map(|st| st.describe()),
                     },

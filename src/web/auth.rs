@@ -62,27 +62,62 @@ enum Verdict {
     Busy,
 }
 
+/// Why basic auth and the configured headers cannot be put in front of the routes.
+#[derive(Debug, thiserror::Error)]
+pub enum GuardError {
+    /// `http_server_config.headers` names a header HTTP does not allow.
+    #[error("header name {name:?}: {source}")]
+    HeaderName {
+        /// The name as configured.
+        name: String,
+        /// Why HTTP refuses it.
+        source: axum::http::header::InvalidHeaderName,
+    },
+    /// A configured header's value is not a valid HTTP header value.
+    #[error("header {name} value {value:?}: {source}")]
+    HeaderValue {
+        /// The header's name.
+        name: String,
+        /// The value as configured.
+        value: String,
+        /// Why HTTP refuses it.
+        source: axum::http::header::InvalidHeaderValue,
+    },
+    /// The system gave no randomness for the key of the credential cache.
+    #[error("no randomness for the credential cache")]
+    NoRandomness,
+}
+
 impl Guard {
     /// A guard for `users` (user, bcrypt hash) adding `headers` to every response; paths for
     /// which `is_open` holds need no credentials.
     ///
     /// # Errors
-    /// A header that is not a valid HTTP header name or value.
+    /// A header that is not a valid HTTP header name or value; no randomness for the key of the
+    /// credential cache.
     pub fn new(
         users: &[(String, String)],
         headers: &[(String, String)],
         is_open: IsOpen,
-    ) -> Result<Guard, String> {
+    ) -> Result<Guard, GuardError> {
         let headers = headers
             .iter()
             .map(|(k, v)| {
-                let name = HeaderName::try_from(k.as_str())
-                    .map_err(|e| format!("header name {k:?}: {e}"))?;
-                let value = HeaderValue::try_from(v.as_str())
-                    .map_err(|e| format!("header {k} value {v:?}: {e}"))?;
+                let name =
+                    HeaderName::try_from(k.as_str()).map_err(|source| GuardError::HeaderName {
+                        name: k.clone(),
+                        source,
+                    })?;
+                let value = HeaderValue::try_from(v.as_str()).map_err(|source| {
+                    GuardError::HeaderValue {
+                        name: k.clone(),
+                        value: v.clone(),
+                        source,
+                    }
+                })?;
                 Ok((name, value))
             })
-            .collect::<Result<Vec<_>, String>>()?;
+            .collect::<Result<Vec<_>, GuardError>>()?;
         let decoy_cost = users
             .iter()
             .filter_map(|(_, h)| h.parse::<bcrypt::HashParts>().ok())
@@ -90,8 +125,8 @@ impl Guard {
             .max()
             .unwrap_or(bcrypt::DEFAULT_COST);
         let rng = ring::rand::SystemRandom::new();
-        let key = hmac::Key::generate(hmac::HMAC_SHA256, &rng)
-            .map_err(|_| "no randomness for the credential cache".to_owned())?;
+        let key =
+            hmac::Key::generate(hmac::HMAC_SHA256, &rng).map_err(|_| GuardError::NoRandomness)?;
         Ok(Guard {
             inner: Arc::new(Inner {
                 users: users.to_vec(),

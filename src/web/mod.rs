@@ -16,3 +16,15 @@
 pub mod auth;
 pub mod tls;
 pub mod verify;
+
+/// Why the web configuration could not be put in force when the server started (its files
+/// changed since the configuration was loaded and checked).
+#[derive(Debug, thiserror::Error)]
+pub enum WebError {
+    /// The TLS material, at the `tls_server_config` field it comes from.
+    #[error("tls_server_config.{field}: {0}", field = .0.field)]
+    Tls(#[from] tls::TlsError),
+    /// Basic auth or the configured headers.
+    #[error(transparent)]
+    Auth(#[from] auth::GuardError),
+}
