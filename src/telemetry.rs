@@ -3,6 +3,8 @@
 //! They live in one registry of their own, so nothing an upstream sends can reach it, and are
 //! rendered after the engine families on every `/metrics`.
 
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::expfmt::Selection;
@@ -65,6 +67,10 @@ pub struct Telemetry {
     /// `engine_progress_age_seconds{upstream}`: time since its progress counters last moved.
     pub engine_progress_age: GaugeVec,
     process: Process,
+    /// The upstreams of the configuration in force, each with the `result` values its scrapes
+    /// were counted under. Only their series are written, under this lock: a fetch that started
+    /// before a reload removed its upstream ends after it, and must not bring it back.
+    current: Arc<Mutex<HashMap<String, HashSet<&'static str>>>>,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -262,7 +268,20 @@ impl Telemetry {
             engine_stalled,
             engine_progress_age,
             process,
+            current: Arc::default(),
         }
+    }
+
+    /// Runs `write` (which sets series of upstream `name`) when `name` is an upstream of the
+    /// configuration in force, holding the set of them so that a reload cannot remove it
+    /// meanwhile; returns whether it ran.
+    pub fn for_current(&self, name: &str, write: impl FnOnce(&Telemetry)) -> bool {
+        let current = self.current.lock().expect("current upstreams lock");
+        if !current.contains_key(name) {
+            return false;
+        }
+        write(self);
+        true
     }
 
     /// Registers a metric that another module owns (the listener's connection accounting).
@@ -280,6 +299,8 @@ impl Telemetry {
     /// Makes the per-upstream series exist from the start (at 0), so dashboards see every
     /// configured upstream before its first scrape.
     pub fn register_upstream(&self, name: &str) {
+        let mut current = self.current.lock().expect("current upstreams lock");
+        current.entry(name.to_owned()).or_default();
         self.upstream_up.with_label_values(&[name]).set(0);
         self.format_mismatches.with_label_values(&[name]);
         for outcome in SERIES_OUTCOMES {
@@ -323,6 +344,11 @@ impl Telemetry {
 
     /// Forgets an upstream that a reload removed.
     pub fn forget_upstream(&self, name: &str) {
+        let mut current = self.current.lock().expect("current upstreams lock");
+        for result in current.remove(name).unwrap_or_default() {
+            let _ = self.scrapes.remove_label_values(&[name, result]);
+        }
+        let _ = self.format_mismatches.remove_label_values(&[name]);
         let _ = self.upstream_up.remove_label_values(&[name]);
         let _ = self.response_bytes.remove_label_values(&[name]);
         let _ = self.last_fetch_age.remove_label_values(&[name]);
@@ -353,6 +379,12 @@ impl Telemetry {
 /// `format_mismatches_total` for a body the `Content-Type` misnamed.
 impl Recorder for Telemetry {
     fn scraped(&self, r: &ScrapeRecord<'_>) {
+        let mut current = self.current.lock().expect("current upstreams lock");
+        // An upstream a reload removed while this fetch ran: its series are gone for good.
+        let Some(results) = current.get_mut(r.name) else {
+            return;
+        };
+        results.insert(r.result);
         let name = r.name;
         self.scrapes.with_label_values(&[name, r.result]).inc();
         self.upstream_up
@@ -385,7 +417,9 @@ impl Recorder for Telemetry {
     }
 
     fn mislabelled(&self, _upstream: usize, name: &str) {
-        self.format_mismatches.with_label_values(&[name]).inc();
+        self.for_current(name, |t| {
+            t.format_mismatches.with_label_values(&[name]).inc();
+        });
     }
 }
 

@@ -719,6 +719,49 @@ async fn reload_replaces_upstreams_atomically() {
 }
 
 #[tokio::test]
+async fn a_reload_during_a_fetch_leaves_no_series_of_the_removed_upstream() {
+    let fast = Upstream::start(Reply::text(VLLM)).await;
+    let mut slow_reply = Reply::text(OTHER);
+    slow_reply.delay = Duration::from_secs(1);
+    let slow = Upstream::start(slow_reply).await;
+    let mut both = config(vec![
+        upstream_config("fast", &fast.metrics_url(), &["vllm:"]),
+        upstream_config("slowb", &slow.metrics_url(), &["vllm:"]),
+    ]);
+    both.upstreams[1].timeout = Duration::from_secs(5);
+    let sp = Running::start(both).await;
+    // A scrape that fetches slowb for a second, and a reload without slowb while it runs.
+    let url = sp.url("/metrics");
+    let during = tokio::spawn(async move { client().get(url).send().await?.text().await });
+    eventually(Duration::from_secs(5), "slowb's fetch is under way", || {
+        let n = slow.requests();
+        async move { n >= 1 }
+    })
+    .await;
+    sp.handle.reload(config(vec![upstream_config(
+        "fast",
+        &fast.metrics_url(),
+        &["vllm:"],
+    )]));
+    // The fetch that began before the reload ends after it, and so does the scrape.
+    let _ = during.await.expect("the scrape task");
+    let (_, body) = sp.get("/metrics").await;
+    let own: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("dynamo_sysport_") && l.contains("upstream=\"slowb\""))
+        .collect();
+    assert!(own.is_empty(), "series of a removed upstream: {own:?}");
+    assert_eq!(
+        metric(&body, "dynamo_sysport_upstream_up")
+            .label("upstream", "fast")
+            .value(),
+        1.0
+    );
+    let (_, health) = sp.get("/health").await;
+    assert!(!health.contains("slowb"), "{health}");
+}
+
+#[tokio::test]
 async fn openmetrics_is_served_when_preferred() {
     let a = Upstream::start(Reply::text(VLLM)).await;
     let sp = start_single(&a.metrics_url(), &["vllm:", "lmcache:"]).await;

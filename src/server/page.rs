@@ -161,14 +161,16 @@ fn count_series(
     }
     for (i, stats) in totals {
         let name = upstreams[i].name.as_str();
-        let t = &app.telemetry;
-        t.set_series(name, "kept", stats.kept);
-        t.set_series(name, "conflict", stats.conflict);
-        t.set_series(name, "duplicate", stats.duplicate);
+        app.telemetry.for_current(name, |t| {
+            t.set_series(name, "kept", stats.kept);
+            t.set_series(name, "conflict", stats.conflict);
+            t.set_series(name, "duplicate", stats.duplicate);
+        });
     }
     for &(i, added) in aliased {
+        let name = upstreams[i].name.as_str();
         app.telemetry
-            .set_series(&upstreams[i].name, "aliased", added);
+            .for_current(name, |t| t.set_series(name, "aliased", added));
     }
 }
 
@@ -257,16 +259,18 @@ fn set_fetch_ages(
     scraped: &[Scraped],
     now: Instant,
 ) {
-    let gauge = &app.telemetry.last_fetch_age;
     for (i, u) in runtime.scraper.upstreams().iter().enumerate() {
         let here = which
             .iter()
             .position(|&w| w == i)
             .and_then(|k| scraped[k].result.is_ok().then_some(scraped[k].at));
         if let Some(at) = here.or_else(|| runtime.scraper.last_success(i)) {
-            gauge
-                .with_label_values(&[&u.name])
-                .set(now.saturating_duration_since(at).as_secs_f64());
+            // A read that began before a reload removed `u` ends after it: no gauge for it then.
+            app.telemetry.for_current(&u.name, |t| {
+                t.last_fetch_age
+                    .with_label_values(&[&u.name])
+                    .set(now.saturating_duration_since(at).as_secs_f64());
+            });
         }
     }
 }

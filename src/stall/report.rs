@@ -47,16 +47,17 @@ pub(crate) fn live_engine(stalls: &[(String, StallStatus)]) -> (bool, Value) {
 /// detection.
 pub(crate) fn set_gauges(stalls: &[(String, StallStatus)], telemetry: &Telemetry) {
     for (name, status) in stalls {
-        telemetry
-            .engine_stalled
-            .with_label_values(&[name])
-            .set(i64::from(status.stalled));
-        if let Some(age) = status.progress_age {
-            telemetry
-                .engine_progress_age
+        // The stalls of a configuration a reload replaced name no upstream of the new one.
+        telemetry.for_current(name, |t| {
+            t.engine_stalled
                 .with_label_values(&[name])
-                .set(age.as_secs_f64());
-        }
+                .set(i64::from(status.stalled));
+            if let Some(age) = status.progress_age {
+                t.engine_progress_age
+                    .with_label_values(&[name])
+                    .set(age.as_secs_f64());
+            }
+        });
     }
 }
 
