@@ -378,3 +378,122 @@ async fn web_config_problems_name_the_web_file_line_and_field() {
     );
     assert!(Path::new(&pki.path("web.yml")).exists());
 }
+
+/// Sends `GET /metrics` with basic credentials on a raw connection and returns the status code
+/// (`None` when the connection closed without an answer).
+async fn basic_status(addr: &str, user: &str, password: &str) -> Option<u16> {
+    use base64::Engine as _;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let head = format!(
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Basic {token}\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).await.ok()?;
+    let mut buf = [0u8; 12];
+    s.read_exact(&mut buf).await.ok()?;
+    std::str::from_utf8(&buf[9..12]).ok()?.parse().ok()
+}
+
+#[tokio::test]
+async fn cancelled_and_flooded_logins_leave_a_place_for_a_right_password() {
+    let pki = Pki::new("gate");
+    let engine = Upstream::start(Reply::text(PAGE)).await;
+    // bcrypt at cost 10, as htpasswd -B makes it: tens of milliseconds a check.
+    let guessed = bcrypt::hash("right-a", 10).expect("hash");
+    let second = bcrypt::hash("right-b", 10).expect("hash");
+    let third = bcrypt::hash("right-c", 10).expect("hash");
+    let web =
+        format!("basic_auth_users:\n  alice: '{guessed}'\n  bob: '{second}'\n  carol: '{third}'\n");
+    let config = load(&pki, &web, &engine.metrics_url()).expect("valid");
+    let sp = Running::start(config).await;
+    let addr = sp.base.trim_start_matches("http://").to_owned();
+
+    // 40 wrong passwords whose connections are reset 20 ms after sending: each request ends
+    // while it waits for bcrypt, and must give its place back.
+    let mut resets = Vec::new();
+    for i in 0..40 {
+        let addr = addr.clone();
+        resets.push(tokio::spawn(async move {
+            use base64::Engine as _;
+            use tokio::io::AsyncWriteExt;
+            let token =
+                base64::engine::general_purpose::STANDARD.encode(format!("alice:guess-{i}"));
+            let mut s = tokio::net::TcpStream::connect(&addr)
+                .await
+                .expect("connect");
+            let head = format!(
+                "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Basic {token}\r\n\r\n"
+            );
+            s.write_all(head.as_bytes()).await.expect("send");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            // A reset (RST), not a close: the server sees the connection fail mid-request. (The
+            // deprecation is about a linger that blocks on drop; a zero linger resets at once.)
+            #[allow(deprecated)]
+            s.set_linger(Some(Duration::ZERO)).expect("linger");
+            drop(s);
+        }));
+    }
+    for r in resets {
+        r.await.expect("task");
+    }
+    // A right password never checked before is answered (not refused as if the queue were
+    // full), within a few seconds.
+    let answered = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match basic_status(&addr, "bob", "right-b").await {
+                Some(200) => return,
+                Some(429) | None => tokio::time::sleep(Duration::from_millis(100)).await,
+                Some(other) => panic!("bob's right password got {other}"),
+            }
+        }
+    })
+    .await;
+    assert!(answered.is_ok(), "the cancelled checks kept the gate full");
+
+    // 48 clients guessing alice's password; meanwhile a user who never logged in gets 200
+    // within a few seconds: the guesses wait behind each other, not in front of carol.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut flood = Vec::new();
+    for c in 0..48 {
+        let (addr, stop) = (addr.clone(), stop.clone());
+        flood.push(tokio::spawn(async move {
+            let mut refused = 0u32;
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 100_000 {
+                n += 1;
+                if basic_status(&addr, "alice", &format!("flood-{c}-{n}")).await == Some(429) {
+                    refused += 1;
+                }
+            }
+            refused
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = std::time::Instant::now();
+    let mut code = None;
+    while started.elapsed() < Duration::from_secs(3) {
+        code = basic_status(&addr, "carol", "right-c").await;
+        if code == Some(200) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let waited = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut refused = 0;
+    for f in flood {
+        refused += f.await.expect("task");
+    }
+    assert!(
+        refused > 0,
+        "the flood was large enough to fill alice's queue"
+    );
+    assert_eq!(
+        code,
+        Some(200),
+        "carol's first login waited {waited:?} behind the flood"
+    );
+    let (code, _) = sp.get("/live").await;
+    assert_eq!(code, 200);
+}

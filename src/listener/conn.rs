@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -22,9 +23,15 @@ use super::limits::Limits;
 use super::phase::Watch;
 use super::slots::Slot;
 
+/// The address of the client that sent a request (a request extension), for what is decided
+/// per client (basic auth's turn at bcrypt).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientIp(pub IpAddr);
+
 /// Serves HTTP/1.1 on `io` until the client leaves or sysport closes the connection.
 pub async fn serve<I>(
     io: I,
+    client: Option<IpAddr>,
     router: Router,
     watch: Arc<Watch>,
     slot: Arc<Slot>,
@@ -34,6 +41,7 @@ pub async fn serve<I>(
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = ConnService {
+        client,
         router,
         watch: watch.clone(),
         slot: slot.clone(),
@@ -80,6 +88,7 @@ pub async fn serve<I>(
 
 /// The router, marking the connection busy from a request's head to the end of its answer.
 struct ConnService {
+    client: Option<IpAddr>,
     router: Router,
     watch: Arc<Watch>,
     slot: Arc<Slot>,
@@ -92,8 +101,11 @@ impl hyper::service::Service<hyper::Request<Incoming>> for ConnService {
     type Error = Infallible;
     type Future = Answer;
 
-    fn call(&self, req: hyper::Request<Incoming>) -> Answer {
+    fn call(&self, mut req: hyper::Request<Incoming>) -> Answer {
         let busy = Busy::start(self.watch.clone(), self.slot.clone());
+        if let Some(ip) = self.client {
+            req.extensions_mut().insert(ClientIp(ip));
+        }
         let answer = tower::ServiceExt::oneshot(self.router.clone(), req);
         Box::pin(async move {
             let response = match answer.await {

@@ -87,9 +87,10 @@ async fn connection(
         tracing::debug!(error = %err, "cannot set TCP_NODELAY");
     }
     let watch = Watch::new(Instant::now());
+    let client = tcp.peer_addr().ok().map(|a| a.ip());
     let Some(tls) = tls else {
         let io = Watched::new(tcp, watch.clone());
-        conn::serve(io, router, watch, slot, limits, stop).await;
+        conn::serve(io, client, router, watch, slot, limits, stop).await;
         return;
     };
     // The handshake counts against the request-head deadline, and a shed closes it too.
@@ -118,7 +119,7 @@ async fn connection(
         () = slot.shed.notified() => return,
     };
     match outcome {
-        Ok(io) => conn::serve(io, router, watch, slot, limits, stop).await,
+        Ok(io) => conn::serve(io, client, router, watch, slot, limits, stop).await,
         Err(Some(mut plain)) => {
             slot.metrics().closed(Closed::PlainHttp);
             // What Go's net/http answers, so a mistyped scheme is obvious from curl.

@@ -5,13 +5,17 @@
 //! so a successful check is remembered (under a keyed hash, never the password itself). An
 //! unknown user is checked against a hash of the same cost, so a wrong user costs what a wrong
 //! password does; user names are compared in constant time. Uncached checks run one at a
-//! time off the runtime thread, with a bounded queue: a flood of guesses cannot starve the
-//! probes or other scrapes.
+//! time off the runtime thread, taken in turn from each client address and user (`gate`): a
+//! flood of guesses waits behind itself, not in front of a second user or another client, and
+//! cannot starve the probes or other scrapes.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::gate::{Full, Gate, Key};
+use crate::listener::conn::ClientIp;
+use crate::model::routes;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
@@ -20,14 +24,9 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use ring::hmac;
 use subtle::ConstantTimeEq;
-use tokio::sync::Semaphore;
-
-use crate::model::routes;
 
 /// Successful checks remembered; past this the memory is cleared and refilled.
 const CACHE_ENTRIES: usize = 256;
-/// Uncached checks allowed to wait for the one running; more are answered 429 at once.
-const MAX_WAITING: usize = 32;
 
 /// Which paths are open (the probes); read per request, so a reload's paths apply.
 pub type IsOpen = Arc<dyn Fn(&str) -> bool + Send + Sync>;
@@ -47,8 +46,7 @@ struct Inner {
     /// Keyed hashes of (user, password, hash) that passed.
     passed: Mutex<HashSet<[u8; 32]>>,
     key: hmac::Key,
-    gate: Semaphore,
-    waiting: AtomicUsize,
+    gate: Arc<Gate>,
     /// A hash of the highest configured cost, checked for unknown users.
     decoy: OnceLock<String>,
     decoy_cost: u32,
@@ -133,8 +131,7 @@ impl Guard {
                 headers,
                 passed: Mutex::new(HashSet::new()),
                 key,
-                gate: Semaphore::new(1),
-                waiting: AtomicUsize::new(0),
+                gate: Arc::default(),
                 decoy: OnceLock::new(),
                 decoy_cost,
             }),
@@ -149,15 +146,17 @@ impl Guard {
         self
     }
 
-    async fn check(&self, authorization: Option<&HeaderValue>) -> Verdict {
+    async fn check(&self, authorization: Option<&HeaderValue>, client: Option<IpAddr>) -> Verdict {
         let Some((user, password)) = authorization.and_then(basic_credentials) else {
             return Verdict::Fail;
         };
         let inner = &self.inner;
         let mut hash = None;
-        for (name, h) in &inner.users {
+        let mut index = None;
+        for (i, (name, h)) in inner.users.iter().enumerate() {
             if bool::from(name.as_bytes().ct_eq(user.as_bytes())) {
                 hash = Some(h.clone());
+                index = Some(i);
             }
         }
         let known = hash.is_some();
@@ -175,17 +174,20 @@ impl Guard {
         if known && inner.passed.lock().expect("cache lock").contains(&digest) {
             return Verdict::Pass;
         }
-        if inner.waiting.fetch_add(1, Ordering::Relaxed) >= MAX_WAITING {
-            inner.waiting.fetch_sub(1, Ordering::Relaxed);
-            return Verdict::Busy;
-        }
-        let permit = inner.gate.acquire().await;
-        inner.waiting.fetch_sub(1, Ordering::Relaxed);
-        let Ok(_permit) = permit else {
-            return Verdict::Fail;
+        // The turn is given back however this request ends: when the check is done, or, if the
+        // request is cancelled while it waits, when its future is dropped.
+        let key = Key {
+            client,
+            user: index,
+        };
+        let turn = match inner.gate.enter(key).await {
+            Ok(turn) => turn,
+            Err(Full) => return Verdict::Busy,
         };
         let checker = self.inner.clone();
         let matched = tokio::task::spawn_blocking(move || {
+            // Held until bcrypt is done, even when the request has gone: one check at a time.
+            let _turn = turn;
             let hash = hash.unwrap_or_else(|| checker.decoy().to_owned());
             bcrypt::verify(password.as_bytes(), &hash).unwrap_or(false)
         })
@@ -240,7 +242,10 @@ pub async fn require(State(guard): State<Guard>, req: Request, next: Next) -> Re
     let mut response = if open {
         next.run(req).await
     } else {
-        let verdict = guard.check(req.headers().get(header::AUTHORIZATION)).await;
+        let client = req.extensions().get::<ClientIp>().map(|c| c.0);
+        let verdict = guard
+            .check(req.headers().get(header::AUTHORIZATION), client)
+            .await;
         if let (Some(requests), Verdict::Fail | Verdict::Busy) = (&guard.requests, &verdict) {
             let code = if verdict == Verdict::Fail {
                 "401"
@@ -298,23 +303,23 @@ mod tests {
     async fn the_right_password_passes_and_is_remembered_a_wrong_one_never() {
         let g = guard();
         assert_eq!(
-            g.check(Some(&basic("prometheus", "secret"))).await,
+            g.check(Some(&basic("prometheus", "secret")), None).await,
             Verdict::Pass
         );
         assert_eq!(g.inner.passed.lock().expect("lock").len(), 1);
         assert_eq!(
-            g.check(Some(&basic("prometheus", "secret"))).await,
+            g.check(Some(&basic("prometheus", "secret")), None).await,
             Verdict::Pass
         );
         assert_eq!(
-            g.check(Some(&basic("prometheus", "wrong"))).await,
+            g.check(Some(&basic("prometheus", "wrong")), None).await,
             Verdict::Fail
         );
         assert_eq!(
-            g.check(Some(&basic("nobody", "secret"))).await,
+            g.check(Some(&basic("nobody", "secret")), None).await,
             Verdict::Fail
         );
-        assert_eq!(g.check(None).await, Verdict::Fail);
+        assert_eq!(g.check(None, None).await, Verdict::Fail);
         assert_eq!(
             g.inner.passed.lock().expect("lock").len(),
             1,
