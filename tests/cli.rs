@@ -404,3 +404,34 @@ fn check_config_into_a_pipe_closed_early_exits_zero_without_a_panic() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(0), "{stderr}");
 }
+
+/// The fenced block after the line that starts with `marker` in `text`, and the one after it.
+fn example_after(text: &str, marker: &str) -> (String, String) {
+    let rest = &text[text.find(marker).expect("the marked example")..];
+    let mut blocks = rest.split("```").skip(1).step_by(2).map(|b| {
+        // Drop the info string (`yaml`) on the fence's line.
+        b.split_once('\n').map_or("", |(_, body)| body).to_owned()
+    });
+    let input = blocks.next().expect("the example file");
+    let output = blocks.next().expect("its output");
+    (input, output)
+}
+
+#[test]
+fn the_documented_check_config_example_prints_what_the_docs_say() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/configuration.md"
+    ))
+    .expect("docs/configuration.md");
+    let (yaml, expected) = example_after(&doc, "<!-- tests/cli.rs runs this example");
+    let path = temp_file("documented", &yaml);
+    let out = Command::new(BIN)
+        .current_dir(path.parent().expect("a folder"))
+        .env("DYN_SYSTEM_PORT", "99999")
+        .args(["check-config", "--config", "sysport.yaml"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), expected);
+}
