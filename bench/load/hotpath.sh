@@ -11,6 +11,9 @@
 # Makes bench/.venv (prometheus-client) and the static server of bench/load/driver when missing.
 #
 # Usage: bash bench/load/hotpath.sh OUT_DIR BIN [BIN...]
+#        SYSPORT_HOTPATH_WALL=5 bash bench/load/hotpath.sh OUT_DIR BIN [BIN...]
+#          (no valgrind: each binary answers one connection for 5 s of wrk; scrapes per second and
+#          latency, which depend on the machine's load, unlike the instruction counts)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -53,11 +56,22 @@ upstreams:
     timeout: 60s
 shutdown: { drain_delay: 0s }
 EOF
-  SYSPORT_LOG=warn valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-    "$BIN" --config "$OUT/sysport-$n.yaml" > "$OUT/server-$n.log" 2>&1 &
+  if [ -n "${SYSPORT_HOTPATH_WALL:-}" ]; then
+    SYSPORT_LOG=warn "$BIN" --config "$OUT/sysport-$n.yaml" > "$OUT/server-$n.log" 2>&1 &
+  else
+    SYSPORT_LOG=warn valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+      "$BIN" --config "$OUT/sysport-$n.yaml" > "$OUT/server-$n.log" 2>&1 &
+  fi
   SERVER=$!
   for _ in $(seq 1 300); do curl -s -o /dev/null -m 1 "127.0.0.1:$SP/live" && break; sleep 0.2; done
-  WRK_MAX_REQUESTS=$SCRAPES wrk -t1 -c1 -d120s --timeout 30s -s bench/load/wrk.lua \
+  if [ -n "${SYSPORT_HOTPATH_WALL:-}" ]; then
+    wrk -t1 -c1 -d"${SYSPORT_HOTPATH_WALL}s" --latency "http://127.0.0.1:$SP/metrics" > "$OUT/wrk-$n.txt" 2>&1 || true
+    kill -TERM "$SERVER"; wait "$SERVER" || true
+    kill "$STATIC"; wait "$STATIC" 2>/dev/null || true
+    echo "$BIN: $(grep -E 'Requests/sec' "$OUT/wrk-$n.txt" | tr -s ' '); p50$(grep -E '^ +50%' "$OUT/wrk-$n.txt" | tr -s ' ' | cut -d' ' -f3-); p99$(grep -E '^ +99%' "$OUT/wrk-$n.txt" | tr -s ' ' | cut -d' ' -f3-)"
+    continue
+  fi
+  WRK_MAX_REQUESTS=$SCRAPES wrk -t1 -c1 -d60s --timeout 30s -s bench/load/wrk.lua \
     "http://127.0.0.1:$SP/metrics" > "$OUT/wrk-$n.txt" 2>&1 || true
   kill -TERM "$SERVER"; wait "$SERVER" || true
   kill "$STATIC"; wait "$STATIC" 2>/dev/null || true
