@@ -196,6 +196,121 @@ async fn at_the_connection_cap_a_fresh_probe_is_answered_and_the_longest_waiter_
     );
 }
 
+/// An engine page of about `mb` MB: more than the socket buffers between sysport and a client
+/// hold, so that a client that never reads leaves sysport blocked writing its answer.
+fn big_page(mb: usize) -> String {
+    let value = "x".repeat(15_000);
+    let mut page = String::from("# TYPE vllm:big gauge\n");
+    for i in 0..mb * 1_000_000 / 15_050 {
+        page.push_str(&format!("vllm:big{{i=\"{i}\",pad=\"{value}\"}} 1\n"));
+    }
+    page
+}
+
+/// Connections that send `GET /metrics` and never read a byte of the answer.
+async fn never_readers(addr: &str, n: usize) -> Vec<TcpStream> {
+    let mut held = Vec::new();
+    for _ in 0..n {
+        let mut tcp = TcpStream::connect(addr).await.expect("connect");
+        tcp.write_all(b"GET /metrics HTTP/1.1\r\nHost: sysport\r\n\r\n")
+            .await
+            .expect("send");
+        held.push(tcp);
+    }
+    held
+}
+
+#[tokio::test]
+async fn at_the_cap_filled_by_clients_that_never_read_probes_are_answered_on_both_ports() {
+    let engine = common::Upstream::start(common::Reply::text(big_page(15))).await;
+    let mut c = config(vec![upstream_config(
+        "vllm",
+        &engine.metrics_url(),
+        &["vllm:"],
+    )]);
+    c.listen.max_connections = Some(8);
+    c.upstreams[0].timeout = Duration::from_secs(20);
+    let main = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let probes = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let probe_addr = probes.local_addr().expect("addr").to_string();
+    let sysport = sysport::server::Sysport::from_listener(main, c).with_probe_listener(probes);
+    let main_addr = sysport.local_addr().expect("addr").to_string();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(sysport.run(async {
+        let _ = stopped.await;
+    }));
+
+    // The cap filled with answers their clients never take (each blocked writing 15 MB).
+    let held = never_readers(&main_addr, 8).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for round in 0..5 {
+        // The probe port has places of its own.
+        let started = Instant::now();
+        let mut tcp = TcpStream::connect(&probe_addr).await.expect("connect");
+        assert_eq!(get_on(&mut tcp, "/live").await, 200);
+        let took = started.elapsed();
+        println!("round {round}: /live on the probe port in {took:?}");
+        assert!(took < Duration::from_secs(1), "probe port: {took:?}");
+        // The main port sheds the connection that has moved no byte longest.
+        let started = Instant::now();
+        let mut tcp = TcpStream::connect(&main_addr).await.expect("connect");
+        assert_eq!(get_on(&mut tcp, "/live").await, 200);
+        let took = started.elapsed();
+        println!("round {round}: /live on the main port in {took:?}");
+        assert!(took < Duration::from_secs(2), "main port: {took:?}");
+    }
+    drop(held);
+    let _ = stop.send(());
+    server.await.expect("server task").expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn a_client_that_takes_no_byte_for_the_write_timeout_is_dropped_and_counted() {
+    let engine = common::Upstream::start(common::Reply::text(big_page(15))).await;
+    let mut c = config(vec![upstream_config(
+        "vllm",
+        &engine.metrics_url(),
+        &["vllm:"],
+    )]);
+    c.listen.write_timeout = Duration::from_secs(1);
+    c.upstreams[0].timeout = Duration::from_secs(20);
+    let sp = Running::start(c).await;
+    let held = never_readers(&addr(&sp), 2).await;
+    // The answers start (sysport writes until the buffers are full), then nothing moves: both
+    // connections are closed a second later, and counted.
+    let started = Instant::now();
+    common::eventually(
+        Duration::from_secs(15),
+        "both never-readers dropped",
+        || {
+            let sp = &sp;
+            async move {
+                let (_, text) = sp.get("/metrics").await;
+                metric(&text, "dynamo_sysport_http_connections_closed_total")
+                    .label("reason", "write_timeout")
+                    .value()
+                    >= 2.0
+            }
+        },
+    )
+    .await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "not before the timeout"
+    );
+    drop(held);
+    // A fresh reader still gets the whole page.
+    let body = client()
+        .get(sp.url("/metrics"))
+        .send()
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("body");
+    assert!(body.matches("vllm:big{").count() >= 990, "the whole page");
+}
+
 /// A loopback engine whose every answer closes its connection, so that each of sysport's
 /// health checks needs a new socket (a descriptor).
 async fn closing_engine() -> (String, tokio::task::JoinHandle<()>) {

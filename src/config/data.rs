@@ -55,6 +55,8 @@ pub struct Listen {
     pub request_head_timeout: Duration,
     /// Time a kept-alive connection may wait for its next request, default 2 min.
     pub idle_timeout: Duration,
+    /// Time an answer may go without the client taking a byte of it, default 30 s.
+    pub write_timeout: Duration,
     /// Largest request head, default 16 KiB.
     pub max_request_head_bytes: usize,
     /// Most connections held at once; `None`: 1024, or half the open-file limit when lower.
@@ -210,6 +212,7 @@ impl Default for Listen {
             port: 8081,
             request_head_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(120),
+            write_timeout: Duration::from_secs(30),
             max_request_head_bytes: 16 << 10,
             max_connections: None,
             probe_port: None,

@@ -182,6 +182,13 @@ impl Loader<'_> {
                 positive_duration,
             )
             .map_or(defaults.idle_timeout, |(d, _)| d);
+        let write_timeout = self
+            .file_value(
+                raw.write_timeout.as_ref(),
+                "listen.write_timeout",
+                positive_duration,
+            )
+            .map_or(defaults.write_timeout, |(d, _)| d);
         let max_request_head_bytes = self
             .file_value(
                 raw.max_request_head_bytes.as_ref(),
@@ -231,6 +238,7 @@ impl Loader<'_> {
             port,
             request_head_timeout,
             idle_timeout,
+            write_timeout,
             max_request_head_bytes,
             max_connections,
             probe_port,

@@ -106,6 +106,9 @@ section! {
         /// request may go without moving a byte. Keep it above the scrape interval, so that
         /// scrapers reuse their connection.
         idle_timeout: Text,
+        /// Time an answer may go without the client taking a byte of it (`30s`, default 30s):
+        /// a client that stops reading is closed then, and the page it held is freed.
+        write_timeout: Text,
         /// Largest request head, request line and headers together (`16KiB`, default 16KiB; 1KiB
         /// to 1MiB). A larger head gets 431.
         max_request_head_bytes: Text,

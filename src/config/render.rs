@@ -70,6 +70,11 @@ impl fmt::Display for Rendered<'_> {
         )?;
         writeln!(
             f,
+            "  write_timeout: {}",
+            format_duration(listen.write_timeout)
+        )?;
+        writeln!(
+            f,
             "  max_request_head_bytes: {}",
             format_bytes(listen.max_request_head_bytes)
         )?;

@@ -44,7 +44,6 @@ pub async fn serve<I>(
         client,
         router,
         watch: watch.clone(),
-        slot: slot.clone(),
     };
     let mut builder = http1::Builder::new();
     builder
@@ -91,7 +90,6 @@ struct ConnService {
     client: Option<IpAddr>,
     router: Router,
     watch: Arc<Watch>,
-    slot: Arc<Slot>,
 }
 
 type Answer = Pin<Box<dyn Future<Output = Result<hyper::Response<Guarded>, Infallible>> + Send>>;
@@ -102,7 +100,8 @@ impl hyper::service::Service<hyper::Request<Incoming>> for ConnService {
     type Future = Answer;
 
     fn call(&self, mut req: hyper::Request<Incoming>) -> Answer {
-        let busy = Busy::start(self.watch.clone(), self.slot.clone());
+        let busy = Busy::start(self.watch.clone());
+        let watch = self.watch.clone();
         if let Some(ip) = self.client {
             req.extensions_mut().insert(ClientIp(ip));
         }
@@ -112,6 +111,8 @@ impl hyper::service::Service<hyper::Request<Incoming>> for ConnService {
                 Ok(response) => response,
                 Err(never) => match never {},
             };
+            // From here the client must take the answer within the write timeout.
+            watch.writing(Instant::now());
             Ok(response.map(|body| Guarded { body, _busy: busy }))
         })
     }
@@ -120,22 +121,18 @@ impl hyper::service::Service<hyper::Request<Incoming>> for ConnService {
 /// Held from a request's head until its answer is written (or dropped).
 struct Busy {
     watch: Arc<Watch>,
-    slot: Arc<Slot>,
 }
 
 impl Busy {
-    fn start(watch: Arc<Watch>, slot: Arc<Slot>) -> Busy {
+    fn start(watch: Arc<Watch>) -> Busy {
         watch.busy(Instant::now());
-        slot.busy();
-        Busy { watch, slot }
+        Busy { watch }
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        let now = Instant::now();
-        self.watch.idle(now);
-        self.slot.waiting(now);
+        self.watch.idle(Instant::now());
     }
 }
 

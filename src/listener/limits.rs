@@ -11,6 +11,8 @@ pub struct Limits {
     /// Time a kept-alive connection may wait for its next request, and a request may go without
     /// moving a byte.
     pub idle_timeout: Duration,
+    /// Time an answer may go without the client taking a byte of it.
+    pub write_timeout: Duration,
     /// Largest request head (request line and headers); over it, 431.
     pub max_request_head_bytes: usize,
     /// Most connections held at once.
@@ -25,6 +27,7 @@ impl Limits {
         Limits {
             request_head_timeout: listen.request_head_timeout,
             idle_timeout: listen.idle_timeout,
+            write_timeout: listen.write_timeout,
             max_request_head_bytes: listen.max_request_head_bytes,
             max_connections,
         }

@@ -14,7 +14,10 @@ pub enum Closed {
     IdleTimeout,
     /// A request moved no byte in either direction for the idle timeout.
     Stalled,
-    /// At the cap, the connection waiting longest for a request head made room for a new one.
+    /// The client took no byte of its answer for the write timeout.
+    WriteTimeout,
+    /// At the cap, the connection that moved no byte longest (waiting for a request head, or
+    /// for its client to take its answer) made room for a new one.
     Shed,
     /// At the cap with every connection busy, a new connection was closed at once.
     Refused,
@@ -25,10 +28,11 @@ pub enum Closed {
 }
 
 impl Closed {
-    const ALL: [Closed; 7] = [
+    const ALL: [Closed; 8] = [
         Closed::HeadTimeout,
         Closed::IdleTimeout,
         Closed::Stalled,
+        Closed::WriteTimeout,
         Closed::Shed,
         Closed::Refused,
         Closed::TlsHandshake,
@@ -40,6 +44,7 @@ impl Closed {
             Closed::HeadTimeout => "head_timeout",
             Closed::IdleTimeout => "idle_timeout",
             Closed::Stalled => "stalled",
+            Closed::WriteTimeout => "write_timeout",
             Closed::Shed => "shed",
             Closed::Refused => "refused",
             Closed::TlsHandshake => "tls_handshake",

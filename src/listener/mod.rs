@@ -50,7 +50,8 @@ pub async fn serve(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((tcp, _peer)) => {
-                    let Some(slot) = slots.admit(Instant::now()) else {
+                    let watch = Watch::new(Instant::now());
+                    let Some(slot) = slots.admit(watch.clone()) else {
                         continue;
                     };
                     let stop = stop_rx.clone();
@@ -58,7 +59,7 @@ pub async fn serve(
                     let router = router.clone();
                     let tls = tls.as_ref().map(|t| t.borrow().clone());
                     tokio::spawn(async move {
-                        connection(tcp, router, tls, Arc::new(slot), limits, stop).await;
+                        connection(tcp, watch, router, tls, Arc::new(slot), limits, stop).await;
                         drop(alive);
                     });
                 }
@@ -75,6 +76,7 @@ pub async fn serve(
 
 async fn connection(
     tcp: TcpStream,
+    watch: Arc<Watch>,
     router: Router,
     tls: Option<Arc<ServerConfig>>,
     slot: Arc<Slot>,
@@ -86,7 +88,6 @@ async fn connection(
     if let Err(err) = tcp.set_nodelay(true) {
         tracing::debug!(error = %err, "cannot set TCP_NODELAY");
     }
-    let watch = Watch::new(Instant::now());
     let client = tcp.peer_addr().ok().map(|a| a.ip());
     let Some(tls) = tls else {
         let io = Watched::new(tcp, watch.clone());

@@ -22,6 +22,8 @@ use super::metrics::Closed;
 const HEAD: u64 = 0;
 const IDLE: u64 = 1 << 62;
 const BUSY: u64 = 2 << 62;
+/// The answer is handed to the client: it must take it within the write timeout.
+const WRITING: u64 = 3 << 62;
 const PHASE: u64 = 3 << 62;
 
 /// One connection's phase and the time it began, shared by its socket, its requests and the
@@ -78,6 +80,15 @@ impl Watch {
         self.phase.store(BUSY | millis, Ordering::Relaxed);
     }
 
+    /// The answer is ready and being written: from now on the client must take its bytes.
+    pub fn writing(&self, now: Instant) {
+        let millis = self.millis(now);
+        self.progress.store(millis, Ordering::Relaxed);
+        self.phase.store(WRITING | millis, Ordering::Relaxed);
+        // The write deadline may come before the one the watcher sleeps on.
+        self.earlier.notify_one();
+    }
+
     /// The answer is done: the connection idles until the next request's first byte.
     pub fn idle(&self, now: Instant) {
         self.phase.store(IDLE | self.millis(now), Ordering::Relaxed);
@@ -85,9 +96,21 @@ impl Watch {
         self.earlier.notify_one();
     }
 
-    /// Whether a request is in flight.
+    /// Whether a request is in flight and its answer not yet handed to the client.
     pub fn is_busy(&self) -> bool {
         self.phase.load(Ordering::Relaxed) & PHASE == BUSY
+    }
+
+    /// Since when the connection has moved nothing that a shed would lose: a connection waiting
+    /// for a request head (since it began to wait) or for its client to take its answer (since
+    /// the client last took a byte); `None` while an answer is being made, which is never shed.
+    pub fn stuck_since(&self) -> Option<Instant> {
+        let phase = self.phase.load(Ordering::Relaxed);
+        match phase & PHASE {
+            BUSY => None,
+            WRITING => Some(self.at(self.progress.load(Ordering::Relaxed))),
+            _ => Some(self.at(phase)),
+        }
     }
 
     /// When the connection is due to be closed, and why.
@@ -99,6 +122,13 @@ impl Watch {
                 Closed::HeadTimeout,
             ),
             IDLE => (self.at(phase) + limits.idle_timeout, Closed::IdleTimeout),
+            WRITING => {
+                let progress = self.progress.load(Ordering::Relaxed);
+                (
+                    self.at(progress) + limits.write_timeout,
+                    Closed::WriteTimeout,
+                )
+            }
             _ => {
                 let progress = self.progress.load(Ordering::Relaxed);
                 (self.at(progress) + limits.idle_timeout, Closed::Stalled)
@@ -186,9 +216,40 @@ mod tests {
         Limits {
             request_head_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(120),
+            write_timeout: Duration::from_secs(30),
             max_request_head_bytes: 16 << 10,
             max_connections: 8,
         }
+    }
+
+    #[test]
+    fn an_answer_the_client_does_not_take_is_due_within_the_write_timeout() {
+        let t0 = Instant::now();
+        let w = Watch::new(t0);
+        w.busy(t0 + Duration::from_secs(1));
+        // While the answer is made (waiting for an upstream), the idle timeout bounds it.
+        assert_eq!(
+            w.deadline(&limits()),
+            (t0 + Duration::from_secs(121), Closed::Stalled)
+        );
+        assert_eq!(w.stuck_since(), None, "never shed while the answer is made");
+        w.writing(t0 + Duration::from_secs(2));
+        assert_eq!(
+            w.deadline(&limits()),
+            (t0 + Duration::from_secs(32), Closed::WriteTimeout)
+        );
+        // Each byte the client takes moves the deadline.
+        w.wrote(t0 + Duration::from_secs(20));
+        assert_eq!(
+            w.deadline(&limits()),
+            (t0 + Duration::from_secs(50), Closed::WriteTimeout)
+        );
+        assert_eq!(w.stuck_since(), Some(t0 + Duration::from_secs(20)));
+        w.idle(t0 + Duration::from_secs(21));
+        assert_eq!(
+            w.deadline(&limits()),
+            (t0 + Duration::from_secs(141), Closed::IdleTimeout)
+        );
     }
 
     #[test]

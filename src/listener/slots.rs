@@ -1,12 +1,13 @@
 //! Connection accounting: at most `max` connections at once, and what happens at the cap.
 //!
-//! At the cap, a new connection is admitted and the connection that has waited longest for a
-//! request head (an idle keep-alive one, or one trickling or withholding its head) is closed to
-//! make room. Simply not accepting would leave a fresh probe queued in the kernel's backlog
-//! behind the very connections that fill the cap, until their head timeout; shedding the oldest
-//! waiter answers the probe at once, while a scraper whose connection is shed only reconnects.
-//! Connections with a request in flight are never shed; when every one is busy, the new
-//! connection is closed at once (`refused`).
+//! At the cap, a new connection is admitted and the connection that has moved nothing longest is
+//! closed to make room: one waiting for a request head (an idle keep-alive one, or one trickling
+//! or withholding its head), since it began to wait, or one whose client does not take its
+//! answer, since the client last took a byte. Simply not accepting would leave a fresh probe
+//! queued in the kernel's backlog behind the very connections that fill the cap, until their
+//! deadlines; shedding answers the probe at once, while a scraper whose connection is shed only
+//! reconnects. A connection whose answer is still being made is never shed; when every one is,
+//! the new connection is closed at once (`refused`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,6 +16,7 @@ use std::time::Instant;
 use tokio::sync::Notify;
 
 use super::metrics::{Closed, ListenerMetrics};
+use super::phase::Watch;
 
 /// The open connections of a listener (or of several sharing one cap).
 pub struct Slots {
@@ -29,8 +31,8 @@ struct Inner {
 }
 
 struct Entry {
-    /// Since when the connection waits for a request head; `None` while a request is in flight.
-    waiting_since: Option<Instant>,
+    /// The connection's phase and progress.
+    watch: Arc<Watch>,
     shed: Arc<Notify>,
 }
 
@@ -43,9 +45,16 @@ pub struct Slot {
 }
 
 impl Slots {
-    /// Accounting for at most `max` connections.
+    /// Accounting for at most `max` connections (the main port's: its cap is the one
+    /// `http_connections_limit` shows).
     pub fn new(max: usize, metrics: ListenerMetrics) -> Arc<Slots> {
         metrics.limit.set(i64::try_from(max).unwrap_or(i64::MAX));
+        Slots::reserve(max, metrics)
+    }
+
+    /// Accounting for at most `max` connections of their own (the probe port's reserve, which
+    /// the main port's connections cannot take), counted in the same metrics.
+    pub fn reserve(max: usize, metrics: ListenerMetrics) -> Arc<Slots> {
         Arc::new(Slots {
             max: max.max(1),
             inner: Mutex::new(Inner {
@@ -54,6 +63,11 @@ impl Slots {
             }),
             metrics,
         })
+    }
+
+    /// The metrics its connections are counted in.
+    pub fn metrics(&self) -> &ListenerMetrics {
+        &self.metrics
     }
 
     /// The cap.
@@ -66,15 +80,16 @@ impl Slots {
         self.inner.lock().expect("slots lock").open.len()
     }
 
-    /// Admits a new connection, shedding the longest waiter at the cap; `None` when every
-    /// connection has a request in flight.
-    pub fn admit(self: &Arc<Self>, now: Instant) -> Option<Slot> {
+    /// Admits a new connection (its `watch` made as it was accepted), shedding the one that
+    /// has moved nothing longest at the cap; `None` when every connection's answer is being
+    /// made.
+    pub fn admit(self: &Arc<Self>, watch: Arc<Watch>) -> Option<Slot> {
         let mut inner = self.inner.lock().expect("slots lock");
         if inner.open.len() >= self.max {
-            let oldest = inner
+            let oldest: Option<(Instant, u64)> = inner
                 .open
                 .iter()
-                .filter_map(|(&id, e)| e.waiting_since.map(|since| (since, id)))
+                .filter_map(|(&id, e)| e.watch.stuck_since().map(|since| (since, id)))
                 .min();
             match oldest {
                 Some((_, id)) => {
@@ -82,6 +97,7 @@ impl Slots {
                     // A stored permit: the connection closes even if it is not waiting yet.
                     entry.shed.notify_one();
                     self.metrics.closed(Closed::Shed);
+                    self.metrics.open.dec();
                 }
                 None => {
                     self.metrics.closed(Closed::Refused);
@@ -95,36 +111,20 @@ impl Slots {
         inner.open.insert(
             id,
             Entry {
-                waiting_since: Some(now),
+                watch,
                 shed: shed.clone(),
             },
         );
-        self.metrics.open.set(inner.open.len() as i64);
+        self.metrics.open.inc();
         Some(Slot {
             id,
             slots: self.clone(),
             shed,
         })
     }
-
-    fn set_waiting(&self, id: u64, since: Option<Instant>) {
-        if let Some(entry) = self.inner.lock().expect("slots lock").open.get_mut(&id) {
-            entry.waiting_since = since;
-        }
-    }
 }
 
 impl Slot {
-    /// A request is in flight: the connection cannot be shed until [`Slot::waiting`].
-    pub fn busy(&self) {
-        self.slots.set_waiting(self.id, None);
-    }
-
-    /// The connection waits for its next request head since `since`.
-    pub fn waiting(&self, since: Instant) {
-        self.slots.set_waiting(self.id, Some(since));
-    }
-
     /// The listener's metrics, to count why the connection ends.
     pub fn metrics(&self) -> &ListenerMetrics {
         &self.slots.metrics
@@ -134,8 +134,9 @@ impl Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut inner = self.slots.inner.lock().expect("slots lock");
-        inner.open.remove(&self.id);
-        self.slots.metrics.open.set(inner.open.len() as i64);
+        if inner.open.remove(&self.id).is_some() {
+            self.slots.metrics.open.dec();
+        }
     }
 }
 
@@ -150,20 +151,25 @@ mod tests {
         Slots::new(max, ListenerMetrics::new(&Telemetry::new()))
     }
 
+    fn shed(slot: &Slot) -> bool {
+        futures_util::FutureExt::now_or_never(slot.shed.notified()).is_some()
+    }
+
     #[test]
     fn at_the_cap_the_longest_waiter_makes_room() {
         let s = slots(2);
         let t0 = Instant::now();
-        let first = s.admit(t0).expect("room");
-        let second = s.admit(t0 + Duration::from_secs(1)).expect("room");
+        let first = s.admit(Watch::new(t0)).expect("room");
+        let second = s
+            .admit(Watch::new(t0 + Duration::from_secs(1)))
+            .expect("room");
         let third = s
-            .admit(t0 + Duration::from_secs(2))
+            .admit(Watch::new(t0 + Duration::from_secs(2)))
             .expect("the oldest is shed");
         assert_eq!(s.open(), 2);
         // The first one's close signal is stored until its task looks.
-        let shed = first.shed.clone();
-        assert!(futures_util::FutureExt::now_or_never(shed.notified()).is_some());
-        assert!(futures_util::FutureExt::now_or_never(second.shed.notified()).is_none());
+        assert!(shed(&first));
+        assert!(!shed(&second));
         drop(first);
         assert_eq!(s.open(), 2, "a shed slot was already given up");
         drop((second, third));
@@ -171,24 +177,46 @@ mod tests {
     }
 
     #[test]
-    fn a_connection_with_a_request_in_flight_is_never_shed() {
+    fn an_answer_being_made_is_never_shed_one_its_client_does_not_take_is() {
         let s = slots(2);
         let t0 = Instant::now();
-        let busy = s.admit(t0).expect("room");
-        busy.busy();
-        let waiting = s.admit(t0 + Duration::from_secs(5)).expect("room");
-        let _new = s.admit(t0 + Duration::from_secs(6)).expect("room");
-        assert!(futures_util::FutureExt::now_or_never(waiting.shed.notified()).is_some());
-        assert!(futures_util::FutureExt::now_or_never(busy.shed.notified()).is_none());
+        let making = Watch::new(t0);
+        making.busy(t0);
+        let busy = s.admit(making).expect("room");
+        let waiting = s
+            .admit(Watch::new(t0 + Duration::from_secs(5)))
+            .expect("room");
+        let _new = s
+            .admit(Watch::new(t0 + Duration::from_secs(6)))
+            .expect("room");
+        assert!(shed(&waiting));
+        assert!(!shed(&busy));
+
+        // An answer handed to a client that takes nothing: shed before a fresher waiter.
+        let s = slots(2);
+        let blocked = Watch::new(t0);
+        blocked.busy(t0);
+        blocked.writing(t0 + Duration::from_secs(1));
+        let blocked = s.admit(blocked).expect("room");
+        let fresh = s
+            .admit(Watch::new(t0 + Duration::from_secs(3)))
+            .expect("room");
+        let _new = s
+            .admit(Watch::new(t0 + Duration::from_secs(4)))
+            .expect("room");
+        assert!(shed(&blocked), "moved no byte since t0 + 1 s");
+        assert!(!shed(&fresh));
     }
 
     #[test]
-    fn when_every_connection_is_busy_a_new_one_is_refused() {
+    fn when_every_answer_is_being_made_a_new_connection_is_refused() {
         let s = slots(1);
-        let busy = s.admit(Instant::now()).expect("room");
-        busy.busy();
-        assert!(s.admit(Instant::now()).is_none());
-        busy.waiting(Instant::now());
-        assert!(s.admit(Instant::now()).is_some());
+        let now = Instant::now();
+        let making = Watch::new(now);
+        making.busy(now);
+        let _busy = s.admit(making.clone()).expect("room");
+        assert!(s.admit(Watch::new(now)).is_none());
+        making.idle(Instant::now());
+        assert!(s.admit(Watch::new(Instant::now())).is_some());
     }
 }

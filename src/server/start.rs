@@ -18,6 +18,10 @@ use crate::scrape;
 use crate::telemetry::Telemetry;
 use crate::web;
 
+/// Connections the probe port holds apart from the main port's cap (the kubelet probes each
+/// container every few seconds: a handful at a time).
+const PROBE_CONNECTIONS: usize = 16;
+
 /// Why sysport could not start listening.
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
@@ -219,11 +223,14 @@ impl Sysport {
         let probes = async move {
             if let Some(probes) = self.probes {
                 let probe_router = Router::new().fallback(probes_only).with_state(app.clone());
+                // A reserve of its own: the main port's connections, however many, never take
+                // the probes' places.
+                let reserve = Slots::reserve(PROBE_CONNECTIONS, self.slots.metrics().clone());
                 listener::serve(
                     probes,
                     probe_router,
                     None,
-                    self.slots,
+                    reserve,
                     self.limits,
                     probes_closed,
                 )
