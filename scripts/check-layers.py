@@ -54,6 +54,8 @@ LAYERS = {
     # The server assembles everything; the demo upstreams stand beside it.
     "server": 8,
     "demo": 8,
+    # The log's format (nothing of sysport: set up by the binary).
+    "logging": 8,
 }
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -50,6 +50,7 @@ pub mod model;
 pub use sysport_expfmt as expfmt;
 pub(crate) mod health;
 pub mod listener;
+pub mod logging;
 pub(crate) mod numbers;
 pub mod relabel;
 pub(crate) mod scrape;

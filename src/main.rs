@@ -57,7 +57,10 @@ const WORKERS: usize = 1;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    if let Err(message) = init_logging() {
+        eprintln!("{message}");
+        return ExitCode::from(2);
+    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
         builder.worker_threads(WORKERS);
@@ -72,16 +75,18 @@ fn main() -> ExitCode {
     runtime.block_on(run(cli))
 }
 
-fn init_logging() {
+/// The log as `SYSPORT_LOG` (filter) and `SYSPORT_LOG_FORMAT` (`text` or `json`) ask; the
+/// problem with the latter, else.
+fn init_logging() -> Result<(), String> {
+    use sysport::logging::{Format, SYSPORT_LOG_FORMAT};
     let filter = tracing_subscriber::EnvFilter::try_from_env("SYSPORT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr)
-        .init();
+    let text = std::env::var(SYSPORT_LOG_FORMAT).unwrap_or_default();
+    let format = Format::parse(&text).ok_or_else(|| {
+        format!("{SYSPORT_LOG_FORMAT}: unknown log format {text:?}: expected text or json")
+    })?;
+    sysport::logging::init(filter, format);
+    Ok(())
 }
 
 async fn run(cli: Cli) -> ExitCode {

@@ -435,3 +435,79 @@ fn the_documented_check_config_example_prints_what_the_docs_say() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(String::from_utf8_lossy(&out.stderr), expected);
 }
+
+/// An upstream whose error text carries what reads like more log fields.
+async fn forging_upstream() -> Upstream {
+    let mut reply = Reply::text("<html><body>maintenance</body></html>\n");
+    reply.content_type = "text/html error=none INFO forged=1";
+    Upstream::start(reply).await
+}
+
+/// The log line of upstream `name` going down.
+async fn down_line(sidecar: &Sidecar) -> String {
+    let mut line = None;
+    for _ in 0..100 {
+        line = sidecar
+            .log()
+            .lines()
+            .find(|l| l.contains("upstream is down"))
+            .map(str::to_owned);
+        if line.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    line.unwrap_or_else(|| panic!("no down line in:\n{}", sidecar.log()))
+}
+
+#[tokio::test]
+async fn values_from_upstreams_are_quoted_in_the_log_and_json_is_one_object_a_line() {
+    let up = forging_upstream().await;
+    let url = up.metrics_url();
+    let spec = [common::sidecar::UpstreamSpec {
+        name: "vllm",
+        url: &url,
+        timeout: "2s",
+        required: false,
+    }];
+    let sidecar = Sidecar::start("log-text", &spec, "").await;
+    let line = down_line(&sidecar).await;
+    // One quoted value: the forged "fields" stay inside it.
+    assert!(
+        line.contains(r#"error="not an exposition (text/html error=none INFO forged=1):"#),
+        "{line}"
+    );
+
+    let sidecar = Sidecar::launch("log-json")
+        .env("SYSPORT_LOG_FORMAT", "json")
+        .config(|port| common::sidecar::config_yaml(port, &spec, ""))
+        .start()
+        .await;
+    let line = down_line(&sidecar).await;
+    let event: serde_json::Value = serde_json::from_str(&line).expect("one JSON object a line");
+    assert_eq!(event["level"], "WARN", "{line}");
+    assert_eq!(event["message"], "upstream is down", "{line}");
+    assert!(
+        event["error"].as_str().is_some_and(
+            |e| e.starts_with("not an exposition (text/html error=none INFO forged=1)")
+        ),
+        "{line}"
+    );
+    for l in sidecar.log().lines().filter(|l| !l.is_empty()) {
+        serde_json::from_str::<serde_json::Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+    }
+}
+
+#[test]
+fn an_unknown_log_format_is_refused_with_its_variable() {
+    let out = Command::new(BIN)
+        .env("SYSPORT_LOG_FORMAT", "logfmt")
+        .args(["check-config"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "SYSPORT_LOG_FORMAT: unknown log format \"logfmt\": expected text or json\n"
+    );
+}

@@ -42,6 +42,7 @@ pub struct Launch<'a> {
     args: Box<dyn Fn(u16) -> Vec<String> + 'a>,
     wrapper: &'a [&'a str],
     stdout: bool,
+    env: Vec<(&'a str, &'a str)>,
 }
 
 impl<'a> Launch<'a> {
@@ -61,6 +62,12 @@ impl<'a> Launch<'a> {
     /// A command that runs sysport, for example `prlimit --nofile=1024:1024`.
     pub fn wrapper(mut self, wrapper: &'a [&'a str]) -> Self {
         self.wrapper = wrapper;
+        self
+    }
+
+    /// Sets an environment variable for sysport.
+    pub fn env(mut self, key: &'a str, value: &'a str) -> Self {
+        self.env.push((key, value));
         self
     }
 
@@ -101,6 +108,7 @@ impl<'a> Launch<'a> {
                 .env_remove("DYN_SYSTEM_PORT")
                 .env_remove("DYN_SYSTEM_HOST")
                 .env_remove("SYSPORT_CONFIG")
+                .envs(self.env.iter().copied())
                 .stdin(Stdio::null())
                 .stdout(if self.stdout {
                     Stdio::piped()
@@ -160,6 +168,7 @@ impl Sidecar {
             args: Box::new(|_| Vec::new()),
             wrapper: &[],
             stdout: false,
+            env: Vec::new(),
         }
     }
 
@@ -345,7 +354,7 @@ fn listens_on(pid: u32, port: u16) -> bool {
     })
 }
 
-fn config_yaml(port: u16, upstreams: &[UpstreamSpec<'_>], extra: &str) -> String {
+pub fn config_yaml(port: u16, upstreams: &[UpstreamSpec<'_>], extra: &str) -> String {
     // One health round at start-up, then none: each test's own scrapes drive the counters.
     let mut y = format!(
         "listen: {{host: 127.0.0.1, port: {port}}}\n\
