@@ -93,6 +93,26 @@ async fn https_with_basic_auth_guards_metrics_and_leaves_the_probes_open() {
         .await
         .expect("answers");
     assert_ne!(health.status(), 401);
+    // Without credentials a probe tells the status and each upstream's ready or not only:
+    // no error texts, checks or engine numbers for whoever can reach the port.
+    let body: serde_json::Value =
+        serde_json::from_str(&health.text().await.expect("body")).expect("JSON");
+    let keys: Vec<&String> = body.as_object().expect("object").keys().collect();
+    assert_eq!(keys, ["endpoints", "status"], "{body}");
+    assert!(body["endpoints"]["vllm"].is_string(), "{body}");
+    // With credentials, the whole body.
+    let full: serde_json::Value = client
+        .get(https(&sp, "/health"))
+        .basic_auth("prometheus", Some("s3cret"))
+        .send()
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .map(|t| serde_json::from_str(&t).expect("JSON"))
+        .expect("body");
+    assert!(full["upstreams"]["vllm"]["check"].is_string(), "{full}");
+    assert!(full["uptime"].is_number(), "{full}");
     // The engine container's liveness probe too: the kubelet sends no credentials for it.
     let engine = client
         .get(https(&sp, "/live/engine"))
@@ -100,6 +120,10 @@ async fn https_with_basic_auth_guards_metrics_and_leaves_the_probes_open() {
         .await
         .expect("answers");
     assert_eq!(engine.status(), 200);
+    let body: serde_json::Value =
+        serde_json::from_str(&engine.text().await.expect("body")).expect("JSON");
+    let keys: Vec<&String> = body.as_object().expect("object").keys().collect();
+    assert_eq!(keys, ["endpoints", "status"], "{body}");
     let other = client
         .get(https(&sp, "/nope"))
         .send()

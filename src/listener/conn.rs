@@ -28,10 +28,16 @@ use super::slots::Slot;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientIp(pub IpAddr);
 
+/// A request whose client proved who it is (a request extension): a client certificate the
+/// TLS stack verified, or basic auth credentials that passed. Probes show it their whole body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Credentialed;
+
 /// Serves HTTP/1.1 on `io` until the client leaves or sysport closes the connection.
 pub async fn serve<I>(
     io: I,
     client: Option<IpAddr>,
+    verified_cert: bool,
     router: Router,
     watch: Arc<Watch>,
     slot: Arc<Slot>,
@@ -42,6 +48,7 @@ pub async fn serve<I>(
 {
     let service = ConnService {
         client,
+        verified_cert,
         router,
         watch: watch.clone(),
     };
@@ -88,6 +95,8 @@ pub async fn serve<I>(
 /// The router, marking the connection busy from a request's head to the end of its answer.
 struct ConnService {
     client: Option<IpAddr>,
+    /// The TLS handshake verified a client certificate.
+    verified_cert: bool,
     router: Router,
     watch: Arc<Watch>,
 }
@@ -104,6 +113,9 @@ impl hyper::service::Service<hyper::Request<Incoming>> for ConnService {
         let watch = self.watch.clone();
         if let Some(ip) = self.client {
             req.extensions_mut().insert(ClientIp(ip));
+        }
+        if self.verified_cert {
+            req.extensions_mut().insert(Credentialed);
         }
         let answer = tower::ServiceExt::oneshot(self.router.clone(), req);
         Box::pin(async move {

@@ -39,6 +39,7 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     tls: Option<Tls>,
+    certs_verified: bool,
     slots: Arc<Slots>,
     limits: Limits,
     mut closed: watch::Receiver<bool>,
@@ -59,7 +60,8 @@ pub async fn serve(
                     let router = router.clone();
                     let tls = tls.as_ref().map(|t| t.borrow().clone());
                     tokio::spawn(async move {
-                        connection(tcp, watch, router, tls, Arc::new(slot), limits, stop).await;
+                        connection(tcp, watch, router, tls, certs_verified, Arc::new(slot), limits, stop)
+                            .await;
                         drop(alive);
                     });
                 }
@@ -74,11 +76,13 @@ pub async fn serve(
     let _ = alive_rx.recv().await;
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn connection(
     tcp: TcpStream,
     watch: Arc<Watch>,
     router: Router,
     tls: Option<Arc<ServerConfig>>,
+    certs_verified: bool,
     slot: Arc<Slot>,
     limits: Limits,
     stop: watch::Receiver<bool>,
@@ -91,7 +95,7 @@ async fn connection(
     let client = tcp.peer_addr().ok().map(|a| a.ip());
     let Some(tls) = tls else {
         let io = Watched::new(tcp, watch.clone());
-        conn::serve(io, client, router, watch, slot, limits, stop).await;
+        conn::serve(io, client, false, router, watch, slot, limits, stop).await;
         return;
     };
     // The handshake counts against the request-head deadline, and a shed closes it too.
@@ -120,7 +124,12 @@ async fn connection(
         () = slot.shed.notified() => return,
     };
     match outcome {
-        Ok(io) => conn::serve(io, client, router, watch, slot, limits, stop).await,
+        Ok(io) => {
+            // A certificate the handshake accepted proves the client only where the
+            // configuration has it verified against the client CA.
+            let verified = certs_verified && io.get_ref().1.peer_certificates().is_some();
+            conn::serve(io, client, verified, router, watch, slot, limits, stop).await;
+        }
         Err(Some(mut plain)) => {
             slot.metrics().closed(Closed::PlainHttp);
             // What Go's net/http answers, so a mistyped scheme is obvious from curl.

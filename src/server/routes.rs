@@ -143,15 +143,28 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
         }
         (Some(Route::Live), _) => live(&runtime),
         (Some(Route::LiveEngine), _) => {
-            let (live, body) = stall::live_engine(&runtime.readiness.stalls());
+            let stalls = runtime.readiness.stalls();
+            let (live, body) = stall::live_engine(&stalls);
             let code = if live {
                 StatusCode::OK
             } else {
                 StatusCode::SERVICE_UNAVAILABLE
             };
+            let body = if whole_probe_body(&runtime, &req) {
+                body
+            } else {
+                let engines: serde_json::Map<String, serde_json::Value> = stalls
+                    .iter()
+                    .map(|(name, s)| {
+                        let state = if s.stalled { "stalled" } else { "live" };
+                        (name.clone(), state.into())
+                    })
+                    .collect();
+                serde_json::json!({ "status": body["status"], "endpoints": engines })
+            };
             json_response(code, body.to_string())
         }
-        (Some(Route::Health), _) => health(&app, &runtime),
+        (Some(Route::Health), _) => health(&app, &runtime, whole_probe_body(&runtime, &req)),
         (Some(Route::Status), _) => json_response(StatusCode::OK, facts(&app, &runtime).to_json()),
         (Some(Route::Page), _) => html_response(facts(&app, &runtime).to_html()),
         (Some(Route::Metrics), _) => {
@@ -199,14 +212,37 @@ fn live(runtime: &Runtime) -> Response {
     }
 }
 
-fn health(app: &App, runtime: &Runtime) -> Response {
+fn health(app: &App, runtime: &Runtime, whole: bool) -> Response {
     let (ready, body) = runtime.readiness.report(app.telemetry.uptime_seconds());
     let code = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
+    let body = if whole {
+        body
+    } else {
+        serde_json::json!({ "status": body["status"], "endpoints": body["endpoints"] })
+    };
     json_response(code, body.to_string())
+}
+
+/// Whether a probe shows its whole body (upstream detail, error texts, engine numbers): always
+/// when sysport asks for no credentials; with basic auth or client certificates configured,
+/// only to a request that proved itself. The kubelet, which sends none, gets the status and
+/// each upstream's ready or not ready.
+fn whole_probe_body(runtime: &Runtime, req: &Request) -> bool {
+    let asks = runtime.config.listen.web.as_ref().is_some_and(|w| {
+        !w.users.is_empty()
+            || w.tls
+                .as_ref()
+                .is_some_and(|t| t.client_auth != crate::config::ClientAuth::NoClientCert)
+    });
+    !asks
+        || req
+            .extensions()
+            .get::<crate::listener::conn::Credentialed>()
+            .is_some()
 }
 
 /// What the status page and `/status` show, read from sysport's state (no upstream fetch).

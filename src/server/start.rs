@@ -211,10 +211,19 @@ impl Sysport {
             tokio::spawn(reloader.run(closed_rx.clone()));
             current
         });
+        let certs_verified = app
+            .current()
+            .config
+            .listen
+            .web
+            .as_ref()
+            .and_then(|w| w.tls.as_ref())
+            .is_some_and(|t| t.client_auth.verifies());
         let main = listener::serve(
             self.listener,
             router(app.clone(), self.guard),
             tls,
+            certs_verified,
             self.slots.clone(),
             self.limits,
             closed_rx.clone(),
@@ -230,6 +239,7 @@ impl Sysport {
                     probes,
                     probe_router,
                     None,
+                    false,
                     reserve,
                     self.limits,
                     probes_closed,

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::gate::{Full, Gate, Key};
-use crate::listener::conn::ClientIp;
+use crate::listener::conn::{ClientIp, Credentialed};
 use crate::model::routes;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -240,6 +240,17 @@ pub async fn require(State(guard): State<Guard>, req: Request, next: Next) -> Re
         "other"
     };
     let mut response = if open {
+        // A probe needs no credentials; one that brings good ones is shown its whole body.
+        let mut req = req;
+        if !guard.inner.users.is_empty() && req.headers().contains_key(header::AUTHORIZATION) {
+            let client = req.extensions().get::<ClientIp>().map(|c| c.0);
+            let verdict = guard
+                .check(req.headers().get(header::AUTHORIZATION), client)
+                .await;
+            if verdict == Verdict::Pass {
+                req.extensions_mut().insert(Credentialed);
+            }
+        }
         next.run(req).await
     } else {
         let client = req.extensions().get::<ClientIp>().map(|c| c.0);
