@@ -554,3 +554,68 @@ async fn partial_heads_of_400_kb_on_520_connections_keep_peak_memory_small() {
     assert!(hwm_kib < 64 << 10, "peak RSS {hwm_kib} KiB");
     sp.stop().await;
 }
+
+#[tokio::test]
+async fn clients_that_never_read_a_15_mb_page_share_one_copy_of_it() {
+    let engine = common::Upstream::start(common::Reply::text(big_page(15))).await;
+    let url = engine.metrics_url();
+    let spec = [common::sidecar::UpstreamSpec {
+        name: "vllm",
+        url: &url,
+        timeout: "20s",
+        required: false,
+    }];
+    let sp = Sidecar::start("never-readers", &spec, "").await;
+    let addr = sp.url("").trim_start_matches("http://").to_owned();
+    // 64 clients, one after the other (each fetch done before the next asks, the case where
+    // no two share a fetch), half asking for gzip, none reading a byte of its answer.
+    let mut held = Vec::new();
+    for i in 0..64 {
+        let mut tcp = TcpStream::connect(&addr).await.expect("connect");
+        let gzip = if i % 2 == 0 {
+            "Accept-Encoding: gzip\r\n"
+        } else {
+            ""
+        };
+        tcp.write_all(format!("GET /metrics HTTP/1.1\r\nHost: sysport\r\n{gzip}\r\n").as_bytes())
+            .await
+            .expect("send");
+        held.push(tcp);
+        // This client's own fetch is done before the next asks (sysport's own counter, read
+        // without fetching the engine).
+        let done = i + 1;
+        common::eventually(Duration::from_secs(20), "the fetch is done", || {
+            let sp = &sp;
+            async move {
+                let r = sp
+                    .get("/metrics?name=dynamo_sysport_upstream_scrapes_total", &[])
+                    .await;
+                let text = String::from_utf8_lossy(&r.body).into_owned();
+                common::metric(&text, "dynamo_sysport_upstream_scrapes_total")
+                    .label("upstream", "vllm")
+                    .label("result", "success")
+                    .count()
+                    == 1
+                    && common::metric(&text, "dynamo_sysport_upstream_scrapes_total")
+                        .label("upstream", "vllm")
+                        .label("result", "success")
+                        .value()
+                        >= f64::from(done)
+            }
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let hwm_mib = sp.vm_hwm_kib() / 1024;
+    println!("peak RSS with 64 clients holding a 15 MB answer: {hwm_mib} MiB");
+    assert!(hwm_mib < 128, "peak RSS {hwm_mib} MiB");
+    // A fresh reader still gets the whole page.
+    let r = sp.get("/metrics", &[]).await;
+    assert_eq!(r.status, 200);
+    let body = String::from_utf8_lossy(&r.body);
+    assert_eq!(
+        body.matches("vllm:big{").count(),
+        big_page(15).matches("vllm:big{").count()
+    );
+    drop(held);
+}

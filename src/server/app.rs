@@ -21,6 +21,8 @@ pub(super) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Everything that a configuration determines; replaced whole on reload.
 pub(super) struct Runtime {
+    /// Unique per runtime: what a rendering was made under (relabelling, added labels).
+    pub(super) id: u64,
     pub(super) config: Config,
     pub(super) scraper: Arc<Scraper>,
     /// The scrapes' recent history, for the status page (recorded by the scraper).
@@ -55,7 +57,9 @@ impl Runtime {
             config.health.interval,
             stop,
         ));
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Runtime {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             views: Views::new(&config),
             config,
             scraper,

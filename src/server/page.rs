@@ -12,7 +12,7 @@ use bytes::Bytes;
 use super::app::{App, Runtime};
 use super::negotiate::content_type;
 use super::parts::Parts;
-use super::render::RenderKey;
+use super::render::{RenderKey, Rendered, Sources};
 use crate::expfmt::{self, Format, MergeOptions, Output, ParseLimits, ParseOptions, Selection};
 use crate::scrape::Scraped;
 use crate::{stall, views};
@@ -33,6 +33,8 @@ pub(super) async fn response(
     openmetrics: bool,
     started: Instant,
 ) -> Response {
+    // The shared rendering stays findable as long as an answer made from it is being written.
+    let mut shared = None;
     let engines = match selection {
         Some(s) => render_engines(app, runtime, which, scraped, Some(s), openmetrics),
         None => {
@@ -42,12 +44,27 @@ pub(super) async fn response(
                 generations: scraped.iter().map(|s| s.generation).collect(),
                 openmetrics,
             };
-            let cell = app.render.cell(key);
-            cell.get_or_init(|| async {
-                render_engines(app, runtime, which, scraped, None, openmetrics)
-            })
-            .await
-            .clone()
+            let sources = Sources {
+                runtime: runtime.id,
+                which: which.to_vec(),
+                bodies: scraped
+                    .iter()
+                    .map(|s| s.result.as_ref().ok().map(|p| p.parsed.body().clone()))
+                    .collect(),
+            };
+            let cell = app.render.cell(key, &sources);
+            let runs = cell
+                .get_or_init(|| async {
+                    Rendered {
+                        runs: render_engines(app, runtime, which, scraped, None, openmetrics),
+                        sources,
+                    }
+                })
+                .await
+                .runs
+                .clone();
+            shared = Some(cell);
+            runs
         }
     };
     let now = Instant::now();
@@ -59,11 +76,29 @@ pub(super) async fn response(
     } else {
         no_own(openmetrics)
     };
+    // sysport's own families go out last: while they wait to be written, the rendering is held.
+    let own = match shared {
+        Some(cell) if !own.is_empty() => Bytes::from_owner(HoldsRendering { own, _cell: cell }),
+        _ => own,
+    };
     let mut r = Response::new(body(&engines, own));
     r.headers_mut()
         .insert(header::CONTENT_TYPE, content_type(openmetrics));
     set_age(r.headers_mut(), scraped, started, now);
     r
+}
+
+/// The last run of an answer, which keeps the shared rendering it was made from findable
+/// (`render::Renders`) until it has been written or the connection is gone.
+struct HoldsRendering<T> {
+    own: Bytes,
+    _cell: T,
+}
+
+impl<T> AsRef<[u8]> for HoldsRendering<T> {
+    fn as_ref(&self) -> &[u8] {
+        &self.own
+    }
 }
 
 /// The response body of engine runs and sysport's own families: one buffer for a small page,
