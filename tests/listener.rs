@@ -619,3 +619,61 @@ async fn clients_that_never_read_a_15_mb_page_share_one_copy_of_it() {
     );
     drop(held);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_1024_descriptor_limit_a_cap_of_never_readers_leaves_both_probe_ports_answering() {
+    // This process holds the clients' sockets.
+    sysport::listener::fds::raise_fd_limit();
+    let engine = common::Upstream::start(common::Reply::text(big_page(15))).await;
+    let engine_url = engine.metrics_url();
+    let probe_port = common::sidecar::free_port();
+    let sp = Sidecar::launch("never-readers-cap")
+        .config(|port| {
+            format!(
+                "listen: {{host: 127.0.0.1, port: {port}, probe_port: {probe_port}}}\n\
+                 shutdown: {{drain_delay: 0s}}\n\
+                 upstreams:\n  - name: vllm\n    url: {engine_url}\n    keep: [\"vllm:\"]\n    \
+                 timeout: 20s\n    required: false\n"
+            )
+        })
+        .wrapper(&["prlimit", "--nofile=1024:1024"])
+        .start()
+        .await;
+    let main_addr = sp.url("").trim_start_matches("http://").to_owned();
+    let probe_addr = format!("127.0.0.1:{probe_port}");
+    // The cap (half the 1,024 descriptors: 512) and more, every one a client that asks for the
+    // page and never reads it.
+    let mut held = Vec::new();
+    for chunk in 0..13 {
+        held.extend(never_readers(&main_addr, 40).await);
+        if chunk % 4 == 3 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let mut worst = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..10 {
+        let started = Instant::now();
+        let mut tcp = TcpStream::connect(&probe_addr).await.expect("connect");
+        assert_eq!(get_on(&mut tcp, "/live").await, 200);
+        worst.0 = worst.0.max(started.elapsed());
+        let started = Instant::now();
+        let mut tcp = TcpStream::connect(&main_addr).await.expect("connect");
+        assert_eq!(get_on(&mut tcp, "/live").await, 200);
+        worst.1 = worst.1.max(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let hwm_mib = sp.vm_hwm_kib() / 1024;
+    println!(
+        "{} never-readers: /live worst {:?} on the probe port, {:?} on the main port; peak RSS {hwm_mib} MiB",
+        held.len(),
+        worst.0,
+        worst.1
+    );
+    assert!(
+        worst.0 < Duration::from_secs(1),
+        "probe port: {:?}",
+        worst.0
+    );
+    assert!(worst.1 < Duration::from_secs(2), "main port: {:?}", worst.1);
+    drop(held);
+}
