@@ -71,7 +71,7 @@ export SYSPORT_BIN="$ROOT/target/debug/sysport"
 step "docs: README size and links" python3 scripts/check-docs.py
 step "layers: no import cycle, no import against the layers" python3 scripts/check-layers.py
 step "layers: the check catches cycles added on purpose" python3 scripts/check-layers.py --self-test
-step "no #[path] include" bash -c '! grep -rn "#\[path" src crates benches bench tests fuzz'
+step "no #[path] include" bash -c '! grep -rnI --exclude-dir=target "#\[path" src crates benches bench tests fuzz'
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo doc -D warnings" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked

@@ -33,11 +33,19 @@ pub struct ClientIp(pub IpAddr);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Credentialed;
 
+/// Who is on the other end of a connection.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Peer {
+    /// The client's address.
+    pub ip: Option<IpAddr>,
+    /// The TLS handshake verified a client certificate against the client CA.
+    pub verified_cert: bool,
+}
+
 /// Serves HTTP/1.1 on `io` until the client leaves or sysport closes the connection.
 pub async fn serve<I>(
     io: I,
-    client: Option<IpAddr>,
-    verified_cert: bool,
+    peer: Peer,
     router: Router,
     watch: Arc<Watch>,
     slot: Arc<Slot>,
@@ -47,8 +55,8 @@ pub async fn serve<I>(
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = ConnService {
-        client,
-        verified_cert,
+        client: peer.ip,
+        verified_cert: peer.verified_cert,
         router,
         watch: watch.clone(),
     };

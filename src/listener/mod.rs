@@ -95,7 +95,11 @@ async fn connection(
     let client = tcp.peer_addr().ok().map(|a| a.ip());
     let Some(tls) = tls else {
         let io = Watched::new(tcp, watch.clone());
-        conn::serve(io, client, false, router, watch, slot, limits, stop).await;
+        let peer = conn::Peer {
+            ip: client,
+            verified_cert: false,
+        };
+        conn::serve(io, peer, router, watch, slot, limits, stop).await;
         return;
     };
     // The handshake counts against the request-head deadline, and a shed closes it too.
@@ -127,8 +131,11 @@ async fn connection(
         Ok(io) => {
             // A certificate the handshake accepted proves the client only where the
             // configuration has it verified against the client CA.
-            let verified = certs_verified && io.get_ref().1.peer_certificates().is_some();
-            conn::serve(io, client, verified, router, watch, slot, limits, stop).await;
+            let peer = conn::Peer {
+                ip: client,
+                verified_cert: certs_verified && io.get_ref().1.peer_certificates().is_some(),
+            };
+            conn::serve(io, peer, router, watch, slot, limits, stop).await;
         }
         Err(Some(mut plain)) => {
             slot.metrics().closed(Closed::PlainHttp);
