@@ -30,6 +30,8 @@
 //! metric_relabel_configs: []            # applied to every upstream, after its own rules
 //!     stall_after: 0s
 //!     stall: { busy: "vllm:num_requests_running", progress: "vllm:iteration_tokens_total" }
+//!     canary_after: 0s                  # 10s: a one-token request after 10 s of idleness
+//!     canary: { timeout: 3s, live_failures: 3, headers: { Authorization: "Bearer ${KEY}" } }
 //! limits:
 //!   max_body_bytes: 16MiB
 //!   max_line_bytes: 1MiB
@@ -57,6 +59,7 @@ pub use crate::engine::Engine;
 use crate::relabel::Rule;
 pub use crate::views::{Op, ViewFamily};
 
+mod canary;
 mod check;
 #[cfg(test)]
 mod engine_tests;
@@ -81,7 +84,8 @@ mod views;
 mod web;
 
 pub use env::{
-    DYN_SYSTEM_HEALTH_PATH, DYN_SYSTEM_HOST, DYN_SYSTEM_LIVE_PATH, DYN_SYSTEM_PORT,
+    DYN_CANARY_WAIT_TIME, DYN_HEALTH_CHECK_ENABLED, DYN_HEALTH_CHECK_PAYLOAD,
+    DYN_HEALTH_CHECK_REQUEST_TIMEOUT, DYN_SYSTEM_HEALTH_PATH, DYN_SYSTEM_HOST, DYN_SYSTEM_LIVE_PATH, DYN_SYSTEM_PORT,
     DYN_SYSTEM_STARTING_HEALTH_STATUS, Env, ProcessEnv, SYSPORT_CONFIG, SYSPORT_WEB_CONFIG,
 };
 pub use error::{ConfigError, ConfigIssue};
@@ -209,6 +213,33 @@ pub struct UpstreamConfig {
     pub metric_relabel_configs: Vec<Rule>,
     /// Stall detection (`stall_after` above zero), default off.
     pub stall: Option<StallConfig>,
+    /// Canary requests while idle (`canary_after` above zero), default off.
+    pub canary: Option<CanaryConfig>,
+}
+
+/// Canary requests of one upstream: after `after` of idleness, one one-token request through
+/// the engine must answer within `timeout` for the upstream to stay ready (see `crate::canary`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CanaryConfig {
+    /// Idle time before a canary; more than zero.
+    pub after: Duration,
+    /// Where the request goes; `{model}` in the path stands for the model.
+    pub url: Url,
+    /// The JSON body of a `POST` (`{model}` stands for the model as a JSON string); `None`: `GET`.
+    pub body: Option<String>,
+    /// Headers sent with the request and the model lookup, values expanded.
+    pub headers: Vec<(String, String)>,
+    /// How long the answer may take, default 3 s.
+    pub timeout: Duration,
+    /// Failed canaries in a row (with no progress between them) that make `/live/engine` 503;
+    /// 0 = never; default 3.
+    pub live_failures: u32,
+    /// The model; `None`: asked of the engine (vLLM's `GET /v1/models`).
+    pub model: Option<String>,
+    /// How the answer is judged (the engine's).
+    pub answer: crate::engine::CanaryAnswer,
+    /// The families that tell idle from busy: the stall detection's, or the engine's.
+    pub idle: StallConfig,
 }
 
 /// Stall detection of one upstream: requests running at every check for `after`, and the
@@ -378,6 +409,7 @@ impl UpstreamConfig {
             aliases: false,
             metric_relabel_configs: Vec::new(),
             stall: None,
+            canary: None,
         }
     }
 }
