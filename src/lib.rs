@@ -46,6 +46,7 @@ pub mod config;
 pub mod demo;
 pub mod engine;
 pub use sysport_expfmt as expfmt;
+pub(crate) mod canary;
 pub(crate) mod health;
 pub mod listener;
 pub mod relabel;

@@ -63,6 +63,10 @@ pub struct Telemetry {
     pub engine_stalled: IntGaugeVec,
     /// `engine_progress_age_seconds{upstream}`: time since its progress counters last moved.
     pub engine_progress_age: GaugeVec,
+    /// `canary_requests_total{upstream,result}`: canary requests sent to idle engines.
+    pub canary_requests: IntCounterVec,
+    /// `canary_duration_seconds{upstream}`: how long each canary took.
+    pub canary_duration: HistogramVec,
     process: Process,
 }
 
@@ -219,6 +223,26 @@ impl Telemetry {
             &["upstream"],
         )
         .expect("valid metric");
+        let canary_requests = IntCounterVec::new(
+            opts(
+                "canary_requests_total",
+                "Canary requests sysport sent to the upstream's idle engine (canary_after), by \
+                 result: success, timeout, http_status, bad_answer, connect_error. Each is also \
+                 one request in the engine's own counters.",
+            ),
+            &["upstream", "result"],
+        )
+        .expect("valid metric");
+        let canary_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "canary_duration_seconds",
+                "Time each canary request took, until its answer was judged or it timed out.",
+            )
+            .namespace(NAMESPACE)
+            .buckets(vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+            &["upstream"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(uptime.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(build_info),
@@ -237,6 +261,8 @@ impl Telemetry {
             Box::new(openmetrics_dropped.clone()),
             Box::new(engine_stalled.clone()),
             Box::new(engine_progress_age.clone()),
+            Box::new(canary_requests.clone()),
+            Box::new(canary_duration.clone()),
         ] {
             registry.register(c).expect("metric names are unique");
         }
@@ -260,6 +286,8 @@ impl Telemetry {
             openmetrics_dropped,
             engine_stalled,
             engine_progress_age,
+            canary_requests,
+            canary_duration,
             process,
         }
     }
@@ -328,6 +356,12 @@ impl Telemetry {
         let _ = self.scrape_duration.remove_label_values(&[name]);
         let _ = self.engine_stalled.remove_label_values(&[name]);
         let _ = self.engine_progress_age.remove_label_values(&[name]);
+        let _ = self.canary_duration.remove_label_values(&[name]);
+        for result in crate::canary::Kind::ALL {
+            let _ = self
+                .canary_requests
+                .remove_label_values(&[name, result.label()]);
+        }
         for outcome in SERIES_OUTCOMES {
             let _ = self.series.remove_label_values(&[name, outcome]);
         }

@@ -109,7 +109,10 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
         }
         (Some(Route::Live), _) => live(&runtime),
         (Some(Route::LiveEngine), _) => {
-            let (live, body) = stall::live_engine(&runtime.readiness.stalls());
+            let (live, body) = crate::canary::live_engine(
+                &runtime.readiness.stalls(),
+                &runtime.readiness.canaries(),
+            );
             let code = if live {
                 StatusCode::OK
             } else {
