@@ -319,7 +319,8 @@ mod tests {
         assert!(t.is_dead());
         assert_eq!(t.status().failed.as_deref(), Some("timed out after 3s"));
         // The first reading after a canary is its baseline; a later move is traffic.
-        assert!(!check(&mut t, idle(1.0)).await);
+        assert!(!check(&mut t, busy(1.0)).await);
+        assert!(t.is_dead(), "the canary's own progress heals nothing");
         assert!(!check(&mut t, idle(2.0)).await);
         assert!(!t.is_failed() && !t.is_dead());
         // live_failures 0: never dead.

@@ -60,6 +60,8 @@ use crate::relabel::Rule;
 pub use crate::views::{Op, ViewFamily};
 
 mod canary;
+#[cfg(test)]
+mod canary_tests;
 mod check;
 #[cfg(test)]
 mod engine_tests;

@@ -12,7 +12,7 @@ use super::*;
 
 const FILE: &str = "sysport.yaml";
 
-fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+pub(super) fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs
         .iter()
         .map(|&(key, value)| (key.to_owned(), value.to_owned()))
@@ -143,6 +143,7 @@ fn defaults_without_file_env_or_flags() {
         aliases: false,
         metric_relabel_configs: Vec::new(),
         stall: None,
+        canary: None,
     };
     assert_eq!(config.upstreams, [vllm]);
     assert!(config.metric_relabel_configs.is_empty());
