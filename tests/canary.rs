@@ -334,19 +334,30 @@ async fn an_idle_engine_that_hangs_goes_not_ready_then_not_live_and_heals() {
     until_ready(&sp).await;
     stand.set(Mode::Hang);
     let started = Instant::now();
-    eventually(CANARY_AFTER + TIMEOUT + INTERVAL + MARGIN, "/health 503", || async {
-        sp.get("/health").await.0 == StatusCode::SERVICE_UNAVAILABLE
-    })
+    eventually(
+        CANARY_AFTER + TIMEOUT + INTERVAL + MARGIN,
+        "/health 503",
+        || async { sp.get("/health").await.0 == StatusCode::SERVICE_UNAVAILABLE },
+    )
     .await;
     let took = started.elapsed();
     let (_, body) = health(&sp).await;
     let reason = body["reason"].as_str().expect("a reason");
-    assert_eq!(reason, "vllm: canary failed: timed out after 500ms", "{body}");
-    assert_eq!(sp.get("/live").await.0, StatusCode::OK, "/live never changes");
+    assert_eq!(
+        reason, "vllm: canary failed: timed out after 500ms",
+        "{body}"
+    );
+    assert_eq!(
+        sp.get("/live").await.0,
+        StatusCode::OK,
+        "/live never changes"
+    );
     // live_failures 2: the second failure in a row, one canary_after later.
-    eventually(CANARY_AFTER + TIMEOUT + MARGIN, "/live/engine 503", || async {
-        sp.get("/live/engine").await.0 == StatusCode::SERVICE_UNAVAILABLE
-    })
+    eventually(
+        CANARY_AFTER + TIMEOUT + MARGIN,
+        "/live/engine 503",
+        || async { sp.get("/live/engine").await.0 == StatusCode::SERVICE_UNAVAILABLE },
+    )
     .await;
     let (_, live) = sp.get("/live/engine").await;
     assert!(live.contains("canary failed"), "{live}");
@@ -365,7 +376,10 @@ async fn an_idle_engine_that_hangs_goes_not_ready_then_not_live_and_heals() {
     })
     .await;
     assert_eq!(sp.get("/live/engine").await.0, StatusCode::OK);
-    assert!(took < CANARY_AFTER + TIMEOUT + INTERVAL + MARGIN, "{took:?}");
+    assert!(
+        took < CANARY_AFTER + TIMEOUT + INTERVAL + MARGIN,
+        "{took:?}"
+    );
     sp.shutdown().await.expect("clean shutdown");
 }
 
@@ -434,7 +448,10 @@ async fn an_answer_without_choices_fails_and_the_model_is_looked_up_again() {
     assert!(stand.engine.models_asked.load(Ordering::SeqCst) >= 2);
     let generations = stand.generations();
     let (_, body) = generations.last().expect("a canary");
-    assert!(body.contains("\"m2\""), "asked again after the failure: {body}");
+    assert!(
+        body.contains("\"m2\""),
+        "asked again after the failure: {body}"
+    );
     sp.shutdown().await.expect("clean shutdown");
 }
 
@@ -443,7 +460,10 @@ async fn a_sleeping_engine_is_neither_canaried_nor_stalled() {
     let stand = Stand::start().await;
     stand.engine.awake.store(0, Ordering::SeqCst);
     let mut c = vllm_config(&stand);
-    c.upstreams[0].stall = Some(StallConfig::preset(Engine::Vllm, Duration::from_millis(300)));
+    c.upstreams[0].stall = Some(StallConfig::preset(
+        Engine::Vllm,
+        Duration::from_millis(300),
+    ));
     let sp = Running::start(c).await;
     until_ready(&sp).await;
     ready_throughout(&sp, CANARY_AFTER * 3).await;
@@ -524,10 +544,13 @@ async fn dynamo_env_names_turn_canaries_on_with_upstream_and_no_file() {
     // Off by default, and a bad value names its variable.
     let plain = sysport::config::load(&overrides, &HashMap::new()).expect("loads");
     assert_eq!(plain.upstreams[0].canary, None);
-    let bad: HashMap<String, String> = [("DYN_HEALTH_CHECK_ENABLED", "true"), ("DYN_CANARY_WAIT_TIME", "soon")]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
+    let bad: HashMap<String, String> = [
+        ("DYN_HEALTH_CHECK_ENABLED", "true"),
+        ("DYN_CANARY_WAIT_TIME", "soon"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
     let err = sysport::config::load(&overrides, &bad).expect_err("bad wait time");
     assert!(err.to_string().contains("DYN_CANARY_WAIT_TIME"), "{err}");
     // And it runs: a canary arrives after two seconds of idleness.

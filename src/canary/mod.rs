@@ -138,7 +138,10 @@ async fn attempt(
     model: Option<String>,
 ) -> (Result<(), Failure>, Option<String>) {
     let needs_model = canary.url.as_str().contains("%7Bmodel%7D")
-        || canary.body.as_deref().is_some_and(|b| b.contains("{model}"));
+        || canary
+            .body
+            .as_deref()
+            .is_some_and(|b| b.contains("{model}"));
     let model = match (model.or_else(|| canary.model.clone()), needs_model) {
         (Some(model), _) => Some(model),
         (None, false) => None,
@@ -214,7 +217,10 @@ async fn first_model(client: &reqwest::Client, canary: &CanaryConfig) -> Result<
         .map_err(|e| (Kind::ConnectError, format!("cannot list models: {e}")))?;
     if !resp.status().is_success() {
         let status = resp.status().as_u16();
-        return Err((Kind::HttpStatus, format!("/v1/models answered HTTP {status}")));
+        return Err((
+            Kind::HttpStatus,
+            format!("/v1/models answered HTTP {status}"),
+        ));
     }
     let body = resp
         .bytes()
@@ -263,7 +269,10 @@ pub(crate) fn live_engine(
         .filter(|(_, c)| c.dead)
         .map(|(name, c)| {
             let why = c.failed.as_deref().unwrap_or_default();
-            format!("{name}: {} canaries failed in a row, last: {why}", c.failures)
+            format!(
+                "{name}: {} canaries failed in a row, last: {why}",
+                c.failures
+            )
         })
         .collect();
     if dead.is_empty() {
@@ -283,10 +292,7 @@ pub(crate) fn live_engine(
 /// One upstream's canary detail, as `/health` and `/status` show it.
 pub(crate) fn status_json(status: &CanaryStatus, now: Instant) -> Value {
     let (next, why) = match status.next {
-        Next::At(at) => (
-            Some(at.saturating_duration_since(now).as_secs_f64()),
-            None,
-        ),
+        Next::At(at) => (Some(at.saturating_duration_since(now).as_secs_f64()), None),
         Next::Busy => (None, Some("busy")),
         Next::Asleep => (None, Some("sleeping")),
         Next::Down => (None, Some("down")),

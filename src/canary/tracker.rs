@@ -312,7 +312,10 @@ mod tests {
         let mut t = Tracker::new(SECOND, 2);
         for n in 1..=2 {
             while !check(&mut t, idle(1.0)).await {}
-            t.finish(tokio::time::Instant::now().into_std(), outcome(Kind::Timeout));
+            t.finish(
+                tokio::time::Instant::now().into_std(),
+                outcome(Kind::Timeout),
+            );
             assert!(t.is_failed());
             assert_eq!(t.status().failures, n);
         }
@@ -327,12 +330,18 @@ mod tests {
         let mut t = Tracker::new(SECOND, 0);
         for _ in 0..5 {
             while !check(&mut t, idle(1.0)).await {}
-            t.finish(tokio::time::Instant::now().into_std(), outcome(Kind::Timeout));
+            t.finish(
+                tokio::time::Instant::now().into_std(),
+                outcome(Kind::Timeout),
+            );
         }
         assert!(t.is_failed() && !t.is_dead());
         // A passing canary heals.
         while !check(&mut t, idle(1.0)).await {}
-        t.finish(tokio::time::Instant::now().into_std(), outcome(Kind::Success));
+        t.finish(
+            tokio::time::Instant::now().into_std(),
+            outcome(Kind::Success),
+        );
         assert!(!t.is_failed());
     }
 }

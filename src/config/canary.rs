@@ -12,12 +12,12 @@ use std::time::Duration;
 
 use serde_saphyr::Spanned;
 
+use super::check::{parse_bool, parse_url, positive_duration};
 use super::env;
 use super::loader::{Loader, Origin};
 use super::raw::{RawCanary, Text};
 use super::units::parse_duration;
 use super::{CanaryConfig, Engine, StallConfig, UpstreamConfig, Url};
-use super::check::{parse_bool, parse_url, positive_duration};
 
 /// Dynamo's default `DYN_CANARY_WAIT_TIME`.
 const DEFAULT_WAIT: Duration = Duration::from_secs(10);
@@ -88,7 +88,12 @@ impl Loader<'_> {
             ok = false;
         }
         canary.url = self.optional(raw.url.as_ref(), &field("canary.url"), &mut ok, parse_url);
-        canary.body = self.optional(raw.body.as_ref(), &field("canary.body"), &mut ok, parse_body);
+        canary.body = self.optional(
+            raw.body.as_ref(),
+            &field("canary.body"),
+            &mut ok,
+            parse_body,
+        );
         canary.timeout = self.optional(
             raw.timeout.as_ref(),
             &field("canary.timeout"),
@@ -101,8 +106,12 @@ impl Loader<'_> {
             &mut ok,
             parse_failures,
         );
-        canary.model =
-            self.optional(raw.model.as_ref(), &field("canary.model"), &mut ok, parse_model);
+        canary.model = self.optional(
+            raw.model.as_ref(),
+            &field("canary.model"),
+            &mut ok,
+            parse_model,
+        );
         for (name, text) in raw.headers.map(|h| h.0).unwrap_or_default() {
             let key = format!("canary.headers.{}", name.value);
             if let Err(message) = check_header(&name.value) {
@@ -167,13 +176,13 @@ impl Loader<'_> {
     /// Dynamo's `DYN_HEALTH_CHECK_*` settings, each problem named after its variable.
     pub(super) fn dynamo(&mut self) -> Dynamo {
         let enabled = self
-            .from_env(env::DYN_HEALTH_CHECK_ENABLED, parse_bool)
+            .env_setting(env::DYN_HEALTH_CHECK_ENABLED, parse_bool)
             .unwrap_or(false);
         let wait = self
-            .from_env(env::DYN_CANARY_WAIT_TIME, parse_seconds)
+            .env_setting(env::DYN_CANARY_WAIT_TIME, parse_seconds)
             .unwrap_or(DEFAULT_WAIT);
-        let timeout = self.from_env(env::DYN_HEALTH_CHECK_REQUEST_TIMEOUT, parse_seconds);
-        let payload = self.from_env(env::DYN_HEALTH_CHECK_PAYLOAD, read_payload);
+        let timeout = self.env_setting(env::DYN_HEALTH_CHECK_REQUEST_TIMEOUT, parse_seconds);
+        let payload = self.env_setting(env::DYN_HEALTH_CHECK_PAYLOAD, read_payload);
         Dynamo {
             enabled,
             wait,
@@ -198,7 +207,11 @@ impl Loader<'_> {
     }
 
     /// An environment setting; a problem with it is named after the variable.
-    fn from_env<T>(&mut self, var: &'static str, parse: fn(&str) -> Result<T, String>) -> Option<T> {
+    fn env_setting<T>(
+        &mut self,
+        var: &'static str,
+        parse: fn(&str) -> Result<T, String>,
+    ) -> Option<T> {
         let text = env::setting(self.env(), var)?;
         parse(&text)
             .map_err(|message| self.issue(Origin::Env(var), var, message))

@@ -67,13 +67,19 @@ upstreams:
     assert_eq!(c.after, Duration::from_secs(30));
     assert_eq!(c.url.as_str(), "http://10.0.0.1:9000/v1/completions");
     assert!(c.body.expect("body").contains("\"hi\""));
-    assert_eq!(c.headers, [("Authorization".into(), "Bearer s3cret".into())]);
+    assert_eq!(
+        c.headers,
+        [("Authorization".into(), "Bearer s3cret".into())]
+    );
     assert_eq!((c.timeout, c.live_failures), (Duration::from_secs(5), 0));
     assert_eq!(c.model.as_deref(), Some("llama"));
     // The stall detection's families tell idle too.
     assert_eq!(Some(c.idle), config.upstreams[0].stall);
     let shown = config.to_string();
-    assert!(shown.contains("# headers (values not shown): Authorization"), "{shown}");
+    assert!(
+        shown.contains("# headers (values not shown): Authorization"),
+        "{shown}"
+    );
     assert!(!shown.contains("s3cret"), "{shown}");
 }
 
@@ -90,7 +96,10 @@ fn problems_name_their_field() {
     );
     let fields: Vec<&str> = issues.iter().map(|i| i.field.as_str()).collect();
     assert!(fields.contains(&"upstreams[0].canary.body"), "{fields:?}");
-    assert!(fields.contains(&"upstreams[0].canary.live_failures"), "{fields:?}");
+    assert!(
+        fields.contains(&"upstreams[0].canary.live_failures"),
+        "{fields:?}"
+    );
     assert!(fields.contains(&"upstreams[0].canary.color"), "{fields:?}");
 }
 
@@ -114,7 +123,11 @@ upstreams:
     ]);
     let config = load_yaml(yaml, &e).expect("loads");
     let v = config.upstreams[0].canary.clone().expect("on");
-    assert_eq!(v.after, Duration::from_secs(10), "DYN_CANARY_WAIT_TIME's default");
+    assert_eq!(
+        v.after,
+        Duration::from_secs(10),
+        "DYN_CANARY_WAIT_TIME's default"
+    );
     assert_eq!(v.timeout, Duration::from_secs(7));
     assert!(v.body.expect("payload").contains("\"x\""));
     assert_eq!(config.upstreams[1].canary, None, "the file's 0s stands");

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_saphyr::Spanned;
 
+use super::canary::{Dynamo, FileCanary};
 use super::check::{
     check_label_name, check_upstream_name, default_keep, keep_prefix, nonzero, parse_bool,
     parse_engine, parse_flag_upstream, parse_ip, parse_route, parse_starting_status, parse_url,
@@ -17,7 +18,6 @@ use super::error::{ConfigError, ConfigIssue};
 use super::loader::{Loader, Origin};
 use super::raw::{RawConfig, RawHealth, RawLimits, RawListen, RawShutdown, RawUpstream, Text};
 use super::units::{parse_bytes, parse_count, parse_duration, parse_port};
-use super::canary::{Dynamo, FileCanary};
 use super::web;
 use super::{Config, Engine, HealthConfig, Limits, Listen, ShutdownConfig, UpstreamConfig, Url};
 

@@ -217,7 +217,11 @@ fn write_canary(f: &mut fmt::Formatter<'_>, canary: Option<&super::CanaryConfig>
     }
     if !canary.headers.is_empty() {
         let names: Vec<&str> = canary.headers.iter().map(|(n, _)| n.as_str()).collect();
-        writeln!(f, "      # headers (values not shown): {}", names.join(", "))?;
+        writeln!(
+            f,
+            "      # headers (values not shown): {}",
+            names.join(", ")
+        )?;
     }
     Ok(())
 }

@@ -314,6 +314,33 @@ fn count(n: u64) -> String {
     out
 }
 
+/// The canary facts of one upstream: the last result, when, how long, and the next one.
+fn canary_line(c: &serde_json::Value, failed: &Option<String>, out: &mut String) {
+    if let Some(why) = failed {
+        let _ = write!(out, "<p class=\"error\">canary failed: {}</p>", Esc(why));
+    }
+    let last = match &c["last"] {
+        serde_json::Value::Null => "none yet".to_owned(),
+        last => format!(
+            "{} in {:.3} s",
+            last["result"].as_str().unwrap_or_default(),
+            last["duration_seconds"].as_f64().unwrap_or_default()
+        ),
+    };
+    let next = match (c["next_in_seconds"].as_f64(), c["none_because"].as_str()) {
+        (Some(secs), _) => format!("next in {secs:.0} s if idle"),
+        (None, Some(why)) => format!("none: {why}"),
+        (None, None) => String::new(),
+    };
+    let _ = write!(
+        out,
+        "<p class=\"canary\">canary every {} s of idleness · last: {} · {}</p>",
+        c["canary_after_seconds"].as_f64().unwrap_or_default(),
+        Esc(&last),
+        Esc(&next),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,31 +374,4 @@ mod tests {
         assert_eq!(count(1234), "1\u{202f}234");
         assert_eq!(count(1_234_567), "1\u{202f}234\u{202f}567");
     }
-}
-
-/// The canary facts of one upstream: the last result, when, how long, and the next one.
-fn canary_line(c: &serde_json::Value, failed: &Option<String>, out: &mut String) {
-    if let Some(why) = failed {
-        let _ = write!(out, "<p class=\"error\">canary failed: {}</p>", Esc(why));
-    }
-    let last = match &c["last"] {
-        serde_json::Value::Null => "none yet".to_owned(),
-        last => format!(
-            "{} in {:.3} s",
-            last["result"].as_str().unwrap_or_default(),
-            last["duration_seconds"].as_f64().unwrap_or_default()
-        ),
-    };
-    let next = match (c["next_in_seconds"].as_f64(), c["none_because"].as_str()) {
-        (Some(secs), _) => format!("next in {secs:.0} s if idle"),
-        (None, Some(why)) => format!("none: {why}"),
-        (None, None) => String::new(),
-    };
-    let _ = write!(
-        out,
-        "<p class=\"canary\">canary every {} s of idleness · last: {} · {}</p>",
-        c["canary_after_seconds"].as_f64().unwrap_or_default(),
-        Esc(&last),
-        Esc(&next),
-    );
 }
