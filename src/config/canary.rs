@@ -17,7 +17,7 @@ use super::env;
 use super::loader::{Loader, Origin};
 use super::raw::{RawCanary, Text};
 use super::units::parse_duration;
-use super::{CanaryConfig, Engine, StallConfig, UpstreamConfig, Url};
+use super::{CanaryConfig, StallConfig, UpstreamConfig, Url};
 
 /// Dynamo's default `DYN_CANARY_WAIT_TIME`.
 const DEFAULT_WAIT: Duration = Duration::from_secs(10);
@@ -148,28 +148,21 @@ impl Loader<'_> {
         if after.is_zero() {
             return None;
         }
-        let engine = upstream.engine;
-        let preset = engine.canary();
-        let url = file.url.unwrap_or_else(|| default_url(upstream, engine));
+        let preset = CanaryConfig::preset(upstream, after);
         // The environment over the file, as every DYN_SYSTEM_* name; the payload only where the
         // engine's canary has a body (a GET of /health_generate takes none).
         let body = match &dynamo.payload {
             Some(payload) if file.body.is_some() || preset.body.is_some() => Some(payload.clone()),
-            _ => file.body.or_else(|| preset.body.map(str::to_owned)),
+            _ => file.body.or(preset.body),
         };
         Some(CanaryConfig {
-            after,
-            url,
+            url: file.url.unwrap_or(preset.url),
             body,
             headers: file.headers,
-            timeout: dynamo.timeout.or(file.timeout).unwrap_or(DEFAULT_TIMEOUT),
-            live_failures: file.live_failures.unwrap_or(DEFAULT_LIVE_FAILURES),
-            model: file.model.or_else(|| preset.model.map(str::to_owned)),
-            answer: preset.answer,
-            idle: upstream
-                .stall
-                .clone()
-                .unwrap_or_else(|| StallConfig::preset(engine, Duration::ZERO)),
+            timeout: dynamo.timeout.or(file.timeout).unwrap_or(preset.timeout),
+            live_failures: file.live_failures.unwrap_or(preset.live_failures),
+            model: file.model.or(preset.model),
+            ..preset
         })
     }
 
@@ -227,16 +220,35 @@ pub(super) struct Dynamo {
     payload: Option<String>,
 }
 
-/// The engine's canary URL on its HTTP origin: the health URL's (Triton serves generation on
-/// its HTTP port, not its metrics port), else the metrics URL's.
-fn default_url(upstream: &UpstreamConfig, engine: Engine) -> Url {
-    let mut url = upstream
-        .health_url
-        .clone()
-        .unwrap_or_else(|| upstream.url.clone());
-    url.set_path(engine.canary().path);
-    url.set_query(None);
-    url
+impl CanaryConfig {
+    /// The engine preset's canary of `upstream` after `after` of idleness: its request on the
+    /// engine's HTTP origin (the health URL's, as Triton generates on its HTTP port and not its
+    /// metrics port; else the metrics URL's), a 3 s timeout, `live_failures` 3, and the stall
+    /// detection's families (else the engine's) to tell idle.
+    pub fn preset(upstream: &UpstreamConfig, after: Duration) -> CanaryConfig {
+        let engine = upstream.engine;
+        let preset = engine.canary();
+        let mut url = upstream
+            .health_url
+            .clone()
+            .unwrap_or_else(|| upstream.url.clone());
+        url.set_path(preset.path);
+        url.set_query(None);
+        CanaryConfig {
+            after,
+            url,
+            body: preset.body.map(str::to_owned),
+            headers: Vec::new(),
+            timeout: DEFAULT_TIMEOUT,
+            live_failures: DEFAULT_LIVE_FAILURES,
+            model: preset.model.map(str::to_owned),
+            answer: preset.answer,
+            idle: upstream
+                .stall
+                .clone()
+                .unwrap_or_else(|| StallConfig::preset(engine, Duration::ZERO)),
+        }
+    }
 }
 
 /// Seconds, as Dynamo writes them (`10`, `2.5`), or a duration (`10s`); more than zero.
