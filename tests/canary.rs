@@ -237,10 +237,20 @@ async fn counter(sp: &Running, name: &str, labels: &[(&str, &str)]) -> f64 {
 }
 
 async fn until_ready(sp: &Running) {
-    eventually(MARGIN * 2, "/health 200", || async {
-        sp.get("/health").await.0 == StatusCode::OK
+    until_health(sp, StatusCode::OK, MARGIN * 2).await;
+}
+
+/// Polls until `/health` answers `code`.
+async fn until_health(sp: &Running, code: StatusCode, within: Duration) {
+    eventually(within, &format!("/health {code}"), || async {
+        sp.get("/health").await.0 == code
     })
     .await;
+}
+
+/// Polls until the stand-in has been sent a canary.
+async fn until_canary(stand: &Stand, within: Duration) {
+    eventually(within, "a canary", || async { stand.count() > 0 }).await;
 }
 
 /// Polls `/health` for `window`, asserting 200 at every poll.
@@ -371,10 +381,7 @@ async fn an_idle_engine_that_hangs_goes_not_ready_then_not_live_and_heals() {
     assert!(timeouts >= 2.0, "{timeouts}");
     // Healed: the next canary passes, and both probes are 200 again.
     stand.set(Mode::Answer);
-    eventually(CANARY_AFTER + TIMEOUT + MARGIN, "/health 200", || async {
-        sp.get("/health").await.0 == StatusCode::OK
-    })
-    .await;
+    until_health(&sp, StatusCode::OK, CANARY_AFTER + TIMEOUT + MARGIN).await;
     assert_eq!(sp.get("/live/engine").await.0, StatusCode::OK);
     assert!(
         took < CANARY_AFTER + TIMEOUT + INTERVAL + MARGIN,
@@ -389,10 +396,7 @@ async fn observed_progress_heals_a_failed_canary() {
     let sp = Running::start(vllm_config(&stand)).await;
     until_ready(&sp).await;
     stand.set(Mode::Fail500);
-    eventually(CANARY_AFTER + MARGIN, "/health 503", || async {
-        sp.get("/health").await.0 == StatusCode::SERVICE_UNAVAILABLE
-    })
-    .await;
+    until_health(&sp, StatusCode::SERVICE_UNAVAILABLE, CANARY_AFTER + MARGIN).await;
     let (_, body) = health(&sp).await;
     assert_eq!(body["reason"], "vllm: canary failed: answered HTTP 500");
     // Real traffic comes back: the engine's counters move (short requests, so the busy gauge
@@ -404,10 +408,7 @@ async fn observed_progress_heals_a_failed_canary() {
             tokio::time::sleep(Duration::from_millis(30)).await;
         }
     });
-    eventually(MARGIN, "/health 200 on progress", || async {
-        sp.get("/health").await.0 == StatusCode::OK
-    })
-    .await;
+    until_health(&sp, StatusCode::OK, MARGIN).await;
     let sent = stand.count();
     ready_throughout(&sp, CANARY_AFTER * 2).await;
     assert_eq!(stand.count(), sent, "no canary while traffic flows");
@@ -420,17 +421,11 @@ async fn an_answer_without_choices_fails_and_the_model_is_looked_up_again() {
     let stand = Stand::start().await;
     let sp = Running::start(vllm_config(&stand)).await;
     until_ready(&sp).await;
-    eventually(CANARY_AFTER + MARGIN, "a first canary", || async {
-        stand.count() > 0
-    })
-    .await;
+    until_canary(&stand, CANARY_AFTER + MARGIN).await;
     assert_eq!(stand.engine.models_asked.load(Ordering::SeqCst), 1);
     stand.set(Mode::NoChoices);
     *stand.engine.model.lock().expect("lock") = "m2".into();
-    eventually(CANARY_AFTER + MARGIN, "/health 503", || async {
-        sp.get("/health").await.0 == StatusCode::SERVICE_UNAVAILABLE
-    })
-    .await;
+    until_health(&sp, StatusCode::SERVICE_UNAVAILABLE, CANARY_AFTER + MARGIN).await;
     let (_, body) = health(&sp).await;
     assert_eq!(body["reason"], "vllm: canary failed: answer has no choices");
     let bad = counter(
@@ -441,10 +436,7 @@ async fn an_answer_without_choices_fails_and_the_model_is_looked_up_again() {
     .await;
     assert!(bad >= 1.0);
     stand.set(Mode::Answer);
-    eventually(CANARY_AFTER + MARGIN, "/health 200", || async {
-        sp.get("/health").await.0 == StatusCode::OK
-    })
-    .await;
+    until_health(&sp, StatusCode::OK, CANARY_AFTER + MARGIN).await;
     assert!(stand.engine.models_asked.load(Ordering::SeqCst) >= 2);
     let generations = stand.generations();
     let (_, body) = generations.last().expect("a canary");
@@ -476,10 +468,7 @@ async fn a_sleeping_engine_is_neither_canaried_nor_stalled() {
     assert_eq!(u["health"]["canary"]["none_because"], "sleeping");
     // Awake again: canaries resume.
     stand.engine.awake.store(1, Ordering::SeqCst);
-    eventually(CANARY_AFTER + MARGIN, "a canary once awake", || async {
-        stand.count() > 0
-    })
-    .await;
+    until_canary(&stand, CANARY_AFTER + MARGIN).await;
     sp.shutdown().await.expect("clean shutdown");
 }
 
@@ -502,10 +491,7 @@ async fn sglang_trtllm_and_triton_stand_ins_get_their_own_request() {
         c.health.interval = INTERVAL;
         let sp = Running::start(c).await;
         until_ready(&sp).await;
-        eventually(CANARY_AFTER + MARGIN, "a canary", || async {
-            stand.count() > 0
-        })
-        .await;
+        until_canary(&stand, CANARY_AFTER + MARGIN).await;
         let (path, body) = stand.generations()[0].clone();
         assert_eq!(path, expected, "{engine:?}");
         if engine == Engine::Triton {
@@ -559,10 +545,7 @@ async fn dynamo_env_names_turn_canaries_on_with_upstream_and_no_file() {
     c.health.interval = INTERVAL;
     let sp = Running::start(c).await;
     until_ready(&sp).await;
-    eventually(Duration::from_secs(2) + MARGIN, "a canary", || async {
-        stand.count() > 0
-    })
-    .await;
+    until_canary(&stand, Duration::from_secs(2) + MARGIN).await;
     assert_eq!(stand.generations()[0].0, "/v1/completions");
     sp.shutdown().await.expect("clean shutdown");
 }

@@ -470,8 +470,21 @@ fn python_prometheus_client_parses_both_pages() {
 }
 
 async fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
+    http(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n"),
+        "",
+    )
+    .await
+}
+
+/// Sends one request (its request line and headers, then `body`) and reads the answer.
+async fn http(addr: SocketAddr, head: &str, body: &str) -> (String, String) {
     let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let request = format!(
+        "{head}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
     stream
         .write_all(request.as_bytes())
         .await
@@ -535,25 +548,14 @@ async fn serves_both_endpoints_until_shutdown() {
 }
 
 async fn http_post(addr: SocketAddr, path: &str) -> (String, String) {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let body = r#"{"model": "demo-model", "prompt": "Test", "max_tokens": 1}"#;
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .expect("send request");
-    let mut response = Vec::new();
-    stream
-        .read_to_end(&mut response)
-        .await
-        .expect("read response");
-    let response = String::from_utf8(response).expect("utf-8 response");
-    let (head, body) = response.split_once("\r\n\r\n").expect("head and body");
-    (head.to_ascii_lowercase(), body.to_owned())
+    let head =
+        format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n");
+    http(
+        addr,
+        &head,
+        r#"{"model": "demo-model", "prompt": "Test", "max_tokens": 1}"#,
+    )
+    .await
 }
 
 #[tokio::test]
