@@ -47,6 +47,8 @@ pub(crate) struct UpstreamReadiness {
     pub ready: bool,
     /// Whether it has been checked yet.
     pub checked: bool,
+    /// Whether its last check passed (then a failed canary is why it is not ready).
+    pub healthy: bool,
     /// `health_url`, or `scrape` (a scrape of its metrics URL).
     pub check: &'static str,
     /// When the last check finished.
@@ -269,6 +271,7 @@ impl Readiness {
                 required: *required,
                 ready: self.upstream_ready(c),
                 checked: c.healthy.is_some(),
+                healthy: c.healthy == Some(true),
                 check: if *has_url { "health_url" } else { "scrape" },
                 last_check: c.last_check,
                 last_error: c.last_error.clone(),
@@ -296,7 +299,7 @@ impl Readiness {
                     let stall = u.stall.as_ref().expect("stalled");
                     format!("{} is stalled: {}", u.name, stall.describe())
                 }
-                _ if u.canary.as_ref().is_some_and(|c| c.failed.is_some()) => {
+                _ if u.healthy && u.canary.as_ref().is_some_and(|c| c.failed.is_some()) => {
                     let failed = u.canary.as_ref().and_then(|c| c.failed.as_deref());
                     format!("{}: canary failed: {}", u.name, failed.unwrap_or_default())
                 }
@@ -337,7 +340,7 @@ impl Readiness {
                 upstream["stall"] = stall::status_json(status);
             }
             if let Some(status) = &u.canary {
-                if let (Some(why), true) = (&status.failed, u.required) {
+                if let (Some(why), true) = (&status.failed, u.required && u.healthy) {
                     failed.push(format!("{}: canary failed: {why}", u.name));
                 }
                 upstream["canary"] = canary::status_json(status, now);
@@ -633,6 +636,45 @@ mod tests {
             r.report(2.0).1["upstreams"]["vllm"]["stall"]["stalled"],
             false
         );
+    }
+
+    #[test]
+    fn a_failed_canary_is_not_ready_and_a_down_engine_says_so_instead() {
+        let mut u = upstream("vllm", true);
+        let mut canary = crate::config::CanaryConfig::preset(&u, Duration::from_secs(1));
+        canary.live_failures = 1;
+        u.canary = Some(canary);
+        let r = Readiness::new(&health(StartingStatus::NotReady), &[u]);
+        assert!(r.record(0, Ok(())));
+        let idle = Seen::Read(Reading {
+            running: Some(0.0),
+            progress: Some(1.0),
+        });
+        let start = Instant::now();
+        assert!(!r.observe_canary(0, start, idle));
+        assert!(r.observe_canary(0, start + Duration::from_secs(1), idle));
+        let failed = Outcome {
+            kind: canary::Kind::Timeout,
+            detail: "timed out after 3s".into(),
+            at: SystemTime::now(),
+            took: Duration::from_secs(3),
+        };
+        assert!(!r.finish_canary(0, start, failed, Some("m".into())));
+        assert_eq!(r.canary_model(0), None, "looked up again after a failure");
+        let (ready, body) = r.report(1.0);
+        assert!(!ready);
+        assert_eq!(body["reason"], "vllm: canary failed: timed out after 3s");
+        assert_eq!(
+            r.not_ready_reason().as_deref(),
+            Some("vllm: canary failed: timed out after 3s")
+        );
+        assert!(r.canaries()[0].1.dead);
+        r.record(0, Err("health check failed: connection refused".into()));
+        assert_eq!(
+            r.not_ready_reason().as_deref(),
+            Some("vllm is not ready: health check failed: connection refused")
+        );
+        assert_eq!(r.report(2.0).1.get("reason"), None);
     }
 
     #[test]
