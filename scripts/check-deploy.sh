@@ -289,7 +289,7 @@ check "deploy/gateway: the endpoint picker reads a served view on sysport's port
 sysport_loads_configs() {
     "$PY" -c 'import sys, yaml; d = [x for x in yaml.safe_load_all(open(sys.argv[1])) if x]; open(sys.argv[2], "w").write(d[0]["data"]["config.yaml"])' \
         "$KDIR/configmap.yaml" "$TMP/configmap.yaml"
-    POD_NAME=worker-0 POD_NAMESPACE=ns "$SYSPORT_BIN" check-config --config "$TMP/configmap.yaml" >/dev/null &&
+    POD_NAME=worker-0 POD_NAMESPACE=ns VLLM_API_KEY=example-key "$SYSPORT_BIN" check-config --config "$TMP/configmap.yaml" >/dev/null &&
         "$SYSPORT_BIN" check-config --config config/sysport.example.yaml >/dev/null
 }
 if [[ -x "${SYSPORT_BIN:-}" ]]; then

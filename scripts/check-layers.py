@@ -45,6 +45,7 @@ LAYERS = {
     # Readiness and stall detection.
     "health": 4,
     "stall": 4,
+    "canary": 4,
     # Views and the status page.
     "views": 5,
     "status": 5,

@@ -7,7 +7,9 @@
 //! it is never ready again. `/live` never looks at any of this.
 //!
 //! An upstream with `stall_after` is also not ready while its engine is stalled (see
-//! [`crate::stall`]); each check feeds its stall [`Watch`].
+//! [`crate::stall`]); each check feeds its stall [`Watch`]. An upstream with `canary_after` is
+//! not ready while its last canary failed (see [`crate::canary`]); each check feeds its canary
+//! [`Tracker`] and sends the canaries that are due.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
+use crate::canary::{self, CanaryStatus, EngineReading, Outcome, Seen, Tracker};
 use crate::config::{HealthConfig, StartingStatus, UpstreamConfig};
 use crate::scrape::ScrapeError;
 use crate::scrape::Scraper;
@@ -44,6 +47,8 @@ struct Check {
     last_check: Option<SystemTime>,
     /// With `stall_after`: the stall judgement.
     stall: Option<Watch>,
+    /// With `canary_after`: the canary schedule and judgement.
+    canary: Option<Tracker>,
 }
 
 /// One upstream's readiness, as `/health` and the status page report it.
@@ -57,6 +62,8 @@ pub(crate) struct UpstreamReadiness {
     pub ready: bool,
     /// Whether it has been checked yet.
     pub checked: bool,
+    /// Whether its last check passed (then a failed canary is why it is not ready).
+    pub healthy: bool,
     /// `health_url`, or `scrape` (a scrape of its metrics URL).
     pub check: &'static str,
     /// When the last check finished.
@@ -65,6 +72,8 @@ pub(crate) struct UpstreamReadiness {
     pub last_error: Option<CheckError>,
     /// With `stall_after`: the stall judgement now.
     pub stall: Option<StallStatus>,
+    /// With `canary_after`: the canaries' state now.
+    pub canary: Option<CanaryStatus>,
 }
 
 /// The readiness state machine, written by the check task and read by `/health`.
@@ -91,6 +100,10 @@ impl Readiness {
                     .iter()
                     .map(|u| Check {
                         stall: u.stall.as_ref().map(|s| Watch::new(s.after)),
+                        canary: u
+                            .canary
+                            .as_ref()
+                            .map(|c| Tracker::new(c.after, c.live_failures)),
                         ..Check::default()
                     })
                     .collect(),
@@ -125,6 +138,7 @@ impl Readiness {
             .healthy
             .unwrap_or(self.starting == StartingStatus::Ready)
             && !check.stall.as_ref().is_some_and(Watch::is_stalled)
+            && !check.canary.as_ref().is_some_and(Tracker::is_failed)
     }
 
     fn compute(&self, checks: &[Check]) -> bool {
@@ -178,6 +192,68 @@ impl Readiness {
         self.update(&checks)
     }
 
+    /// Feeds upstream `i`'s canary tracker (if it has one) with what the check made `at` saw;
+    /// returns whether a canary is due (the caller sends it and calls [`Self::finish_canary`]).
+    pub(crate) fn observe_canary(&self, i: usize, at: Instant, seen: Seen) -> bool {
+        let mut checks = self.checks.lock().expect("checks lock");
+        let Some(tracker) = checks[i].canary.as_mut() else {
+            return false;
+        };
+        let was = tracker.is_failed();
+        let due = tracker.observe(at, seen);
+        if was && !tracker.is_failed() {
+            let name = &self.upstreams[i].0;
+            tracing::info!(upstream = %name, "engine progressing: canary failure cleared");
+        }
+        self.update(&checks);
+        due
+    }
+
+    /// The model upstream `i`'s engine named for its last canary.
+    pub(crate) fn canary_model(&self, i: usize) -> Option<String> {
+        let checks = self.checks.lock().expect("checks lock");
+        checks[i].canary.as_ref().and_then(|t| t.model.clone())
+    }
+
+    /// Records upstream `i`'s canary sent at `sent`; returns the new overall readiness.
+    pub(crate) fn finish_canary(
+        &self,
+        i: usize,
+        sent: Instant,
+        outcome: Outcome,
+        model: Option<String>,
+    ) -> bool {
+        let mut checks = self.checks.lock().expect("checks lock");
+        let Some(tracker) = checks[i].canary.as_mut() else {
+            return self.update(&checks);
+        };
+        let name = &self.upstreams[i].0;
+        match outcome.kind {
+            canary::Kind::Success if tracker.is_failed() => {
+                tracing::info!(upstream = %name, "canary passed again");
+            }
+            canary::Kind::Success => {}
+            _ => tracing::warn!(upstream = %name, error = %outcome.detail, "canary failed"),
+        }
+        tracker.model = model;
+        tracker.finish(sent, outcome);
+        if tracker.is_failed() {
+            // Ask the engine for its model again next time.
+            tracker.model = None;
+        }
+        self.update(&checks)
+    }
+
+    /// The canary state of every upstream with `canary_after`, in configuration order.
+    pub(crate) fn canaries(&self) -> Vec<(String, CanaryStatus)> {
+        let checks = self.checks.lock().expect("checks lock");
+        self.upstreams
+            .iter()
+            .zip(checks.iter())
+            .filter_map(|((name, ..), c)| Some((name.clone(), c.canary.as_ref()?.status())))
+            .collect()
+    }
+
     /// The stall judgement of every upstream with `stall_after`, in configuration order: the
     /// read-only view `/live/engine`, the gauges and the status page share.
     pub(crate) fn stalls(&self) -> Vec<(String, StallStatus)> {
@@ -210,10 +286,12 @@ impl Readiness {
                 required: *required,
                 ready: self.upstream_ready(c),
                 checked: c.healthy.is_some(),
+                healthy: c.healthy == Some(true),
                 check: if *has_url { "health_url" } else { "scrape" },
                 last_check: c.last_check,
                 last_error: c.last_error.clone(),
                 stall: c.stall.as_ref().map(|w| w.status(now)),
+                canary: c.canary.as_ref().map(Tracker::status),
             })
             .collect()
     }
@@ -236,6 +314,10 @@ impl Readiness {
                     let stall = u.stall.as_ref().expect("stalled");
                     format!("{} is stalled: {}", u.name, stall.describe())
                 }
+                _ if u.healthy && u.canary.as_ref().is_some_and(|c| c.failed.is_some()) => {
+                    let failed = u.canary.as_ref().and_then(|c| c.failed.as_deref());
+                    format!("{}: canary failed: {}", u.name, failed.unwrap_or_default())
+                }
                 (Some(err), true) => format!("{} is not ready: {err}", u.name),
                 _ => format!(
                     "{} is not checked yet (starting status {})",
@@ -253,6 +335,8 @@ impl Readiness {
         let mut endpoints = Map::new();
         let mut detail = Map::new();
         let mut stalled = Vec::new();
+        let mut failed = Vec::new();
+        let now = Instant::now();
         for u in self.upstreams() {
             let status = if u.ready { "ready" } else { "notready" };
             endpoints.insert(u.name.clone(), Value::from(status));
@@ -270,6 +354,12 @@ impl Readiness {
                 }
                 upstream["stall"] = stall::status_json(status);
             }
+            if let Some(status) = &u.canary {
+                if let (Some(why), true) = (&status.failed, u.required && u.healthy) {
+                    failed.push(format!("{}: canary failed: {why}", u.name));
+                }
+                upstream["canary"] = canary::status_json(status, now);
+            }
             detail.insert(u.name, upstream);
         }
         let mut body = json!({
@@ -280,8 +370,15 @@ impl Readiness {
         });
         if self.is_shutting_down() {
             body["reason"] = Value::from("shutting down");
-        } else if !stalled.is_empty() {
-            body["reason"] = Value::from(format!("engine stalled: {}", stalled.join("; ")));
+        } else {
+            let mut reasons = Vec::new();
+            if !stalled.is_empty() {
+                reasons.push(format!("engine stalled: {}", stalled.join("; ")));
+            }
+            reasons.extend(failed);
+            if !reasons.is_empty() {
+                body["reason"] = Value::from(reasons.join("; "));
+            }
         }
         (ready, body)
     }
@@ -296,7 +393,7 @@ pub(crate) async fn check_all(
     client: &reqwest::Client,
     telemetry: &Telemetry,
     at: Instant,
-) {
+) -> Vec<usize> {
     let checks = scraper
         .upstreams()
         .iter()
@@ -307,7 +404,7 @@ pub(crate) async fn check_all(
                 Some(url) => {
                     let (result, reading) = tokio::join!(
                         check_url(client, url, u.timeout),
-                        read_stall(scraper, i, None)
+                        canary::read_upstream(scraper, i, None)
                     );
                     (i, result, reading)
                 }
@@ -322,18 +419,46 @@ pub(crate) async fn check_all(
                         Some(Err(e)) => Err(CheckError::Scrape(e.clone())),
                         None => Err(CheckError::NoResult),
                     };
-                    (i, result, read_stall(scraper, i, page).await)
+                    (i, result, canary::read_upstream(scraper, i, page).await)
                 }
             }
         });
+    let mut due = Vec::new();
     for (i, result, reading) in futures_util::future::join_all(checks).await {
+        let healthy = result.is_ok();
         readiness.record(i, result);
+        let seen = match &reading {
+            Some(Ok(r)) if healthy && r.asleep => Seen::Asleep,
+            Some(Ok(r)) if healthy => Seen::Read(r.reading),
+            _ => Seen::Down,
+        };
         if let Some(reading) = reading {
-            readiness.observe_stall(i, at, reading);
+            readiness.observe_stall(i, at, reading.map(EngineReading::for_stall));
+        }
+        if readiness.observe_canary(i, at, seen) {
+            due.push(i);
         }
     }
     telemetry.health_ready.set(readiness.is_ready() as i64);
     stall::set_gauges(&readiness.stalls(), telemetry);
+    due
+}
+
+/// Sends upstream `i`'s canary and records how it ended.
+async fn send_canary(
+    scraper: std::sync::Arc<Scraper>,
+    readiness: std::sync::Arc<Readiness>,
+    client: reqwest::Client,
+    telemetry: Telemetry,
+    i: usize,
+) {
+    let u = &scraper.upstreams()[i];
+    let Some(config) = &u.canary else { return };
+    let sent = Instant::now();
+    let (outcome, model) = canary::send(&client, config, readiness.canary_model(i)).await;
+    canary::count(&telemetry, &u.name, &outcome);
+    let ready = readiness.finish_canary(i, sent, outcome, model);
+    telemetry.health_ready.set(ready as i64);
 }
 
 /// A GET of a health URL: any 2xx is healthy.
@@ -347,17 +472,6 @@ async fn check_url(
         Ok(resp) => Err(CheckError::Health(ScrapeError::from_status(&resp))),
         Err(e) => Err(CheckError::Health(ScrapeError::from_reqwest(e, timeout))),
     }
-}
-
-/// Upstream `i`'s stall reading, when it has `stall_after`: from `page` when the check fetched
-/// it, else fetched.
-async fn read_stall(
-    scraper: &Scraper,
-    i: usize,
-    page: Option<crate::scrape::UpstreamResult>,
-) -> Option<Result<Reading, Unread>> {
-    let stall = scraper.upstreams()[i].stall.as_ref()?;
-    Some(stall::read_upstream(scraper, i, stall, page).await)
 }
 
 /// Runs [`check_all`] every `interval` until `stop` fires.
@@ -376,9 +490,18 @@ pub(crate) async fn run(
             at = tick.tick() => at.into_std(),
             _ = stop.changed() => return,
         };
-        tokio::select! {
-            _ = check_all(&scraper, &readiness, &client, &telemetry, at) => {}
+        let due = tokio::select! {
+            due = check_all(&scraper, &readiness, &client, &telemetry, at) => due,
             _ = stop.changed() => return,
+        };
+        for i in due {
+            tokio::spawn(send_canary(
+                scraper.clone(),
+                readiness.clone(),
+                client.clone(),
+                telemetry.clone(),
+                i,
+            ));
         }
         if *stop.borrow() {
             return;
@@ -525,6 +648,45 @@ mod tests {
             r.report(2.0).1["upstreams"]["vllm"]["stall"]["stalled"],
             false
         );
+    }
+
+    #[test]
+    fn a_failed_canary_is_not_ready_and_a_down_engine_says_so_instead() {
+        let mut u = upstream("vllm", true);
+        let mut canary = crate::config::CanaryConfig::preset(&u, Duration::from_secs(1));
+        canary.live_failures = 1;
+        u.canary = Some(canary);
+        let r = Readiness::new(&health(StartingStatus::NotReady), &[u]);
+        assert!(r.record(0, Ok(())));
+        let idle = Seen::Read(Reading {
+            running: Some(0.0),
+            progress: Some(1.0),
+        });
+        let start = Instant::now();
+        assert!(!r.observe_canary(0, start, idle));
+        assert!(r.observe_canary(0, start + Duration::from_secs(1), idle));
+        let failed = Outcome {
+            kind: canary::Kind::Timeout,
+            detail: "timed out after 3s".into(),
+            at: SystemTime::now(),
+            took: Duration::from_secs(3),
+        };
+        assert!(!r.finish_canary(0, start, failed, Some("m".into())));
+        assert_eq!(r.canary_model(0), None, "looked up again after a failure");
+        let (ready, body) = r.report(1.0);
+        assert!(!ready);
+        assert_eq!(body["reason"], "vllm: canary failed: timed out after 3s");
+        assert_eq!(
+            r.not_ready_reason().as_deref(),
+            Some("vllm: canary failed: timed out after 3s")
+        );
+        assert!(r.canaries()[0].1.dead);
+        r.record(0, Err(CheckError::Health(ScrapeError::Refused)));
+        assert_eq!(
+            r.not_ready_reason().as_deref(),
+            Some("vllm is not ready: health check failed: connection refused")
+        );
+        assert_eq!(r.report(2.0).1.get("reason"), None);
     }
 
     #[test]

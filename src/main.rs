@@ -283,6 +283,15 @@ async fn demo(host: IpAddr, port: u16) -> ExitCode {
         "  let it go on with: curl -X POST {} (both answer 200 at the next check)",
         engines.vllm_resume_url()
     );
+    println!(
+        "To watch a canary, break generation on a quiet engine (traffic stops, /health stays 200):"
+    );
+    println!("  curl -X POST {}", engines.vllm_break_generate_url());
+    println!(
+        "  once the engines drain and sit idle for {}s, a one-token canary hangs and after its 3s \
+         timeout /health answers 503 (\"vllm: canary failed\"); heal it with the resume above",
+        DEMO_CANARY_AFTER.as_secs()
+    );
     println!("Ctrl-C stops it.");
     let handle = sysport.handle();
     let result = sysport.run(signals(handle)).await;
@@ -299,6 +308,8 @@ async fn demo(host: IpAddr, port: u16) -> ExitCode {
 
 /// How often the demo checks its upstreams.
 const DEMO_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long the demo's vLLM may sit idle before a canary request.
+const DEMO_CANARY_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long the demo's vLLM may run requests without progress.
 const DEMO_STALL_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -335,15 +346,21 @@ fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) 
         },
         labels: vec![("worker_id".into(), "demo-0".into())],
         upstreams: vec![
-            UpstreamConfig {
-                stall: Some(StallConfig::preset(Engine::Vllm, DEMO_STALL_AFTER)),
-                ..upstream(
-                    "vllm",
-                    engines.vllm_metrics_url(),
-                    "vllm:",
-                    Some(engines.vllm_health_url()),
-                    true,
-                )
+            {
+                let vllm = UpstreamConfig {
+                    stall: Some(StallConfig::preset(Engine::Vllm, DEMO_STALL_AFTER)),
+                    ..upstream(
+                        "vllm",
+                        engines.vllm_metrics_url(),
+                        "vllm:",
+                        Some(engines.vllm_health_url()),
+                        true,
+                    )
+                };
+                UpstreamConfig {
+                    canary: Some(config::CanaryConfig::preset(&vllm, DEMO_CANARY_AFTER)),
+                    ..vllm
+                }
             },
             upstream(
                 "lmcache",

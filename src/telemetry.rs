@@ -29,6 +29,15 @@ pub(crate) const SERIES_OUTCOMES: [&str; 7] = [
     "relabel_dropped",
 ];
 
+/// The `result` values of `canary_requests_total` (the canary module's outcomes).
+pub(crate) const CANARY_RESULTS: [&str; 5] = [
+    "success",
+    "timeout",
+    "http_status",
+    "bad_answer",
+    "connect_error",
+];
+
 /// The sidecar's own metrics.
 #[derive(Clone)]
 pub struct Telemetry {
@@ -66,6 +75,10 @@ pub struct Telemetry {
     pub engine_stalled: IntGaugeVec,
     /// `engine_progress_age_seconds{upstream}`: time since its progress counters last moved.
     pub engine_progress_age: GaugeVec,
+    /// `canary_requests_total{upstream,result}`: canary requests sent to idle engines.
+    pub canary_requests: IntCounterVec,
+    /// `canary_duration_seconds{upstream}`: how long each canary took.
+    pub canary_duration: HistogramVec,
     process: Process,
     /// The upstreams of the configuration in force, each with the `result` values its scrapes
     /// were counted under. Only their series are written, under this lock: a fetch that started
@@ -226,6 +239,26 @@ impl Telemetry {
             &["upstream"],
         )
         .expect("valid metric");
+        let canary_requests = IntCounterVec::new(
+            opts(
+                "canary_requests_total",
+                "Canary requests sysport sent to the upstream's idle engine (canary_after), by \
+                 result: success, timeout, http_status, bad_answer, connect_error. Each is also \
+                 one request in the engine's own counters.",
+            ),
+            &["upstream", "result"],
+        )
+        .expect("valid metric");
+        let canary_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "canary_duration_seconds",
+                "Time each canary request took, until its answer was judged or it timed out.",
+            )
+            .namespace(NAMESPACE)
+            .buckets(vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+            &["upstream"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(uptime.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(build_info),
@@ -244,6 +277,8 @@ impl Telemetry {
             Box::new(openmetrics_dropped.clone()),
             Box::new(engine_stalled.clone()),
             Box::new(engine_progress_age.clone()),
+            Box::new(canary_requests.clone()),
+            Box::new(canary_duration.clone()),
         ] {
             registry.register(c).expect("metric names are unique");
         }
@@ -267,6 +302,8 @@ impl Telemetry {
             openmetrics_dropped,
             engine_stalled,
             engine_progress_age,
+            canary_requests,
+            canary_duration,
             process,
             current: Arc::default(),
         }
@@ -355,6 +392,10 @@ impl Telemetry {
         let _ = self.scrape_duration.remove_label_values(&[name]);
         let _ = self.engine_stalled.remove_label_values(&[name]);
         let _ = self.engine_progress_age.remove_label_values(&[name]);
+        let _ = self.canary_duration.remove_label_values(&[name]);
+        for result in CANARY_RESULTS {
+            let _ = self.canary_requests.remove_label_values(&[name, result]);
+        }
         for outcome in SERIES_OUTCOMES {
             let _ = self.series.remove_label_values(&[name, outcome]);
         }

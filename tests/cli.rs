@@ -105,6 +105,8 @@ fn the_shipped_configurations_are_valid() {
             .arg(&path)
             .env("POD_NAME", "vllm-worker-0")
             .env("POD_NAMESPACE", "inference")
+            // The Deployment gives it from the vllm-api-key Secret, for the canary's headers.
+            .env("VLLM_API_KEY", "example-key")
             .output()
             .expect("runs");
         assert_eq!(

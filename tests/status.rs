@@ -163,7 +163,9 @@ async fn status_keeps_its_schema_and_agrees_with_health_and_metrics() {
                 "last_check_at",
                 "last_error",
                 "stall",
-                "stalled"
+                "stalled",
+                "canary",
+                "canary_failed"
             ])
         );
     }

@@ -118,6 +118,33 @@ pub struct UpstreamConfig {
     pub metric_relabel_configs: Vec<Rule>,
     /// Stall detection (`stall_after` above zero), default off.
     pub stall: Option<StallConfig>,
+    /// Canary requests while idle (`canary_after` above zero), default off.
+    pub canary: Option<CanaryConfig>,
+}
+
+/// Canary requests of one upstream: after `after` of idleness, one one-token request through
+/// the engine must answer within `timeout` for the upstream to stay ready (see `crate::canary`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CanaryConfig {
+    /// Idle time before a canary; more than zero.
+    pub after: Duration,
+    /// Where the request goes; `{model}` in the path stands for the model.
+    pub url: Url,
+    /// The JSON body of a `POST` (`{model}` stands for the model as a JSON string); `None`: `GET`.
+    pub body: Option<String>,
+    /// Headers sent with the request and the model lookup, values expanded.
+    pub headers: Vec<(String, String)>,
+    /// How long the answer may take, default 3 s.
+    pub timeout: Duration,
+    /// Failed canaries in a row (with no progress between them) that make `/live/engine` 503;
+    /// 0 = never; default 3.
+    pub live_failures: u32,
+    /// The model; `None`: asked of the engine (vLLM's `GET /v1/models`).
+    pub model: Option<String>,
+    /// How the answer is judged (the engine's).
+    pub answer: crate::model::engine::CanaryAnswer,
+    /// The families that tell idle from busy: the stall detection's, or the engine's.
+    pub idle: StallConfig,
 }
 
 /// Stall detection of one upstream: requests running at every check for `after`, and the
@@ -257,6 +284,7 @@ impl UpstreamConfig {
             aliases: false,
             metric_relabel_configs: Vec::new(),
             stall: None,
+            canary: None,
         }
     }
 }

@@ -17,6 +17,15 @@ pub const DYN_SYSTEM_HEALTH_PATH: &str = "DYN_SYSTEM_HEALTH_PATH";
 pub const DYN_SYSTEM_LIVE_PATH: &str = "DYN_SYSTEM_LIVE_PATH";
 /// Readiness before the first health check (`health.starting_status`): `notready` or `ready`.
 pub const DYN_SYSTEM_STARTING_HEALTH_STATUS: &str = "DYN_SYSTEM_STARTING_HEALTH_STATUS";
+/// Dynamo's switch for canary health checks: `true` gives every upstream without its own
+/// `canary_after` one of `DYN_CANARY_WAIT_TIME`.
+pub const DYN_HEALTH_CHECK_ENABLED: &str = "DYN_HEALTH_CHECK_ENABLED";
+/// Seconds of idleness before a canary (default 10), with `DYN_HEALTH_CHECK_ENABLED`.
+pub const DYN_CANARY_WAIT_TIME: &str = "DYN_CANARY_WAIT_TIME";
+/// Seconds a canary may take (`canary.timeout`).
+pub const DYN_HEALTH_CHECK_REQUEST_TIMEOUT: &str = "DYN_HEALTH_CHECK_REQUEST_TIMEOUT";
+/// A canary's JSON body (`canary.body`), inline or `@/path/file.json`.
+pub const DYN_HEALTH_CHECK_PAYLOAD: &str = "DYN_HEALTH_CHECK_PAYLOAD";
 
 /// A source of environment variables.
 pub trait Env {

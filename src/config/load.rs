@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_saphyr::Spanned;
 
+use super::canary::{Dynamo, FileCanary};
 use super::check::{
     check_label_name, check_upstream_name, keep_prefix, nonzero, parse_bool, parse_engine,
     parse_flag_upstream, parse_ip, parse_route, parse_starting_status, parse_url,
@@ -103,7 +104,8 @@ impl Loader<'_> {
         let listen = self.listen(raw.listen.unwrap_or_default(), overrides);
         let health = self.health(raw.health.unwrap_or_default());
         let labels = self.labels(raw.labels.map(|labels| labels.0).unwrap_or_default());
-        let upstreams = self.upstreams(raw.upstreams, &overrides.upstreams);
+        let dynamo = self.dynamo();
+        let upstreams = self.upstreams(raw.upstreams, &overrides.upstreams, &dynamo);
         let limits = self.limits(raw.limits.unwrap_or_default());
         let metric_relabel_configs =
             self.relabel_rules(raw.metric_relabel_configs, "metric_relabel_configs");
@@ -301,19 +303,30 @@ impl Loader<'_> {
         &mut self,
         file: Option<Spanned<Vec<Spanned<RawUpstream>>>>,
         flags: &[String],
+        dynamo: &Dynamo,
     ) -> Vec<UpstreamConfig> {
+        let given = |loader: &mut Self, upstreams: Vec<UpstreamConfig>| {
+            upstreams
+                .into_iter()
+                .map(|u| UpstreamConfig {
+                    canary: loader.canary(FileCanary::none(), &u, dynamo),
+                    ..u
+                })
+                .collect()
+        };
         if !flags.is_empty() {
-            return self.flag_upstreams(flags);
+            let upstreams = self.flag_upstreams(flags);
+            return given(self, upstreams);
         }
         let Some(file) = file else {
-            return Config::default().upstreams;
+            return given(self, Config::default().upstreams);
         };
         if file.value.is_empty() {
             let message =
                 "empty list: name at least one upstream, or omit the section for the default";
             self.issue(Origin::File(file.referenced), "upstreams", message);
         }
-        self.file_upstreams(file.value)
+        self.file_upstreams(file.value, dynamo)
     }
 
     fn limits(&mut self, raw: RawLimits) -> Limits {
@@ -391,11 +404,15 @@ impl Loader<'_> {
         labels
     }
 
-    fn file_upstreams(&mut self, raw: Vec<Spanned<RawUpstream>>) -> Vec<UpstreamConfig> {
+    fn file_upstreams(
+        &mut self,
+        raw: Vec<Spanned<RawUpstream>>,
+        dynamo: &Dynamo,
+    ) -> Vec<UpstreamConfig> {
         let mut first_lines = HashMap::new();
         raw.into_iter()
             .enumerate()
-            .filter_map(|(i, entry)| self.file_upstream(i, entry, &mut first_lines))
+            .filter_map(|(i, entry)| self.file_upstream(i, entry, &mut first_lines, dynamo))
             .collect()
     }
 
@@ -406,6 +423,7 @@ impl Loader<'_> {
         i: usize,
         entry: Spanned<RawUpstream>,
         first_lines: &mut HashMap<String, u64>,
+        dynamo: &Dynamo,
     ) -> Option<UpstreamConfig> {
         let field = |key: &str| format!("upstreams[{i}].{key}");
         let raw = entry.value;
@@ -449,6 +467,7 @@ impl Loader<'_> {
             engine,
             keep.as_deref(),
         );
+        let canary = self.file_canary(i, raw.canary_after.as_ref(), raw.canary);
         let timeout = self.file_value(raw.timeout.as_ref(), &field("timeout"), positive_duration);
         // The preset's health URL goes with its metrics URL: next to another URL it may be wrong.
         let health_url = match (&raw.health_url, &raw.url) {
@@ -469,7 +488,7 @@ impl Loader<'_> {
             self.relabel_rules(raw.metric_relabel_configs, &field("metric_relabel_configs"));
 
         let defaults = UpstreamConfig::new(name?.0, url?);
-        Some(UpstreamConfig {
+        let upstream = UpstreamConfig {
             engine,
             keep: keep?,
             timeout: timeout.map_or(defaults.timeout, |(timeout, _)| timeout),
@@ -480,6 +499,10 @@ impl Loader<'_> {
             metric_relabel_configs,
             stall: stall?,
             ..defaults
+        };
+        Some(UpstreamConfig {
+            canary: self.canary(canary?, &upstream, dynamo),
+            ..upstream
         })
     }
 

@@ -30,6 +30,8 @@
 //! metric_relabel_configs: []            # applied to every upstream, after its own rules
 //!     stall_after: 0s
 //!     stall: { busy: "vllm:num_requests_running", progress: "vllm:iteration_tokens_total" }
+//!     canary_after: 0s                  # 10s: a one-token request after 10 s of idleness
+//!     canary: { timeout: 3s, live_failures: 3, headers: { Authorization: "Bearer ${KEY}" } }
 //! limits:
 //!   max_body_bytes: 16MiB
 //!   max_line_bytes: 1MiB
@@ -47,6 +49,9 @@
 //! [`Config`]'s `Display` renders the effective configuration in this same schema.
 //! `metric_relabel_configs` values are taken literally (no `${VAR}`): see `relabel`.
 
+mod canary;
+#[cfg(test)]
+mod canary_tests;
 mod check;
 mod data;
 #[cfg(test)]
@@ -73,12 +78,14 @@ mod web;
 mod web_config;
 
 pub use data::{
-    Config, HealthConfig, Limits, Listen, ShutdownConfig, StallConfig, StartingStatus,
-    UpstreamConfig, ViewConfig,
+    CanaryConfig, Config, HealthConfig, Limits, Listen, ShutdownConfig, StallConfig,
+    StartingStatus, UpstreamConfig, ViewConfig,
 };
 pub use env::{
-    DYN_SYSTEM_HEALTH_PATH, DYN_SYSTEM_HOST, DYN_SYSTEM_LIVE_PATH, DYN_SYSTEM_PORT,
-    DYN_SYSTEM_STARTING_HEALTH_STATUS, Env, ProcessEnv, SYSPORT_CONFIG, SYSPORT_WEB_CONFIG,
+    DYN_CANARY_WAIT_TIME, DYN_HEALTH_CHECK_ENABLED, DYN_HEALTH_CHECK_PAYLOAD,
+    DYN_HEALTH_CHECK_REQUEST_TIMEOUT, DYN_SYSTEM_HEALTH_PATH, DYN_SYSTEM_HOST,
+    DYN_SYSTEM_LIVE_PATH, DYN_SYSTEM_PORT, DYN_SYSTEM_STARTING_HEALTH_STATUS, Env, ProcessEnv,
+    SYSPORT_CONFIG, SYSPORT_WEB_CONFIG,
 };
 pub use error::{ConfigError, ConfigIssue};
 pub use load::{Overrides, load, load_file};

@@ -188,6 +188,33 @@ section! {
         stall_after: Text,
         /// The families stall detection reads, instead of the engine's (needs `stall_after`).
         stall: Spanned<RawStall>,
+        /// Canary requests (`10s`; default `0s`, off): after this long with nothing running and
+        /// no progress, one one-token request goes through the engine; a failure makes the
+        /// upstream not ready until a canary passes or progress is seen.
+        canary_after: Text,
+        /// The canary request, instead of the engine's (needs `canary_after`).
+        canary: Spanned<RawCanary>,
+    }
+}
+
+section! {
+    /// `canary:` of an upstream.
+    RawCanary {
+        /// Where the canary goes, default the engine's on its HTTP origin (the `health_url`'s, or
+        /// else the metrics URL's): vLLM `/v1/completions`, SGLang and trtllm-serve
+        /// `/health_generate`, Triton `/v2/models/{model}/generate`.
+        url: Text,
+        /// The JSON body (then a `POST`; `{model}` stands for the model as a JSON string),
+        /// default the engine's.
+        body: Text,
+        /// Headers of the request (`{ Authorization: "Bearer ${API_KEY}" }`).
+        headers: RawLabels,
+        /// How long the answer may take (`3s`, default 3s).
+        timeout: Text,
+        /// Failed canaries in a row that make `/live/engine` 503 (default 3; 0 = never).
+        live_failures: Text,
+        /// The model (default: vLLM asks `GET /v1/models`; Triton `ensemble`).
+        model: Text,
     }
 }
 

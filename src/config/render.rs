@@ -151,6 +151,7 @@ impl fmt::Display for Rendered<'_> {
                     writeln!(f, "      progress: [{}]", progress.join(", "))?;
                 }
             }
+            write_canary(f, upstream.canary.as_ref())?;
             if !views
                 .iter()
                 .any(|v| v.name == crate::model::engine::ROUTER_VIEW)
@@ -250,6 +251,36 @@ fn write_rules(f: &mut fmt::Formatter<'_>, rules: &[Rule], indent: &str) -> fmt:
 
 /// A YAML double-quoted scalar that reads back as `text`: `$` is doubled because loading expands
 /// `${VAR}` in every value.
+/// `canary_after` and `canary:`. Header values are left out: they hold credentials.
+fn write_canary(
+    f: &mut fmt::Formatter<'_>,
+    canary: Option<&super::data::CanaryConfig>,
+) -> fmt::Result {
+    let Some(canary) = canary else {
+        return writeln!(f, "    canary_after: 0s");
+    };
+    writeln!(f, "    canary_after: {}", format_duration(canary.after))?;
+    writeln!(f, "    canary:")?;
+    writeln!(f, "      url: {}", quoted(canary.url.as_str()))?;
+    if let Some(body) = &canary.body {
+        writeln!(f, "      body: {}", quoted(body))?;
+    }
+    writeln!(f, "      timeout: {}", format_duration(canary.timeout))?;
+    writeln!(f, "      live_failures: {}", canary.live_failures)?;
+    if let Some(model) = &canary.model {
+        writeln!(f, "      model: {}", quoted(model))?;
+    }
+    if !canary.headers.is_empty() {
+        let names: Vec<&str> = canary.headers.iter().map(|(n, _)| n.as_str()).collect();
+        writeln!(
+            f,
+            "      # headers (values not shown): {}",
+            names.join(", ")
+        )?;
+    }
+    Ok(())
+}
+
 fn quoted(text: &str) -> String {
     quote(text, true)
 }

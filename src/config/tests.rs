@@ -13,7 +13,7 @@ use crate::model::{Engine, FamilyKey, Op, Url, ViewFamily};
 
 const FILE: &str = "sysport.yaml";
 
-fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+pub(super) fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs
         .iter()
         .map(|&(key, value)| (key.to_owned(), value.to_owned()))
@@ -144,6 +144,7 @@ fn defaults_without_file_env_or_flags() {
         aliases: false,
         metric_relabel_configs: Vec::new(),
         stall: None,
+        canary: None,
     };
     assert_eq!(config.upstreams, [vllm]);
     assert!(config.metric_relabel_configs.is_empty());
@@ -481,7 +482,7 @@ fn unknown_fields_name_the_field_and_position() {
         only_issue("upstreams:\n  - name: vllm\n    url: http://h/metrics\n    tiemout: 2s\n");
     assert_eq!(
         issue,
-        "sysport.yaml:4:5: upstreams[0].tiemout: unknown field `tiemout`, expected one of name, engine, url, keep, timeout, health_url, required, min_interval, aliases, metric_relabel_configs, stall_after, stall"
+        "sysport.yaml:4:5: upstreams[0].tiemout: unknown field `tiemout`, expected one of name, engine, url, keep, timeout, health_url, required, min_interval, aliases, metric_relabel_configs, stall_after, stall, canary_after, canary"
     );
     let issues = problems("listen:\n  port: 1\nhelth: {}\n", &no_env());
     assert_issue(&issues[0], 3, 1, "helth", "unknown field `helth`");

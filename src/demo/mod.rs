@@ -10,7 +10,12 @@
 //!
 //! `POST /demo/stall` on the vLLM server hangs the engines at their next step with requests
 //! running, the way a deadlocked engine hangs: every number stands still while its `/health`
-//! stays 200. `POST /demo/resume` lets them go on.
+//! stays 200. `POST /demo/break-generate` breaks generation on a quiet engine: no request
+//! arrives any more, the engines drain and go idle, and `/v1/completions` hangs while `/health`
+//! stays 200, for sysport's canaries to find. `POST /demo/resume` heals both.
+//!
+//! The vLLM server also answers `GET /v1/models` and `POST /v1/completions` in the shapes of
+//! vLLM's OpenAI server (`vllm/entrypoints/openai/api_server.py`), for canary requests.
 //!
 //! - `sim`: the workload (queueing, prefill, decode, preemption, prefix cache).
 //! - `lmcache`: the LMCache worker and its page; `vllm`: the vLLM page.
@@ -40,6 +45,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use self::served::MODEL;
 use self::sim::Sim;
 
 /// The content type `prometheus_client` answers with for text 0.0.4.
@@ -81,6 +87,9 @@ impl DemoUpstreams {
             .route("/health", get(|| async { StatusCode::OK }))
             .route("/demo/stall", post(stall))
             .route("/demo/resume", post(resume))
+            .route("/demo/break-generate", post(break_generate))
+            .route("/v1/models", get(models))
+            .route("/v1/completions", post(completions))
             .with_state(workload.clone());
         let lmcache_app = Router::new()
             .route("/metrics", get(lmcache_metrics))
@@ -121,6 +130,11 @@ impl DemoUpstreams {
     /// `http://ADDR/demo/resume` of the simulated vLLM server: `POST` lets them go on.
     pub fn vllm_resume_url(&self) -> String {
         format!("http://{}/demo/resume", self.vllm)
+    }
+
+    /// `http://ADDR/demo/break-generate` of the simulated vLLM server: `POST` breaks generation.
+    pub fn vllm_break_generate_url(&self) -> String {
+        format!("http://{}/demo/break-generate", self.vllm)
     }
 
     /// `http://ADDR/metrics` of the simulated LMCache server.
@@ -221,7 +235,50 @@ async fn stall(State(workload): State<Workload>) -> &'static str {
 
 async fn resume(State(workload): State<Workload>) -> &'static str {
     workload.with_sim(Sim::resume);
-    "the engines step again\n"
+    "the engines step again, and generate again\n"
+}
+
+async fn break_generate(State(workload): State<Workload>) -> &'static str {
+    workload.with_sim(|sim| sim.broken = true);
+    "no more requests arrive and generation hangs: /health stays 200, /v1/completions never \
+     answers\n"
+}
+
+/// vLLM's model list: one model, its `id` what a completion names.
+async fn models() -> impl IntoResponse {
+    let body = serde_json::json!({
+        "object": "list",
+        "data": [{"id": MODEL, "object": "model", "owned_by": "vllm", "root": MODEL}],
+    });
+    json(body)
+}
+
+/// A one-token completion in the OpenAI shape, or, while generation is broken, no answer (until
+/// the client gives up; bounded so a forgotten request ends).
+async fn completions(State(workload): State<Workload>) -> axum::response::Response {
+    if workload.with_sim(|sim| sim.broken) {
+        tokio::time::sleep(std::time::Duration::from_secs(300)).await;
+        return StatusCode::GATEWAY_TIMEOUT.into_response();
+    }
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let body = serde_json::json!({
+        "id": format!("cmpl-demo-{created}"),
+        "object": "text_completion",
+        "created": created,
+        "model": MODEL,
+        "choices": [{"index": 0, "text": ".", "logprobs": null, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    });
+    json(body).into_response()
+}
+
+fn json(body: serde_json::Value) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
 }
 
 #[cfg(test)]

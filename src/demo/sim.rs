@@ -67,6 +67,9 @@ pub(super) struct Sim {
     /// Length of the previous render of each page, to size the next buffer in one allocation.
     pub(super) size_hints: [usize; 2],
     hang: Hang,
+    /// `/demo/break-generate`: generation hangs, and no request arrives any more (a quiet
+    /// engine that broke), so the engines drain and go idle.
+    pub(super) broken: bool,
 }
 
 /// The engines' state for `sysport demo`'s stall: a hang as a tensor-parallel deadlock leaves
@@ -92,6 +95,7 @@ impl Sim {
             lmcache_process: ProcessStats::new(created_unix - 12.9, 0.08, 9.6e8),
             size_hints: [96 * 1024, 48 * 1024],
             hang: Hang::No,
+            broken: false,
         }
     }
 
@@ -113,6 +117,7 @@ impl Sim {
             let now = self.now;
             for (engine, lmc) in self.engines.iter_mut().zip(self.lmcache.iter_mut()) {
                 lmc.tick(now);
+                engine.arriving = !self.broken;
                 engine.step(now, STEP_SECONDS, &mut self.rng, lmc, &mut self.api);
             }
             self.api.step(STEP_SECONDS, &mut self.rng);
@@ -137,9 +142,10 @@ impl Sim {
         }
     }
 
-    /// Lets hung engines step again, from where they stopped.
+    /// Lets hung engines step again, from where they stopped, and heals a broken generation.
     pub(super) fn resume(&mut self) {
         self.hang = Hang::No;
+        self.broken = false;
     }
 
     #[cfg(test)]
@@ -269,6 +275,8 @@ pub(super) struct Engine {
     /// Mean arrivals per second and the phase of the slow swing around it.
     rate: f64,
     phase: f64,
+    /// Whether requests arrive (not while generation is broken).
+    arriving: bool,
     waiting: VecDeque<Request>,
     running: Vec<Request>,
     pub(super) counters: EngineCounters,
@@ -281,6 +289,7 @@ impl Engine {
             id,
             rate,
             phase,
+            arriving: true,
             waiting: VecDeque::new(),
             running: Vec::with_capacity(MAX_NUM_SEQS),
             counters: EngineCounters::default(),
@@ -338,6 +347,9 @@ impl Engine {
         let mut arrivals = rng.poisson(self.rate * swing.max(0.05) * dt);
         if rng.chance(0.0005) {
             arrivals += 8 + rng.poisson(8.0);
+        }
+        if !self.arriving {
+            arrivals = 0;
         }
         for _ in 0..arrivals {
             self.waiting

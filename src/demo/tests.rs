@@ -177,6 +177,25 @@ fn a_hung_engine_keeps_its_requests_and_stops_counting_until_resumed() {
 }
 
 #[test]
+fn broken_generation_drains_the_engines_to_idle_until_resumed() {
+    let mut sim = sim_at(60.0);
+    sim.broken = true;
+    sim.advance_to(240.0);
+    let [idle, _] = pages(&sim);
+    sim.advance_to(300.0);
+    let [later, _] = pages(&sim);
+    let steps = |page: &str| sum(page, "vllm:iteration_tokens_total_count", &[]);
+    assert_eq!(sum(&later, "vllm:num_requests_running", &[]), 0.0);
+    assert_eq!(sum(&later, "vllm:num_requests_waiting", &[]), 0.0);
+    assert_eq!(steps(&later), steps(&idle), "an idle engine does not step");
+    sim.resume();
+    assert!(!sim.broken);
+    sim.advance_to(320.0);
+    let [resumed, _] = pages(&sim);
+    assert!(steps(&resumed) > steps(&later));
+}
+
+#[test]
 fn inf_bucket_equals_count_and_buckets_are_cumulative() {
     for page in pages(&sim_at(200.0)) {
         let types = types(&page);
@@ -451,8 +470,21 @@ fn python_prometheus_client_parses_both_pages() {
 }
 
 async fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
+    http(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n"),
+        "",
+    )
+    .await
+}
+
+/// Sends one request (its request line and headers, then `body`) and reads the answer.
+async fn http(addr: SocketAddr, head: &str, body: &str) -> (String, String) {
     let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let request = format!(
+        "{head}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
     stream
         .write_all(request.as_bytes())
         .await
@@ -511,6 +543,56 @@ async fn serves_both_endpoints_until_shutdown() {
 
     stop.send(()).expect("demo still running");
     tokio::time::timeout(Duration::from_secs(5), up.wait())
+        .await
+        .expect("servers stop after shutdown");
+}
+
+async fn http_post(addr: SocketAddr, path: &str) -> (String, String) {
+    let head =
+        format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n");
+    http(
+        addr,
+        &head,
+        r#"{"model": "demo-model", "prompt": "Test", "max_tokens": 1}"#,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn generation_answers_hangs_when_broken_and_heals_on_resume() {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let up = DemoUpstreams::start(Ipv4Addr::LOCALHOST.into(), async move {
+        let _ = stopped.await;
+    })
+    .await
+    .expect("start demo upstreams");
+    let (head, body) = http_get(up.vllm, "/v1/models").await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    let models: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(models["data"][0]["id"], MODEL);
+    let (head, body) = http_post(up.vllm, "/v1/completions").await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    let completion: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(completion["choices"].as_array().map(Vec::len), Some(1));
+    let (head, _) = http_post(up.vllm, "/demo/break-generate").await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    let hung = tokio::time::timeout(
+        Duration::from_millis(500),
+        http_post(up.vllm, "/v1/completions"),
+    )
+    .await;
+    assert!(hung.is_err(), "no answer while broken");
+    let (head, _) = http_get(up.vllm, "/health").await;
+    assert!(
+        head.starts_with("http/1.1 200"),
+        "/health stays 200: {head}"
+    );
+    http_post(up.vllm, "/demo/resume").await;
+    let (head, _) = http_post(up.vllm, "/v1/completions").await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    stop.send(()).expect("demo still running");
+    // The hung request is dropped with its connection; the servers stop.
+    tokio::time::timeout(Duration::from_secs(10), up.wait())
         .await
         .expect("servers stop after shutdown");
 }

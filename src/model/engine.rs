@@ -244,6 +244,92 @@ pub static PRESETS: LazyLock<[Preset; 4]> = LazyLock::new(|| {
     ]
 });
 
+/// How a canary request's answer is judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CanaryAnswer {
+    /// Any 2xx: the engine generated before it answered (SGLang's and trtllm-serve's
+    /// `/health_generate`).
+    Status,
+    /// A 2xx JSON object whose `choices` is a non-empty list (an OpenAI completion).
+    Choices,
+    /// A 2xx JSON object with a `text_output` (Triton's generate extension).
+    TextOutput,
+}
+
+/// The one-token request that proves an idle engine can still generate (see `crate::canary`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CanaryPreset {
+    pub engine: Engine,
+    /// `GET` when `None`, else `POST` with this JSON body, where `{model}` stands for the model
+    /// (as a JSON string).
+    pub body: Option<&'static str>,
+    /// The path on the engine's HTTP origin; `{model}` stands for the model.
+    pub path: &'static str,
+    /// How the answer is judged.
+    pub answer: CanaryAnswer,
+    /// The model when `canary.model` is not given: `None` asks the engine (vLLM's
+    /// `GET /v1/models`, first `id`).
+    pub model: Option<&'static str>,
+    /// The gauge that is 0 while the engine sleeps (neither stalled nor canaried then): its
+    /// name and the label value that picks its series ([`CanaryPreset::awake_key`]).
+    pub awake: Option<(&'static str, &'static str, &'static str)>,
+}
+
+impl CanaryPreset {
+    /// The sleep gauge as a family key.
+    pub fn awake_key(&self) -> Option<FamilyKey> {
+        self.awake
+            .map(|(name, label, value)| FamilyKey::selected(name, label, value))
+    }
+}
+
+/// The canary of every engine, in [`PRESETS`] order. Sources:
+/// - vLLM: `POST /v1/completions` and `GET /v1/models` of its OpenAI server
+///   (`vllm/entrypoints/openai/api_server.py`); a completion carries a `choices` list. The sleep
+///   gauge `vllm:engine_sleep_state{sleep_state="awake"}` is 0 while `/sleep` has put the engine
+///   to sleep (`vllm/v1/metrics/loggers.py`).
+/// - SGLang: `GET /health_generate` runs a one-token generation through the scheduler before it
+///   answers 200 (`python/sglang/srt/entrypoints/http_server.py`).
+/// - trtllm-serve: `GET /health_generate` generates one token before it answers 200
+///   (`tensorrt_llm/serve/openai_server.py`).
+/// - Triton: the generate extension, `POST /v2/models/<model>/generate` with `text_input` and
+///   parameters, answering `text_output` (`docs/protocol/extension_generate.md` of
+///   triton-inference-server/server); the TensorRT-LLM backend's model is `ensemble`.
+pub const CANARIES: [CanaryPreset; 4] = [
+    CanaryPreset {
+        engine: Engine::Vllm,
+        body: Some(r#"{"model": {model}, "prompt": "Test", "max_tokens": 1, "temperature": 0}"#),
+        path: "/v1/completions",
+        answer: CanaryAnswer::Choices,
+        model: None,
+        awake: Some(("vllm:engine_sleep_state", "sleep_state", "awake")),
+    },
+    CanaryPreset {
+        engine: Engine::Sglang,
+        body: None,
+        path: "/health_generate",
+        answer: CanaryAnswer::Status,
+        model: None,
+        awake: None,
+    },
+    CanaryPreset {
+        engine: Engine::Trtllm,
+        body: None,
+        path: "/health_generate",
+        answer: CanaryAnswer::Status,
+        model: None,
+        awake: None,
+    },
+    CanaryPreset {
+        engine: Engine::Triton,
+        body: Some(r#"{"text_input": "Test", "max_tokens": 1}"#),
+        path: "/v2/models/{model}/generate",
+        answer: CanaryAnswer::TextOutput,
+        model: Some("ensemble"),
+        awake: None,
+    },
+];
+
 impl Engine {
     /// The engine's preset.
     pub fn preset(self) -> &'static Preset {
@@ -270,6 +356,14 @@ impl Engine {
     /// families when it runs in-process), as an upstream's `keep`.
     pub fn default_keep(self) -> Vec<String> {
         self.preset().keep.iter().map(|k| (*k).to_owned()).collect()
+    }
+
+    /// The engine's canary request.
+    pub fn canary(self) -> &'static CanaryPreset {
+        CANARIES
+            .iter()
+            .find(|c| c.engine == self)
+            .expect("every engine has a canary")
     }
 }
 

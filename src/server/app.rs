@@ -48,6 +48,7 @@ impl Runtime {
         let readiness = Arc::new(Readiness::new(&config.health, &config.upstreams));
         telemetry.health_ready.set(readiness.is_ready() as i64);
         stall::register_gauges(&config.upstreams, telemetry);
+        crate::canary::register_metrics(&config.upstreams, telemetry);
         let (stop_checks, stop) = watch::channel(false);
         tokio::spawn(health::run(
             scraper.clone(),

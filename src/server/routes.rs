@@ -18,7 +18,7 @@ use super::page::{self, set_age};
 use crate::config::Config;
 use crate::expfmt::Selection;
 use crate::model::routes;
-use crate::{stall, status, web};
+use crate::{status, web};
 
 /// The routes, behind basic auth and the configured headers when the web configuration has
 /// them (the probes stay open).
@@ -144,7 +144,8 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
         (Some(Route::Live), _) => live(&runtime),
         (Some(Route::LiveEngine), _) => {
             let stalls = runtime.readiness.stalls();
-            let (live, body) = stall::live_engine(&stalls);
+            let canaries = runtime.readiness.canaries();
+            let (live, body) = crate::canary::live_engine(&stalls, &canaries);
             let code = if live {
                 StatusCode::OK
             } else {
@@ -153,13 +154,18 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
             let body = if whole_probe_body(&runtime, &req) {
                 body
             } else {
-                let engines: serde_json::Map<String, serde_json::Value> = stalls
+                let mut engines: serde_json::Map<String, serde_json::Value> = stalls
                     .iter()
                     .map(|(name, s)| {
                         let state = if s.stalled { "stalled" } else { "live" };
                         (name.clone(), state.into())
                     })
                     .collect();
+                for (name, c) in &canaries {
+                    if c.dead {
+                        engines.insert(name.clone(), "canary failed".into());
+                    }
+                }
                 serde_json::json!({ "status": body["status"], "endpoints": engines })
             };
             json_response(code, body.to_string())

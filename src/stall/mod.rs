@@ -30,7 +30,7 @@ pub(crate) use watch::{Reading, StallStatus, Unread, Watch};
 
 use crate::config::StallConfig;
 use crate::expfmt::{Exposition, Selection};
-use crate::scrape::{Scraper, UpstreamResult};
+use crate::model::FamilyKey;
 
 /// Reads the stall families of `stall` from one upstream's page; `copies` are the labels whose
 /// series are copies of one number (the engine preset's).
@@ -47,42 +47,22 @@ pub(crate) fn read(exp: &Exposition, stall: &StallConfig, copies: &[&str]) -> Re
 
 /// The families a stall read asks the engine for: the busy gauge and the progress counters,
 /// and for a `_count` name the histogram or summary it may belong to.
+#[cfg(test)]
 pub(crate) fn selection(stall: &StallConfig) -> Selection {
+    selection_with(stall, None)
+}
+
+/// [`selection`], and one more family (the canary's sleep gauge).
+pub(crate) fn selection_with(stall: &StallConfig, more: Option<&FamilyKey>) -> Selection {
     let names = std::iter::once(&stall.busy)
         .chain(&stall.progress)
+        .chain(more)
         .map(|f| f.name.as_str());
     let bases = stall
         .progress
         .iter()
         .filter_map(|f| f.name.strip_suffix("_count"));
     Selection::new(names.chain(bases))
-}
-
-/// Reads upstream `i`'s stall families: from `page` when the health check fetched the full
-/// page anyway, else with a fetch of those families alone (the engine's `name[]` selection
-/// where it has been shown faithful, else the full page, shared with `/metrics`).
-pub(crate) async fn read_upstream(
-    scraper: &Scraper,
-    i: usize,
-    stall: &StallConfig,
-    page: Option<UpstreamResult>,
-) -> Result<Reading, Unread> {
-    let result = match page {
-        Some(page) => page,
-        None => scraper
-            .scrape(&[i], Some(&selection(stall)), None)
-            .await
-            .pop()
-            .map(|s| s.result)
-            .ok_or(Unread::NoResult)?,
-    };
-    let copies = scraper.upstreams()[i].engine.preset().copy_labels();
-    match result {
-        // The engine's page as parsed: whatever `metric_relabel_configs` leave of its families
-        // for Prometheus, the stall families are read as the engine wrote them.
-        Ok(page) => Ok(read(&page.parsed, stall, &copies)),
-        Err(e) => Err(Unread::Scrape(e)),
-    }
 }
 
 #[cfg(test)]

@@ -92,6 +92,10 @@ pub(crate) enum State {
     Up,
     /// Up, but its engine is stalled (`stall_after`: busy with no progress).
     Stalled,
+    /// Up, but its last canary failed (`canary_after`: an idle engine that cannot generate).
+    CanaryFailed,
+    /// Up, and the engine says it sleeps (vLLM's sleep mode): neither stalled nor canaried.
+    Sleeping,
     Down,
     /// Not scraped since sysport (or its configuration) started.
     Unknown,
@@ -121,6 +125,10 @@ pub(crate) struct HealthFacts {
     pub stall: Option<serde_json::Value>,
     /// While stalled: what it is, in words.
     pub stalled: Option<String>,
+    /// With `canary_after`: the canaries' state, as `/health` reports it; `null` without.
+    pub canary: Option<serde_json::Value>,
+    /// While its last canary failed: why, in words.
+    pub canary_failed: Option<String>,
 }
 
 /// `dynamo_sysport_upstream_series` of one upstream, by outcome.
@@ -162,8 +170,15 @@ impl Facts {
                 let h = src.history.of(i, now);
                 let check = &readiness[i];
                 let stalled = check.stall.as_ref().filter(|st| st.stalled);
+                let canary_failed = check.canary.as_ref().and_then(|c| c.failed.clone());
+                let asleep = check
+                    .canary
+                    .as_ref()
+                    .is_some_and(|c| c.next == crate::canary::Next::Asleep);
                 let state = match s.up {
                     Some(true) if stalled.is_some() => State::Stalled,
+                    Some(true) if canary_failed.is_some() => State::CanaryFailed,
+                    Some(true) if asleep => State::Sleeping,
                     Some(true) => State::Up,
                     Some(false) => State::Down,
                     None => State::Unknown,
@@ -197,6 +212,11 @@ impl Facts {
                         last_error: check.last_error.as_ref().map(ToString::to_string),
                         stall: check.stall.as_ref().map(crate::stall::status_json),
                         stalled: stalled.map(|st| st.describe()),
+                        canary: check
+                            .canary
+                            .as_ref()
+                            .map(|c| crate::canary::status_json(c, now)),
+                        canary_failed,
                     },
                     history: h.points,
                 }

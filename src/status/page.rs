@@ -109,6 +109,8 @@ fn card(u: &UpstreamFacts, now: SystemTime, out: &mut String) {
     let (class, word) = match u.state {
         State::Up => ("ok", "up"),
         State::Stalled => ("bad", "stalled"),
+        State::CanaryFailed => ("bad", "canary failed"),
+        State::Sleeping => ("idle", "sleeping"),
         State::Down => ("bad", "down"),
         State::Unknown => ("idle", "not scraped yet"),
     };
@@ -136,6 +138,9 @@ fn card(u: &UpstreamFacts, now: SystemTime, out: &mut String) {
             "<p class=\"error\">engine stalled: {}</p>",
             Esc(stalled)
         );
+    }
+    if let Some(canary) = &u.health.canary {
+        canary_line(canary, &u.health.canary_failed, out);
     }
     if let Some(error) = &u.last_error {
         let when = u
@@ -307,6 +312,33 @@ fn count(n: u64) -> String {
         out.push(c);
     }
     out
+}
+
+/// The canary facts of one upstream: the last result, when, how long, and the next one.
+fn canary_line(c: &serde_json::Value, failed: &Option<String>, out: &mut String) {
+    if let Some(why) = failed {
+        let _ = write!(out, "<p class=\"error\">canary failed: {}</p>", Esc(why));
+    }
+    let last = match &c["last"] {
+        serde_json::Value::Null => "none yet".to_owned(),
+        last => format!(
+            "{} in {:.3} s",
+            last["result"].as_str().unwrap_or_default(),
+            last["duration_seconds"].as_f64().unwrap_or_default()
+        ),
+    };
+    let next = match (c["next_in_seconds"].as_f64(), c["none_because"].as_str()) {
+        (Some(secs), _) => format!("next in {secs:.0} s if idle"),
+        (None, Some(why)) => format!("none: {why}"),
+        (None, None) => String::new(),
+    };
+    let _ = write!(
+        out,
+        "<p class=\"canary\">canary every {} s of idleness · last: {} · {}</p>",
+        c["canary_after_seconds"].as_f64().unwrap_or_default(),
+        Esc(&last),
+        Esc(&next),
+    );
 }
 
 #[cfg(test)]

@@ -1,0 +1,301 @@
+//! An upstream's `canary_after` and `canary:`, and Dynamo's `DYN_HEALTH_CHECK_*` names for them:
+//! when an idle engine is sent a one-token request, and which one (the engine preset's unless
+//! given).
+//!
+//! Dynamo's semantics (ai-dynamo/dynamo `lib/runtime/src/health_check.rs`,
+//! `lib/runtime/src/system_health.rs`, `lib/runtime/src/config.rs`): `DYN_HEALTH_CHECK_ENABLED`
+//! turns canaries on, `DYN_CANARY_WAIT_TIME` is the idle time in seconds before one (10),
+//! `DYN_HEALTH_CHECK_REQUEST_TIMEOUT` the seconds its first answer may take (3), and
+//! `DYN_HEALTH_CHECK_PAYLOAD` the request body.
+
+use std::time::Duration;
+
+use serde_saphyr::Spanned;
+
+use super::check::{parse_bool, parse_url, positive_duration};
+use super::data::{CanaryConfig, StallConfig, UpstreamConfig};
+use super::env;
+use super::loader::{Loader, Origin};
+use super::raw::{RawCanary, Text};
+use super::units::parse_duration;
+use crate::model::Url;
+
+/// Dynamo's default `DYN_CANARY_WAIT_TIME`.
+const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+/// Dynamo's default `DYN_HEALTH_CHECK_REQUEST_TIMEOUT`, and `canary.timeout`'s.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default `canary.live_failures`.
+const DEFAULT_LIVE_FAILURES: u32 = 3;
+
+/// What the file says of one upstream's canary, before the environment.
+pub(super) struct FileCanary {
+    /// `canary_after` as written (zero = off); `None` when not written.
+    after: Option<Duration>,
+    url: Option<Url>,
+    body: Option<String>,
+    headers: Vec<(String, String)>,
+    timeout: Option<Duration>,
+    live_failures: Option<u32>,
+    model: Option<String>,
+}
+
+impl FileCanary {
+    /// Nothing written: an upstream of `--upstream`, or the default one.
+    pub(super) fn none() -> FileCanary {
+        FileCanary {
+            after: None,
+            url: None,
+            body: None,
+            headers: Vec::new(),
+            timeout: None,
+            live_failures: None,
+            model: None,
+        }
+    }
+}
+
+impl Loader<'_> {
+    /// Upstream `i`'s `canary_after` and `canary:`; `None` when a problem was recorded.
+    pub(super) fn file_canary(
+        &mut self,
+        i: usize,
+        after: Option<&Text>,
+        raw: Option<Spanned<RawCanary>>,
+    ) -> Option<FileCanary> {
+        let field = |key: &str| format!("upstreams[{i}].{key}");
+        let mut ok = true;
+        let after = match after {
+            None => None,
+            Some(text) => {
+                let after = self.file_value(Some(text), &field("canary_after"), parse_duration);
+                ok &= after.is_some();
+                after.map(|(d, _)| d)
+            }
+        };
+        let mut canary = FileCanary {
+            after,
+            ..FileCanary::none()
+        };
+        let Some(raw) = raw else {
+            return ok.then_some(canary);
+        };
+        let at = raw.referenced;
+        let raw = raw.value;
+        self.unknown_keys(&raw.unknown, &field("canary"), RawCanary::FIELDS);
+        if ok && after.is_none_or(|d| d.is_zero()) {
+            let message = "has no effect without canary_after: set canary_after (like 10s) to \
+                           turn canary requests on";
+            self.issue(Origin::File(at), &field("canary"), message);
+            ok = false;
+        }
+        canary.url = self.optional(raw.url.as_ref(), &field("canary.url"), &mut ok, parse_url);
+        canary.body = self.optional(
+            raw.body.as_ref(),
+            &field("canary.body"),
+            &mut ok,
+            parse_body,
+        );
+        canary.timeout = self.optional(
+            raw.timeout.as_ref(),
+            &field("canary.timeout"),
+            &mut ok,
+            positive_duration,
+        );
+        canary.live_failures = self.optional(
+            raw.live_failures.as_ref(),
+            &field("canary.live_failures"),
+            &mut ok,
+            parse_failures,
+        );
+        canary.model = self.optional(
+            raw.model.as_ref(),
+            &field("canary.model"),
+            &mut ok,
+            parse_model,
+        );
+        for (name, text) in raw.headers.map(|h| h.0).unwrap_or_default() {
+            let key = format!("canary.headers.{}", name.value);
+            if let Err(message) = check_header(&name.value) {
+                self.issue(Origin::File(name.referenced), &field(&key), message);
+                ok = false;
+            }
+            match self.expand(&text, &field(&key)) {
+                Some(v) if reqwest::header::HeaderValue::from_str(&v).is_ok() => {
+                    canary.headers.push((name.value, v));
+                }
+                Some(_) => {
+                    let message = "invalid header value (control characters or non-ASCII)";
+                    self.issue(Origin::File(text.referenced), &field(&key), message);
+                    ok = false;
+                }
+                None => ok = false,
+            }
+        }
+        ok.then_some(canary)
+    }
+
+    /// The canary of an upstream: the file's, under Dynamo's environment names.
+    pub(super) fn canary(
+        &mut self,
+        file: FileCanary,
+        upstream: &UpstreamConfig,
+        dynamo: &Dynamo,
+    ) -> Option<CanaryConfig> {
+        let after = match file.after {
+            Some(after) => after,
+            None if dynamo.enabled => dynamo.wait,
+            None => Duration::ZERO,
+        };
+        if after.is_zero() {
+            return None;
+        }
+        let preset = CanaryConfig::preset(upstream, after);
+        // The environment over the file, as every DYN_SYSTEM_* name; the payload only where the
+        // engine's canary has a body (a GET of /health_generate takes none).
+        let body = match &dynamo.payload {
+            Some(payload) if file.body.is_some() || preset.body.is_some() => Some(payload.clone()),
+            _ => file.body.or(preset.body),
+        };
+        Some(CanaryConfig {
+            url: file.url.unwrap_or(preset.url),
+            body,
+            headers: file.headers,
+            timeout: dynamo.timeout.or(file.timeout).unwrap_or(preset.timeout),
+            live_failures: file.live_failures.unwrap_or(preset.live_failures),
+            model: file.model.or(preset.model),
+            ..preset
+        })
+    }
+
+    /// Dynamo's `DYN_HEALTH_CHECK_*` settings, each problem named after its variable.
+    pub(super) fn dynamo(&mut self) -> Dynamo {
+        let enabled = self
+            .env_setting(env::DYN_HEALTH_CHECK_ENABLED, parse_bool)
+            .unwrap_or(false);
+        let wait = self
+            .env_setting(env::DYN_CANARY_WAIT_TIME, parse_seconds)
+            .unwrap_or(DEFAULT_WAIT);
+        let timeout = self.env_setting(env::DYN_HEALTH_CHECK_REQUEST_TIMEOUT, parse_seconds);
+        let payload = self.env_setting(env::DYN_HEALTH_CHECK_PAYLOAD, read_payload);
+        Dynamo {
+            enabled,
+            wait,
+            timeout,
+            payload,
+        }
+    }
+}
+
+impl Loader<'_> {
+    /// An optional file value; a problem with it clears `ok`.
+    fn optional<T>(
+        &mut self,
+        text: Option<&Text>,
+        field: &str,
+        ok: &mut bool,
+        parse: fn(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        let parsed = self.file_value(text, field, parse).map(|(v, _)| v);
+        *ok &= text.is_none() || parsed.is_some();
+        parsed
+    }
+
+    /// An environment setting; a problem with it is named after the variable.
+    fn env_setting<T>(
+        &mut self,
+        var: &'static str,
+        parse: fn(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        let text = env::setting(self.env(), var)?;
+        parse(&text)
+            .map_err(|message| self.issue(Origin::Env(var), var, message))
+            .ok()
+    }
+}
+
+/// Dynamo's environment names for canaries.
+pub(super) struct Dynamo {
+    enabled: bool,
+    wait: Duration,
+    timeout: Option<Duration>,
+    payload: Option<String>,
+}
+
+impl CanaryConfig {
+    /// The engine preset's canary of `upstream` after `after` of idleness: its request on the
+    /// engine's HTTP origin (the health URL's, as Triton generates on its HTTP port and not its
+    /// metrics port; else the metrics URL's), a 3 s timeout, `live_failures` 3, and the stall
+    /// detection's families (else the engine's) to tell idle.
+    pub fn preset(upstream: &UpstreamConfig, after: Duration) -> CanaryConfig {
+        let engine = upstream.engine;
+        let preset = engine.canary();
+        let mut url = upstream
+            .health_url
+            .clone()
+            .unwrap_or_else(|| upstream.url.clone());
+        url.set_path(preset.path);
+        url.set_query(None);
+        CanaryConfig {
+            after,
+            url,
+            body: preset.body.map(str::to_owned),
+            headers: Vec::new(),
+            timeout: DEFAULT_TIMEOUT,
+            live_failures: DEFAULT_LIVE_FAILURES,
+            model: preset.model.map(str::to_owned),
+            answer: preset.answer,
+            idle: upstream
+                .stall
+                .clone()
+                .unwrap_or_else(|| StallConfig::preset(engine, Duration::ZERO)),
+        }
+    }
+}
+
+/// Seconds, as Dynamo writes them (`10`, `2.5`), or a duration (`10s`); more than zero.
+fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let seconds = match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => Duration::from_secs_f64(s),
+        Ok(_) => return Err(format!("invalid seconds {text:?}: must be greater than 0")),
+        Err(_) => positive_duration(text)?,
+    };
+    Ok(seconds)
+}
+
+/// `DYN_HEALTH_CHECK_PAYLOAD`: inline JSON, or `@/path/file.json`.
+fn read_payload(text: &str) -> Result<String, String> {
+    match text.trim().strip_prefix('@') {
+        Some(path) => {
+            let body = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read the payload file {path:?}: {e}"))?;
+            parse_body(&body).map_err(|e| format!("{path}: {e}"))
+        }
+        None => parse_body(text),
+    }
+}
+
+/// A canary body: JSON once `{model}` stands for a string.
+fn parse_body(text: &str) -> Result<String, String> {
+    serde_json::from_str::<serde_json::Value>(&text.replace("{model}", "\"m\""))
+        .map_err(|e| format!("invalid JSON body: {e}"))?;
+    Ok(text.trim().to_owned())
+}
+
+fn parse_failures(text: &str) -> Result<u32, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("invalid count {text:?}: a whole number, 0 for never"))
+}
+
+fn parse_model(text: &str) -> Result<String, String> {
+    match text.trim() {
+        "" => Err("empty model name".to_owned()),
+        model => Ok(model.to_owned()),
+    }
+}
+
+fn check_header(name: &str) -> Result<(), String> {
+    reqwest::header::HeaderName::from_bytes(name.as_bytes())
+        .map(|_| ())
+        .map_err(|_| format!("invalid header name {name:?}"))
+}

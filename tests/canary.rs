@@ -1,0 +1,552 @@
+//! Canary requests end to end: sysport on a loopback port in front of a stand-in engine whose
+//! `/health` stays 200 while its generation answers, hangs, fails with 500 or answers without
+//! `choices`; judged through `/health`, `/live/engine`, `/live`, `/status` and the metrics.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use common::{Running, config, eventually, metric, upstream_config};
+use sysport::config::{CanaryConfig, Config, Overrides, StallConfig};
+use sysport::model::engine::CanaryAnswer;
+use sysport::model::{Engine, Url};
+use tokio::net::TcpListener;
+
+const INTERVAL: Duration = Duration::from_millis(100);
+const CANARY_AFTER: Duration = Duration::from_secs(1);
+const TIMEOUT: Duration = Duration::from_millis(500);
+/// What a check, a canary and a poll may take beyond their schedule on a loaded 2-core machine.
+const MARGIN: Duration = Duration::from_secs(3);
+
+/// How the stand-in's generation behaves.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    Answer,
+    Hang,
+    Fail500,
+    NoChoices,
+}
+
+/// A stand-in engine: vLLM's page with a busy gauge, a step counter and the sleep gauge, `/health`
+/// always 200, and the generation endpoints of every engine.
+struct Fake {
+    mode: Mutex<Mode>,
+    running: AtomicU32,
+    steps: AtomicU64,
+    awake: AtomicU32,
+    model: Mutex<String>,
+    /// Generation requests (completions, `/health_generate`, Triton generate), in order.
+    generations: Mutex<Vec<(String, String)>>,
+    models_asked: AtomicUsize,
+    authorization: Mutex<Option<String>>,
+}
+
+struct Stand {
+    addr: SocketAddr,
+    engine: Arc<Fake>,
+}
+
+impl Stand {
+    async fn start() -> Stand {
+        let engine = Arc::new(Fake {
+            mode: Mutex::new(Mode::Answer),
+            running: AtomicU32::new(0),
+            steps: AtomicU64::new(100),
+            awake: AtomicU32::new(1),
+            model: Mutex::new("m1".into()),
+            generations: Mutex::new(Vec::new()),
+            models_asked: AtomicUsize::new(0),
+            authorization: Mutex::new(None),
+        });
+        let e = engine.clone();
+        let metrics = move || {
+            let e = e.clone();
+            async move {
+                let running = e.running.load(Ordering::SeqCst);
+                let steps = e.steps.load(Ordering::SeqCst);
+                let awake = e.awake.load(Ordering::SeqCst);
+                format!(
+                    "# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{{engine=\"0\",model_name=\"m\"}} {running}
+# TYPE vllm:iteration_tokens_total histogram
+vllm:iteration_tokens_total_bucket{{engine=\"0\",le=\"+Inf\",model_name=\"m\"}} {steps}
+vllm:iteration_tokens_total_sum{{engine=\"0\",model_name=\"m\"}} {steps}
+vllm:iteration_tokens_total_count{{engine=\"0\",model_name=\"m\"}} {steps}
+# TYPE vllm:engine_sleep_state gauge
+vllm:engine_sleep_state{{engine=\"0\",model_name=\"m\",sleep_state=\"awake\"}} {awake}
+vllm:engine_sleep_state{{engine=\"0\",model_name=\"m\",sleep_state=\"weights_offloaded\"}} {asleep}
+",
+                    asleep = 1 - awake
+                )
+            }
+        };
+        let e = engine.clone();
+        let models = move || {
+            let e = e.clone();
+            async move {
+                e.models_asked.fetch_add(1, Ordering::SeqCst);
+                let id = e.model.lock().expect("lock").clone();
+                json(serde_json::json!({"object": "list", "data": [{"id": id, "object": "model"}]}))
+            }
+        };
+        let generate = |e: Arc<Fake>, answer: serde_json::Value| {
+            move |headers: HeaderMap, uri: axum::http::Uri, body: String| {
+                let e = e.clone();
+                let answer = answer.clone();
+                async move { e.generate(&headers, uri.path(), body, answer).await }
+            }
+        };
+        let choices = serde_json::json!({"object": "text_completion",
+            "choices": [{"index": 0, "text": "!", "finish_reason": "length"}]});
+        let app = Router::new()
+            .route("/metrics", get(metrics))
+            .route("/health", get(|| async { StatusCode::OK }))
+            .route("/v1/models", get(models))
+            .route("/v1/completions", post(generate(engine.clone(), choices)))
+            .route(
+                "/health_generate",
+                get(generate(engine.clone(), serde_json::Value::Null)),
+            )
+            .route(
+                "/v2/models/{model}/generate",
+                post(generate(
+                    engine.clone(),
+                    serde_json::json!({"model_name": "ensemble", "text_output": "!"}),
+                )),
+            );
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Stand { addr, engine }
+    }
+
+    fn url(&self, path: &str) -> Url {
+        Url::parse(&format!("http://{}{path}", self.addr)).expect("url")
+    }
+
+    fn set(&self, mode: Mode) {
+        *self.engine.mode.lock().expect("lock") = mode;
+    }
+
+    fn generations(&self) -> Vec<(String, String)> {
+        self.engine.generations.lock().expect("lock").clone()
+    }
+
+    fn count(&self) -> usize {
+        self.engine.generations.lock().expect("lock").len()
+    }
+}
+
+impl Fake {
+    async fn generate(
+        &self,
+        headers: &HeaderMap,
+        path: &str,
+        body: String,
+        answer: serde_json::Value,
+    ) -> Response {
+        *self.authorization.lock().expect("lock") = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        self.generations
+            .lock()
+            .expect("lock")
+            .push((path.to_owned(), body));
+        let mode = *self.mode.lock().expect("lock");
+        match mode {
+            Mode::Hang => {
+                // Bounded: far past any canary timeout.
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                StatusCode::OK.into_response()
+            }
+            Mode::Fail500 => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            Mode::NoChoices => json(serde_json::json!({"object": "error"})).into_response(),
+            Mode::Answer => {
+                // The engine's own counters move for a canary as for any request.
+                self.steps.fetch_add(2, Ordering::SeqCst);
+                if answer.is_null() {
+                    StatusCode::OK.into_response()
+                } else {
+                    json(answer).into_response()
+                }
+            }
+        }
+    }
+}
+
+/// A JSON answer.
+fn json(value: serde_json::Value) -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        value.to_string(),
+    )
+        .into_response()
+}
+
+fn canary(stand: &Stand, engine: Engine, path: &str, body: Option<&str>) -> CanaryConfig {
+    CanaryConfig {
+        after: CANARY_AFTER,
+        url: stand.url(path),
+        body: body.map(str::to_owned),
+        headers: vec![("Authorization".into(), "Bearer sekret".into())],
+        timeout: TIMEOUT,
+        live_failures: 2,
+        model: None,
+        answer: match engine {
+            Engine::Vllm => CanaryAnswer::Choices,
+            Engine::Triton => CanaryAnswer::TextOutput,
+            _ => CanaryAnswer::Status,
+        },
+        idle: StallConfig::preset(Engine::Vllm, Duration::ZERO),
+    }
+}
+
+/// sysport in front of the stand-in as a vLLM with canaries (the preset's request).
+fn vllm_config(stand: &Stand) -> Config {
+    let preset = Engine::Vllm.canary();
+    let mut u = upstream_config("vllm", stand.url("/metrics").as_str(), &["vllm:"]);
+    u.health_url = Some(stand.url("/health"));
+    u.canary = Some(canary(stand, Engine::Vllm, preset.path, preset.body));
+    let mut c = config(vec![u]);
+    c.health.interval = INTERVAL;
+    c
+}
+
+async fn health(sp: &Running) -> (StatusCode, serde_json::Value) {
+    let (code, body) = sp.get("/health").await;
+    (code, serde_json::from_str(&body).expect("JSON"))
+}
+
+async fn counter(sp: &Running, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let (_, body) = sp.get("/metrics").await;
+    let mut m = metric(&body, name).label("upstream", "vllm");
+    for (k, v) in labels {
+        m = m.label(k, v);
+    }
+    if m.count() == 1 { m.value() } else { 0.0 }
+}
+
+async fn until_ready(sp: &Running) {
+    until_health(sp, StatusCode::OK, MARGIN * 2).await;
+}
+
+/// Polls until `/health` answers `code`.
+async fn until_health(sp: &Running, code: StatusCode, within: Duration) {
+    eventually(within, &format!("/health {code}"), || async {
+        sp.get("/health").await.0 == code
+    })
+    .await;
+}
+
+/// Polls until the stand-in has been sent a canary.
+async fn until_canary(stand: &Stand, within: Duration) {
+    eventually(within, "a canary", || async { stand.count() > 0 }).await;
+}
+
+/// Polls `/health` for `window`, asserting 200 at every poll.
+async fn ready_throughout(sp: &Running, window: Duration) {
+    let started = Instant::now();
+    while started.elapsed() < window {
+        let (code, body) = health(sp).await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+        tokio::time::sleep(INTERVAL).await;
+    }
+}
+
+#[tokio::test]
+async fn idle_and_healthy_gets_about_one_canary_per_canary_after_and_stays_ready() {
+    let stand = Stand::start().await;
+    let sp = Running::start(vllm_config(&stand)).await;
+    until_ready(&sp).await;
+    let before = stand.count();
+    let window = Duration::from_secs(5);
+    ready_throughout(&sp, window).await;
+    let sent = stand.count() - before;
+    // Once per second of idleness, each counted from the previous one: at most one per
+    // canary_after, and on a loaded machine no fewer than half as many.
+    assert!((2..=5).contains(&sent), "{sent} canaries in {window:?}");
+    let generations = stand.generations();
+    let (path, body) = generations.last().expect("a canary");
+    assert_eq!(path, "/v1/completions");
+    let body: serde_json::Value = serde_json::from_str(body).expect("JSON body");
+    assert_eq!(body["model"], "m1", "the first id of /v1/models");
+    assert_eq!(body["max_tokens"], 1);
+    assert_eq!(body["prompt"], "Test");
+    assert_eq!(
+        stand.engine.models_asked.load(Ordering::SeqCst),
+        1,
+        "the model is looked up once while canaries pass"
+    );
+    assert_eq!(
+        stand.engine.authorization.lock().expect("lock").as_deref(),
+        Some("Bearer sekret")
+    );
+    let successes = counter(
+        &sp,
+        "dynamo_sysport_canary_requests_total",
+        &[("result", "success")],
+    )
+    .await;
+    assert!(successes >= sent as f64 - 1.0, "{successes} vs {sent}");
+    let timeouts = counter(
+        &sp,
+        "dynamo_sysport_canary_requests_total",
+        &[("result", "timeout")],
+    )
+    .await;
+    assert_eq!(timeouts, 0.0);
+    let observed = counter(&sp, "dynamo_sysport_canary_duration_seconds_count", &[]).await;
+    assert!(observed >= successes, "{observed}");
+    // /status says when the last one was and how it went.
+    let (_, status) = sp.get("/status").await;
+    let status: serde_json::Value = serde_json::from_str(&status).expect("JSON");
+    let c = &status["upstreams"][0]["health"]["canary"];
+    assert_eq!(c["last"]["result"], "success", "{c}");
+    assert!(c["last"]["duration_seconds"].as_f64().expect("duration") < TIMEOUT.as_secs_f64());
+    sp.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn a_busy_engine_gets_no_canary() {
+    let stand = Stand::start().await;
+    stand.engine.running.store(3, Ordering::SeqCst);
+    let engine = stand.engine.clone();
+    let stepping = tokio::spawn(async move {
+        for _ in 0..200 {
+            engine.steps.fetch_add(5, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+    });
+    let sp = Running::start(vllm_config(&stand)).await;
+    until_ready(&sp).await;
+    ready_throughout(&sp, CANARY_AFTER * 4).await;
+    assert_eq!(stand.count(), 0, "{:?}", stand.generations());
+    let (_, body) = health(&sp).await;
+    assert_eq!(body["upstreams"]["vllm"]["canary"]["none_because"], "busy");
+    stepping.abort();
+    sp.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn an_idle_engine_that_hangs_goes_not_ready_then_not_live_and_heals() {
+    let stand = Stand::start().await;
+    let sp = Running::start(vllm_config(&stand)).await;
+    until_ready(&sp).await;
+    stand.set(Mode::Hang);
+    let started = Instant::now();
+    eventually(
+        CANARY_AFTER + TIMEOUT + INTERVAL + MARGIN,
+        "/health 503",
+        || async { sp.get("/health").await.0 == StatusCode::SERVICE_UNAVAILABLE },
+    )
+    .await;
+    let took = started.elapsed();
+    let (_, body) = health(&sp).await;
+    let reason = body["reason"].as_str().expect("a reason");
+    assert_eq!(
+        reason, "vllm: canary failed: timed out after 500ms",
+        "{body}"
+    );
+    assert_eq!(
+        sp.get("/live").await.0,
+        StatusCode::OK,
+        "/live never changes"
+    );
+    // live_failures 2: the second failure in a row, one canary_after later.
+    eventually(
+        CANARY_AFTER + TIMEOUT + MARGIN,
+        "/live/engine 503",
+        || async { sp.get("/live/engine").await.0 == StatusCode::SERVICE_UNAVAILABLE },
+    )
+    .await;
+    let (_, live) = sp.get("/live/engine").await;
+    assert!(live.contains("canary failed"), "{live}");
+    assert_eq!(sp.get("/live").await.0, StatusCode::OK);
+    let timeouts = counter(
+        &sp,
+        "dynamo_sysport_canary_requests_total",
+        &[("result", "timeout")],
+    )
+    .await;
+    assert!(timeouts >= 2.0, "{timeouts}");
+    // Healed: the next canary passes, and both probes are 200 again.
+    stand.set(Mode::Answer);
+    until_health(&sp, StatusCode::OK, CANARY_AFTER + TIMEOUT + MARGIN).await;
+    assert_eq!(sp.get("/live/engine").await.0, StatusCode::OK);
+    assert!(
+        took < CANARY_AFTER + TIMEOUT + INTERVAL + MARGIN,
+        "{took:?}"
+    );
+    sp.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn observed_progress_heals_a_failed_canary() {
+    let stand = Stand::start().await;
+    let sp = Running::start(vllm_config(&stand)).await;
+    until_ready(&sp).await;
+    stand.set(Mode::Fail500);
+    until_health(&sp, StatusCode::SERVICE_UNAVAILABLE, CANARY_AFTER + MARGIN).await;
+    let (_, body) = health(&sp).await;
+    assert_eq!(body["reason"], "vllm: canary failed: answered HTTP 500");
+    // Real traffic comes back: the engine's counters move (short requests, so the busy gauge
+    // may read 0 at the checks).
+    let engine = stand.engine.clone();
+    let traffic = tokio::spawn(async move {
+        for _ in 0..300 {
+            engine.steps.fetch_add(5, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+    });
+    until_health(&sp, StatusCode::OK, MARGIN).await;
+    let sent = stand.count();
+    ready_throughout(&sp, CANARY_AFTER * 2).await;
+    assert_eq!(stand.count(), sent, "no canary while traffic flows");
+    traffic.abort();
+    sp.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn an_answer_without_choices_fails_and_the_model_is_looked_up_again() {
+    let stand = Stand::start().await;
+    let sp = Running::start(vllm_config(&stand)).await;
+    until_ready(&sp).await;
+    until_canary(&stand, CANARY_AFTER + MARGIN).await;
+    assert_eq!(stand.engine.models_asked.load(Ordering::SeqCst), 1);
+    stand.set(Mode::NoChoices);
+    *stand.engine.model.lock().expect("lock") = "m2".into();
+    until_health(&sp, StatusCode::SERVICE_UNAVAILABLE, CANARY_AFTER + MARGIN).await;
+    let (_, body) = health(&sp).await;
+    assert_eq!(body["reason"], "vllm: canary failed: answer has no choices");
+    let bad = counter(
+        &sp,
+        "dynamo_sysport_canary_requests_total",
+        &[("result", "bad_answer")],
+    )
+    .await;
+    assert!(bad >= 1.0);
+    stand.set(Mode::Answer);
+    until_health(&sp, StatusCode::OK, CANARY_AFTER + MARGIN).await;
+    assert!(stand.engine.models_asked.load(Ordering::SeqCst) >= 2);
+    let generations = stand.generations();
+    let (_, body) = generations.last().expect("a canary");
+    assert!(
+        body.contains("\"m2\""),
+        "asked again after the failure: {body}"
+    );
+    sp.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn a_sleeping_engine_is_neither_canaried_nor_stalled() {
+    let stand = Stand::start().await;
+    stand.engine.awake.store(0, Ordering::SeqCst);
+    let mut c = vllm_config(&stand);
+    c.upstreams[0].stall = Some(StallConfig::preset(
+        Engine::Vllm,
+        Duration::from_millis(300),
+    ));
+    let sp = Running::start(c).await;
+    until_ready(&sp).await;
+    ready_throughout(&sp, CANARY_AFTER * 3).await;
+    assert_eq!(stand.count(), 0, "{:?}", stand.generations());
+    assert_eq!(sp.get("/live/engine").await.0, StatusCode::OK);
+    let (_, status) = sp.get("/status").await;
+    let status: serde_json::Value = serde_json::from_str(&status).expect("JSON");
+    let u = &status["upstreams"][0];
+    assert_eq!(u["state"], "sleeping", "{u}");
+    assert_eq!(u["health"]["canary"]["none_because"], "sleeping");
+    // Awake again: canaries resume.
+    stand.engine.awake.store(1, Ordering::SeqCst);
+    until_canary(&stand, CANARY_AFTER + MARGIN).await;
+    sp.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn sglang_trtllm_and_triton_stand_ins_get_their_own_request() {
+    for (engine, expected) in [
+        (Engine::Sglang, "/health_generate"),
+        (Engine::Trtllm, "/health_generate"),
+        (Engine::Triton, "/v2/models/ensemble/generate"),
+    ] {
+        let stand = Stand::start().await;
+        let preset = engine.canary();
+        let mut u = upstream_config("vllm", stand.url("/metrics").as_str(), &["vllm:"]);
+        u.engine = engine;
+        u.health_url = Some(stand.url("/health"));
+        let mut canary = canary(&stand, engine, preset.path, preset.body);
+        canary.model = preset.model.map(str::to_owned);
+        u.canary = Some(canary);
+        let mut c = config(vec![u]);
+        c.health.interval = INTERVAL;
+        let sp = Running::start(c).await;
+        until_ready(&sp).await;
+        until_canary(&stand, CANARY_AFTER + MARGIN).await;
+        let (path, body) = stand.generations()[0].clone();
+        assert_eq!(path, expected, "{engine:?}");
+        if engine == Engine::Triton {
+            let body: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+            assert_eq!(body["text_input"], "Test");
+        }
+        assert_eq!(stand.engine.models_asked.load(Ordering::SeqCst), 0);
+        ready_throughout(&sp, INTERVAL * 3).await;
+        sp.shutdown().await.expect("clean shutdown");
+    }
+}
+
+#[tokio::test]
+async fn dynamo_env_names_turn_canaries_on_with_upstream_and_no_file() {
+    let stand = Stand::start().await;
+    let env: HashMap<String, String> = [
+        ("DYN_HEALTH_CHECK_ENABLED", "true"),
+        ("DYN_CANARY_WAIT_TIME", "2"),
+        ("DYN_HEALTH_CHECK_REQUEST_TIMEOUT", "1.5"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let overrides = Overrides {
+        upstreams: vec![format!("vllm={}", stand.url("/metrics"))],
+        ..Overrides::default()
+    };
+    let mut c = sysport::config::load(&overrides, &env).expect("loads");
+    let canary = c.upstreams[0].canary.as_ref().expect("canaries on");
+    assert_eq!(canary.after, Duration::from_secs(2));
+    assert_eq!(canary.timeout, Duration::from_millis(1500));
+    assert_eq!(canary.url, stand.url("/v1/completions"));
+    let shown = c.to_string();
+    assert!(shown.contains("canary_after: 2s"), "{shown}");
+    assert!(shown.contains("/v1/completions"), "{shown}");
+    // Off by default, and a bad value names its variable.
+    let plain = sysport::config::load(&overrides, &HashMap::new()).expect("loads");
+    assert_eq!(plain.upstreams[0].canary, None);
+    let bad: HashMap<String, String> = [
+        ("DYN_HEALTH_CHECK_ENABLED", "true"),
+        ("DYN_CANARY_WAIT_TIME", "soon"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let err = sysport::config::load(&overrides, &bad).expect_err("bad wait time");
+    assert!(err.to_string().contains("DYN_CANARY_WAIT_TIME"), "{err}");
+    // And it runs: a canary arrives after two seconds of idleness.
+    c.listen.host = "127.0.0.1".parse().expect("ip");
+    c.listen.port = 0;
+    c.health.interval = INTERVAL;
+    let sp = Running::start(c).await;
+    until_ready(&sp).await;
+    until_canary(&stand, Duration::from_secs(2) + MARGIN).await;
+    assert_eq!(stand.generations()[0].0, "/v1/completions");
+    sp.shutdown().await.expect("clean shutdown");
+}
