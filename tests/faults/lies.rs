@@ -79,7 +79,9 @@ async fn lie(test: &str, fault: Fault, expect: Expect, says: &[&str]) -> String 
                 error.contains(said),
                 "/health error {error:?} lacks {said:?}"
             );
-            assert!(down.contains(said), "log line {down:?} lacks {said:?}");
+            // The log writes a value from outside quoted, with its quotes and backslashes escaped.
+            let logged = said.replace('\\', "\\\\").replace('"', "\\\"");
+            assert!(down.contains(&logged), "log line {down:?} lacks {logged:?}");
         }
     } else {
         assert_eq!(status, 200, "{health}");
