@@ -32,6 +32,7 @@
 //! - [`relabel`]: Prometheus' `metric_relabel_configs`, applied to each page before it is served.
 //! - `health`: background checks and the readiness state.
 //! - `stall`: telling a busy engine from a stuck one (`stall_after`, `/live/engine`).
+//! - `vitals`: windowed rates and latency quantiles of each engine (`/status`, the page).
 //! - `telemetry`: sysport's own `dynamo_sysport_*` metrics.
 //! - [`listener`]: the accept loop and what a client may hold: deadlines, head size, connection
 //!   cap, the open-file budget.
@@ -52,6 +53,7 @@ pub mod relabel;
 pub(crate) mod scrape;
 pub mod server;
 pub(crate) mod stall;
+pub(crate) mod vitals;
 pub(crate) mod status;
 pub(crate) mod telemetry;
 pub mod views;

@@ -102,6 +102,8 @@ pub struct Config {
     pub limits: Limits,
     /// Graceful shutdown behaviour.
     pub shutdown: ShutdownConfig,
+    /// The engine vitals.
+    pub vitals: VitalsConfig,
     /// Views served at `/metrics/<name>` besides the built-in `router` (which one named
     /// `router` replaces), in file order.
     pub views: Vec<ViewConfig>,
@@ -298,6 +300,21 @@ impl Limits {
     }
 }
 
+/// Engine vitals settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VitalsConfig {
+    /// The range of the vitals' rates and quantiles (`rate(x[window])`), default 1 min.
+    pub window: Duration,
+}
+
+impl Default for VitalsConfig {
+    fn default() -> Self {
+        VitalsConfig {
+            window: Duration::from_secs(60),
+        }
+    }
+}
+
 /// Shutdown settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShutdownConfig {
@@ -320,6 +337,7 @@ impl Default for Config {
             upstreams: vec![vllm],
             limits: Limits::default(),
             shutdown: ShutdownConfig::default(),
+            vitals: VitalsConfig::default(),
             views: Vec::new(),
             metric_relabel_configs: Vec::new(),
             source: None,

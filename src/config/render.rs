@@ -16,6 +16,7 @@ impl fmt::Display for Config {
             upstreams,
             limits,
             shutdown,
+            vitals,
             views,
             metric_relabel_configs,
             source: _,
@@ -145,6 +146,8 @@ impl fmt::Display for Config {
             "  drain_delay: {}",
             format_duration(shutdown.drain_delay)
         )?;
+        writeln!(f, "vitals:")?;
+        writeln!(f, "  window: {}", format_duration(vitals.window))?;
         if views.is_empty() {
             return writeln!(f, "views: []");
         }

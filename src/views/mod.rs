@@ -30,6 +30,7 @@ use crate::expfmt::{self, Exposition, Family, MergeOptions, ParseLimits, ParseOp
 use crate::scrape::{Scraped, Scraper};
 
 use self::combine::{Labels, combine};
+pub(crate) use self::combine::sample_tail;
 
 /// The name of the built-in view for endpoint pickers.
 pub const ROUTER: &str = "router";
@@ -267,7 +268,7 @@ fn wanted(f: &ViewFamily, preset: &Preset) -> Wanted {
 }
 
 /// The family of `exp` whose text-format name is `name`.
-fn find_family<'a>(exp: &'a Exposition, name: &str) -> Option<&'a Family> {
+pub(crate) fn find_family<'a>(exp: &'a Exposition, name: &str) -> Option<&'a Family> {
     exp.families().iter().find(|f| {
         let (base, suffix) = exp.family_name(f);
         base.len() + suffix.len() == name.len()

@@ -1,0 +1,235 @@
+//! Engine vitals: what the engine is doing, over a window, for people (the status page) and
+//! programs (`/status`).
+//!
+//! Every health check reads the vitals families of the upstream's engine (see
+//! [`crate::engine::VitalsFamilies`]) from the page it fetched, or with a `name[]` read of
+//! them alone, and keeps the reading with the time the check was due. From the readings of
+//! the last `vitals.window`:
+//!
+//! - **now**: requests running and waiting, KV cache usage, from the last reading;
+//! - **rates**: Prometheus' `sum(rate(x[window]))` over the family's series ([`rate`]);
+//! - **prefix-cache hit rate**: the rate of hits over the rate of queries;
+//! - **quantiles**: `histogram_quantile(q, sum by (le) (rate(x_bucket[window])))`
+//!   ([`quantile`]).
+//!
+//! Too little data (fewer than two readings of a series in the window, no observation) is
+//! `None`, never 0. The same figures are given per data-parallel rank (the preset's rank
+//! labels) and per process (`pid`), where the engine has them.
+
+mod figures;
+mod quantile;
+mod rate;
+mod read;
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+pub(crate) use figures::{Figures, Group, Quantiles, Window};
+pub(crate) use read::{Reading, names, read, selection};
+
+use crate::config::Config;
+use crate::engine::Preset;
+
+/// How long readings are kept at least: the status page's sparklines span five minutes.
+pub(crate) const HISTORY: Duration = Duration::from_secs(300);
+
+/// The readings of every upstream.
+#[derive(Debug)]
+pub(crate) struct Vitals {
+    window: Duration,
+    upstreams: Vec<Upstream>,
+}
+
+#[derive(Debug)]
+struct Upstream {
+    preset: &'static Preset,
+    readings: Mutex<VecDeque<Reading>>,
+}
+
+/// The vitals of one upstream, as `/status` gives them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Report {
+    pub window_seconds: f64,
+    /// Readings in the window.
+    pub readings: usize,
+    #[serde(flatten)]
+    pub total: Figures,
+    /// The label that tells data-parallel ranks apart (`engine`, `dp_rank`), when the page
+    /// has it.
+    pub rank_label: Option<&'static str>,
+    pub ranks: Vec<Part>,
+    pub pids: Vec<Part>,
+}
+
+/// The figures of one rank or process.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Part {
+    /// The label's value.
+    pub id: String,
+    #[serde(flatten)]
+    pub figures: Figures,
+}
+
+/// One point of a sparkline: seconds before now, and the figure then.
+pub(crate) type Spark = Vec<(f64, Option<f64>)>;
+
+/// The five-minute history the status page draws.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Sparks {
+    pub running: Spark,
+    pub waiting: Spark,
+    pub kv_cache_usage: Spark,
+    pub generation_tokens_per_second: Spark,
+    pub ttft_p99_seconds: Spark,
+}
+
+impl Vitals {
+    /// Empty readings for every upstream of `config`.
+    pub(crate) fn new(config: &Config) -> Vitals {
+        Vitals {
+            window: config.vitals.window,
+            upstreams: config
+                .upstreams
+                .iter()
+                .map(|u| Upstream {
+                    preset: u.engine.preset(),
+                    readings: Mutex::new(VecDeque::new()),
+                })
+                .collect(),
+        }
+    }
+
+    /// The window.
+    pub(crate) fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// Keeps upstream `i`'s reading; readings older than the window (or five minutes) go.
+    pub(crate) fn record(&self, i: usize, reading: Reading) {
+        let Some(u) = self.upstreams.get(i) else {
+            return;
+        };
+        let keep = self.window.max(HISTORY);
+        let mut readings = u.readings.lock().expect("vitals lock");
+        let at = reading.at;
+        // Out of order only if a check finished after a later one: keep time order.
+        let pos = readings.partition_point(|r| r.at <= at);
+        readings.insert(pos, reading);
+        while readings
+            .front()
+            .is_some_and(|r| at.saturating_duration_since(r.at) > keep)
+        {
+            readings.pop_front();
+        }
+    }
+
+    /// Upstream `i`'s vitals as of `now`.
+    pub(crate) fn report(&self, i: usize, now: Instant) -> Option<Report> {
+        let u = self.upstreams.get(i)?;
+        let mut readings = u.readings.lock().expect("vitals lock");
+        let in_window = in_window(readings.make_contiguous(), now, self.window);
+        let copies = u.preset.copy_labels();
+        let window = Window {
+            readings: in_window,
+            end: now,
+            range: self.window,
+            copies: &copies,
+        };
+        let last = in_window.last();
+        let rank_label = u
+            .preset
+            .rank_labels
+            .iter()
+            .copied()
+            .find(|l| last.is_some_and(|r| r.series.iter().any(|(k, _)| k.label(l).is_some())));
+        let parts = |label: &str| -> Vec<Part> {
+            let mut ids: Vec<&str> = in_window
+                .iter()
+                .flat_map(|r| r.series.iter().filter_map(|(k, _)| k.label(label)))
+                .collect();
+            ids.sort_unstable_by(|a, b| numeric_first(a, b));
+            ids.dedup();
+            ids.into_iter()
+                .map(|id| Part {
+                    id: id.to_owned(),
+                    figures: window.figures(Group::Label(label, id)),
+                })
+                .collect()
+        };
+        let pids = u
+            .preset
+            .process_labels
+            .first()
+            .map(|l| parts(l))
+            .unwrap_or_default();
+        Some(Report {
+            window_seconds: self.window.as_secs_f64(),
+            readings: in_window.len(),
+            total: window.figures(Group::All),
+            rank_label,
+            ranks: rank_label.map(parts).unwrap_or_default(),
+            pids,
+        })
+    }
+
+    /// Upstream `i`'s last five minutes, one point per reading, each over the window that
+    /// ended at it.
+    pub(crate) fn sparks(&self, i: usize, now: Instant) -> Option<Sparks> {
+        let u = self.upstreams.get(i)?;
+        let mut readings = u.readings.lock().expect("vitals lock");
+        let all: &[Reading] = readings.make_contiguous();
+        let copies = u.preset.copy_labels();
+        let mut sparks = Sparks {
+            running: Vec::new(),
+            waiting: Vec::new(),
+            kv_cache_usage: Vec::new(),
+            generation_tokens_per_second: Vec::new(),
+            ttft_p99_seconds: Vec::new(),
+        };
+        for (n, r) in all.iter().enumerate() {
+            let ago = now.saturating_duration_since(r.at);
+            if ago > HISTORY {
+                continue;
+            }
+            let window = Window {
+                readings: in_window(&all[..=n], r.at, self.window),
+                end: r.at,
+                range: self.window,
+                copies: &copies,
+            };
+            let f = window.figures(Group::All);
+            let t = -ago.as_secs_f64();
+            sparks.running.push((t, f.running));
+            sparks.waiting.push((t, f.waiting));
+            sparks.kv_cache_usage.push((t, f.kv_cache_usage));
+            sparks
+                .generation_tokens_per_second
+                .push((t, f.generation_tokens_per_second));
+            sparks
+                .ttft_p99_seconds
+                .push((t, f.time_to_first_token_seconds.p99));
+        }
+        Some(sparks)
+    }
+}
+
+/// The readings in `(end - range, end]` of time-ordered `readings`.
+fn in_window(readings: &[Reading], end: Instant, range: Duration) -> &[Reading] {
+    let last = readings.partition_point(|r| r.at <= end);
+    let first = readings[..last].partition_point(|r| end.saturating_duration_since(r.at) >= range);
+    &readings[first..last]
+}
+
+/// Rank and process ids in numeric order where they are numbers.
+fn numeric_first(a: &str, b: &str) -> std::cmp::Ordering {
+    match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(x), Ok(y)) => x.cmp(&y),
+        _ => a.cmp(b),
+    }
+}
+
+#[cfg(test)]
+mod tests;
