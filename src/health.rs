@@ -19,6 +19,7 @@ use crate::config::{HealthConfig, StartingStatus, UpstreamConfig};
 use crate::scrape::Scraper;
 use crate::stall::{self, Reading, StallStatus, Watch};
 use crate::telemetry::Telemetry;
+use crate::vitals::Vitals;
 
 /// One upstream's last check.
 #[derive(Debug, Clone, Default)]
@@ -273,11 +274,13 @@ impl Readiness {
 }
 
 /// Checks every upstream once, concurrently, and records the results as of `at`, when the
-/// check was due: stall detection measures its windows between due times, as Prometheus
-/// stamps a scrape with its scheduled time, so a fetch that answers late does not shorten one.
+/// check was due: stall detection and the vitals measure their windows between due times, as
+/// Prometheus stamps a scrape with its scheduled time, so a fetch that answers late does not
+/// shorten one.
 pub(crate) async fn check_all(
     scraper: &Scraper,
     readiness: &Readiness,
+    vitals: &Vitals,
     client: &reqwest::Client,
     telemetry: &Telemetry,
     at: Instant,
@@ -288,13 +291,12 @@ pub(crate) async fn check_all(
         .enumerate()
         .map(|(i, u)| async move {
             match &u.health_url {
-                // The stall read is a fetch of its own: made while the health URL answers.
+                // The families stall detection and the vitals read are a fetch of their own,
+                // made while the health URL answers.
                 Some(url) => {
-                    let (result, reading) = tokio::join!(
-                        check_url(client, url, u.timeout),
-                        read_stall(scraper, i, None)
-                    );
-                    (i, result, reading)
+                    let (result, page) =
+                        tokio::join!(check_url(client, url, u.timeout), read_families(scraper, i));
+                    (i, result, page)
                 }
                 None => {
                     let page = scraper
@@ -307,18 +309,45 @@ pub(crate) async fn check_all(
                         Some(Err(e)) => Err(format!("scrape failed: {e}")),
                         None => Err("no scrape result".to_string()),
                     };
-                    (i, result, read_stall(scraper, i, page).await)
+                    (i, result, page)
                 }
             }
         });
-    for (i, result, reading) in futures_util::future::join_all(checks).await {
+    for (i, result, page) in futures_util::future::join_all(checks).await {
         readiness.record(i, result);
-        if let Some(reading) = reading {
+        let stall = scraper.upstreams()[i].stall.as_ref();
+        if let Some(stall) = stall {
+            let reading = match &page {
+                Some(page) => stall::read_upstream(scraper, i, stall, page),
+                None => Err("cannot read the stall families: no scrape result".to_owned()),
+            };
             readiness.observe_stall(i, at, reading);
+        }
+        if let Some(Ok(page)) = &page {
+            let preset = scraper.upstreams()[i].engine.preset();
+            vitals.record(i, crate::vitals::read(&page.parsed, preset, at));
         }
     }
     telemetry.health_ready.set(readiness.is_ready() as i64);
     stall::set_gauges(&readiness.stalls(), telemetry);
+}
+
+/// A read of the families stall detection (with `stall_after`) and the vitals need from
+/// upstream `i`: the engine's `name[]` selection where it has been shown faithful, else the
+/// full page, shared with `/metrics`.
+async fn read_families(scraper: &Scraper, i: usize) -> Option<crate::scrape::UpstreamResult> {
+    let u = &scraper.upstreams()[i];
+    let preset = u.engine.preset();
+    let mut names = crate::vitals::names(preset);
+    if let Some(stall) = &u.stall {
+        names.extend(stall::names(stall, preset));
+    }
+    let selection = crate::expfmt::Selection::new(names.iter().map(String::as_str));
+    scraper
+        .scrape(&[i], Some(&selection), None)
+        .await
+        .pop()
+        .map(|s| s.result)
 }
 
 /// A GET of a health URL: any 2xx is healthy.
@@ -340,21 +369,11 @@ async fn check_url(
     }
 }
 
-/// Upstream `i`'s stall reading, when it has `stall_after`: from `page` when the check fetched
-/// it, else fetched.
-async fn read_stall(
-    scraper: &Scraper,
-    i: usize,
-    page: Option<crate::scrape::UpstreamResult>,
-) -> Option<Result<Reading, String>> {
-    let stall = scraper.upstreams()[i].stall.as_ref()?;
-    Some(stall::read_upstream(scraper, i, stall, page).await)
-}
-
 /// Runs [`check_all`] every `interval` until `stop` fires.
 pub(crate) async fn run(
     scraper: std::sync::Arc<Scraper>,
     readiness: std::sync::Arc<Readiness>,
+    vitals: std::sync::Arc<Vitals>,
     client: reqwest::Client,
     telemetry: Telemetry,
     interval: Duration,
@@ -368,7 +387,7 @@ pub(crate) async fn run(
             _ = stop.changed() => return,
         };
         tokio::select! {
-            _ = check_all(&scraper, &readiness, &client, &telemetry, at) => {}
+            _ = check_all(&scraper, &readiness, &vitals, &client, &telemetry, at) => {}
             _ = stop.changed() => return,
         }
         if *stop.borrow() {

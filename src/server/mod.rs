@@ -36,6 +36,7 @@ struct Runtime {
     scraper: Arc<Scraper>,
     views: Views,
     readiness: Arc<Readiness>,
+    vitals: Arc<crate::vitals::Vitals>,
     stop_checks: watch::Sender<bool>,
 }
 
@@ -45,10 +46,12 @@ impl Runtime {
         let readiness = Arc::new(Readiness::new(&config.health, &config.upstreams));
         telemetry.health_ready.set(readiness.is_ready() as i64);
         stall::register_gauges(&config.upstreams, telemetry);
+        let vitals = Arc::new(crate::vitals::Vitals::new(&config));
         let (stop_checks, stop) = watch::channel(false);
         tokio::spawn(health::run(
             scraper.clone(),
             readiness.clone(),
+            vitals.clone(),
             client.clone(),
             telemetry.clone(),
             config.health.interval,
@@ -59,6 +62,7 @@ impl Runtime {
             config,
             scraper,
             readiness,
+            vitals,
             stop_checks,
         }
     }

@@ -29,7 +29,8 @@ pub(crate) use report::{LIVE_ENGINE_PATH, live_engine, register_gauges, set_gaug
 pub(crate) use watch::{StallStatus, Watch};
 
 use crate::config::StallConfig;
-use crate::expfmt::{Exposition, Selection};
+use crate::engine::Preset;
+use crate::expfmt::Exposition;
 use crate::scrape::{Scraper, UpstreamResult};
 
 /// What one check read from an engine's page.
@@ -48,22 +49,31 @@ impl Reading {
     }
 }
 
-/// Reads the stall families of `stall` from one upstream's page; `copies` are the labels whose
-/// series are copies of one number (the engine preset's).
-pub(crate) fn read(exp: &Exposition, stall: &StallConfig, copies: &[&str]) -> Reading {
-    let running = crate::views::total(exp, &stall.busy.name, &stall.busy.select, copies);
+/// Reads the stall families of `stall` from one upstream's page, under any name its engine
+/// (`preset`) writes them with (SGLang's `sglang_` spelling too); the preset's copy labels
+/// tell which series are copies of one number.
+pub(crate) fn read(exp: &Exposition, stall: &StallConfig, preset: &Preset) -> Reading {
+    let copies = preset.copy_labels();
+    let total = |f: &crate::config::StallFamily, copies: &[&str]| {
+        preset
+            .names_of(&f.name)
+            .iter()
+            .find_map(|n| crate::views::total(exp, n, &f.select, copies))
+    };
+    let running = total(&stall.busy, &copies);
     let progress = stall
         .progress
         .iter()
-        .filter_map(|f| crate::views::total(exp, &f.name, &f.select, &[]))
+        .filter_map(|f| total(f, &[]))
         .reduce(|a, b| a + b)
         .filter(|p| !p.is_nan());
     Reading { running, progress }
 }
 
 /// The families a stall read asks the engine for: the busy gauge and the progress counters,
-/// and for a `_count` name the histogram or summary it may belong to.
-pub(crate) fn selection(stall: &StallConfig) -> Selection {
+/// and for a `_count` name the histogram or summary it may belong to, in every spelling of
+/// the engine.
+pub(crate) fn names(stall: &StallConfig, preset: &Preset) -> Vec<String> {
     let names = std::iter::once(&stall.busy)
         .chain(&stall.progress)
         .map(|f| f.name.as_str());
@@ -71,32 +81,25 @@ pub(crate) fn selection(stall: &StallConfig) -> Selection {
         .progress
         .iter()
         .filter_map(|f| f.name.strip_suffix("_count"));
-    Selection::new(names.chain(bases))
+    names
+        .chain(bases)
+        .flat_map(|n| preset.names_of(n))
+        .collect()
 }
 
-/// Reads upstream `i`'s stall families: from `page` when the health check fetched the full
-/// page anyway, else with a fetch of those families alone (the engine's `name[]` selection
-/// where it has been shown faithful, else the full page, shared with `/metrics`).
-pub(crate) async fn read_upstream(
+/// Reads upstream `i`'s stall families from what its health check read: the full page, or
+/// a selective read of the families the checks need (see [`crate::health`]).
+pub(crate) fn read_upstream(
     scraper: &Scraper,
     i: usize,
     stall: &StallConfig,
-    page: Option<UpstreamResult>,
+    page: &UpstreamResult,
 ) -> Result<Reading, String> {
-    let result = match page {
-        Some(page) => page,
-        None => scraper
-            .scrape(&[i], Some(&selection(stall)), None)
-            .await
-            .pop()
-            .map(|s| s.result)
-            .ok_or_else(|| "no scrape result".to_owned())?,
-    };
-    let copies = scraper.upstreams()[i].engine.preset().copy_labels();
-    match result {
+    let preset = scraper.upstreams()[i].engine.preset();
+    match page {
         // The engine's page as parsed: whatever `metric_relabel_configs` leave of its families
         // for Prometheus, the stall families are read as the engine wrote them.
-        Ok(page) => Ok(read(&page.parsed, stall, &copies)),
+        Ok(page) => Ok(read(&page.parsed, stall, preset)),
         Err(e) => Err(format!("cannot read the stall families: {e}")),
     }
 }

@@ -21,6 +21,7 @@ pub(crate) struct Sources<'a> {
     pub readiness: &'a Readiness,
     pub views: &'a Views,
     pub telemetry: &'a Telemetry,
+    pub vitals: &'a crate::vitals::Vitals,
     /// Where the main port listens, as a URL (`http://0.0.0.0:8081`).
     pub listen: &'a str,
 }
@@ -80,6 +81,8 @@ pub(crate) struct UpstreamFacts {
     pub health: HealthFacts,
     /// The seconds of the last few minutes that saw scrapes, oldest first.
     pub history: Vec<Point>,
+    /// What the engine is doing over `vitals.window` (see `docs/vitals.md`).
+    pub vitals: Option<crate::vitals::Report>,
 }
 
 /// What the page says an upstream is: one word, the badge.
@@ -195,6 +198,8 @@ impl Facts {
                         stalled: stalled.map(|st| st.describe()),
                     },
                     history: s.history,
+                    // The health checks stamp readings with tokio's clock (paused in tests).
+                    vitals: src.vitals.report(i, tokio::time::Instant::now().into_std()),
                 }
             })
             .collect();

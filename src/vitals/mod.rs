@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-pub(crate) use figures::{Figures, Group, Quantiles, Window};
-pub(crate) use read::{Reading, names, read, selection};
+pub(crate) use figures::{Figures, Group, Window};
+pub(crate) use read::{Reading, names, read};
 
 use crate::config::Config;
 use crate::engine::Preset;
@@ -62,6 +62,8 @@ pub(crate) struct Report {
     pub rank_label: Option<&'static str>,
     pub ranks: Vec<Part>,
     pub pids: Vec<Part>,
+    /// The last five minutes, one point per reading, for the status page's sparklines.
+    pub history: Sparks,
 }
 
 /// The figures of one rank or process.
@@ -102,11 +104,6 @@ impl Vitals {
         }
     }
 
-    /// The window.
-    pub(crate) fn window(&self) -> Duration {
-        self.window
-    }
-
     /// Keeps upstream `i`'s reading; readings older than the window (or five minutes) go.
     pub(crate) fn record(&self, i: usize, reading: Reading) {
         let Some(u) = self.upstreams.get(i) else {
@@ -130,7 +127,8 @@ impl Vitals {
     pub(crate) fn report(&self, i: usize, now: Instant) -> Option<Report> {
         let u = self.upstreams.get(i)?;
         let mut readings = u.readings.lock().expect("vitals lock");
-        let in_window = in_window(readings.make_contiguous(), now, self.window);
+        let all: &[Reading] = readings.make_contiguous();
+        let in_window = in_window(all, now, self.window);
         let copies = u.preset.copy_labels();
         let window = Window {
             readings: in_window,
@@ -172,48 +170,46 @@ impl Vitals {
             rank_label,
             ranks: rank_label.map(parts).unwrap_or_default(),
             pids,
+            history: sparks(all, now, self.window, &copies),
         })
     }
 
-    /// Upstream `i`'s last five minutes, one point per reading, each over the window that
-    /// ended at it.
-    pub(crate) fn sparks(&self, i: usize, now: Instant) -> Option<Sparks> {
-        let u = self.upstreams.get(i)?;
-        let mut readings = u.readings.lock().expect("vitals lock");
-        let all: &[Reading] = readings.make_contiguous();
-        let copies = u.preset.copy_labels();
-        let mut sparks = Sparks {
-            running: Vec::new(),
-            waiting: Vec::new(),
-            kv_cache_usage: Vec::new(),
-            generation_tokens_per_second: Vec::new(),
-            ttft_p99_seconds: Vec::new(),
-        };
-        for (n, r) in all.iter().enumerate() {
-            let ago = now.saturating_duration_since(r.at);
-            if ago > HISTORY {
-                continue;
-            }
-            let window = Window {
-                readings: in_window(&all[..=n], r.at, self.window),
-                end: r.at,
-                range: self.window,
-                copies: &copies,
-            };
-            let f = window.figures(Group::All);
-            let t = -ago.as_secs_f64();
-            sparks.running.push((t, f.running));
-            sparks.waiting.push((t, f.waiting));
-            sparks.kv_cache_usage.push((t, f.kv_cache_usage));
-            sparks
-                .generation_tokens_per_second
-                .push((t, f.generation_tokens_per_second));
-            sparks
-                .ttft_p99_seconds
-                .push((t, f.time_to_first_token_seconds.p99));
+}
+
+/// The last five minutes of time-ordered `readings` as of `now`, one point per reading, each
+/// over the window that ended at it.
+fn sparks(all: &[Reading], now: Instant, range: Duration, copies: &[&str]) -> Sparks {
+    let mut sparks = Sparks {
+        running: Vec::new(),
+        waiting: Vec::new(),
+        kv_cache_usage: Vec::new(),
+        generation_tokens_per_second: Vec::new(),
+        ttft_p99_seconds: Vec::new(),
+    };
+    for (n, r) in all.iter().enumerate() {
+        let ago = now.saturating_duration_since(r.at);
+        if ago > HISTORY || r.at > now {
+            continue;
         }
-        Some(sparks)
+        let window = Window {
+            readings: in_window(&all[..=n], r.at, range),
+            end: r.at,
+            range,
+            copies,
+        };
+        let f = window.figures(Group::All);
+        let t = -ago.as_secs_f64();
+        sparks.running.push((t, f.running));
+        sparks.waiting.push((t, f.waiting));
+        sparks.kv_cache_usage.push((t, f.kv_cache_usage));
+        sparks
+            .generation_tokens_per_second
+            .push((t, f.generation_tokens_per_second));
+        sparks
+            .ttft_p99_seconds
+            .push((t, f.time_to_first_token_seconds.p99));
     }
+    sparks
 }
 
 /// The readings in `(end - range, end]` of time-ordered `readings`.

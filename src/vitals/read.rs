@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use crate::engine::{Preset, Read};
-use crate::expfmt::{Exposition, Kind, Selection};
+use crate::expfmt::{Exposition, Kind};
 
 /// Which number a series is part of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -94,12 +94,6 @@ pub(crate) fn names(preset: &Preset) -> Vec<String> {
     names.sort_unstable();
     names.dedup();
     names
-}
-
-/// The selection a health check reads for the vitals of `preset`.
-pub(crate) fn selection(preset: &Preset) -> Selection {
-    let names = names(preset);
-    Selection::new(names.iter().map(String::as_str))
 }
 
 /// Reads the vitals series of `preset` from an engine page, as of `at`.

@@ -218,7 +218,7 @@ fn sparks_cover_five_minutes_one_point_per_reading() {
     let start = Instant::now();
     feed(&v, Engine::Vllm, start, (0..=120).map(|n| (n, vllm_page(n, false))));
     let now = start + Duration::from_secs(600);
-    let s = v.sparks(0, now).expect("sparks");
+    let s = v.report(0, now).expect("a report").history;
     // Readings from 300 s to 600 s ago: 61 points, 5 s apart.
     assert_eq!(s.running.len(), 61);
     assert_eq!(s.running[0].0, -300.0);
