@@ -294,8 +294,10 @@ pub(crate) async fn check_all(
                 // The families stall detection and the vitals read are a fetch of their own,
                 // made while the health URL answers.
                 Some(url) => {
-                    let (result, page) =
-                        tokio::join!(check_url(client, url, u.timeout), read_families(scraper, i));
+                    let (result, page) = tokio::join!(
+                        check_url(client, url, u.timeout),
+                        read_families(scraper, i, vitals.enabled())
+                    );
                     (i, result, page)
                 }
                 None => {
@@ -323,7 +325,7 @@ pub(crate) async fn check_all(
             };
             readiness.observe_stall(i, at, reading);
         }
-        if let Some(Ok(page)) = &page {
+        if let Some(Ok(page)) = page.as_ref().filter(|_| vitals.enabled()) {
             let preset = scraper.upstreams()[i].engine.preset();
             vitals.record(i, crate::vitals::read(&page.parsed, preset, at));
         }
@@ -335,12 +337,23 @@ pub(crate) async fn check_all(
 /// A read of the families stall detection (with `stall_after`) and the vitals need from
 /// upstream `i`: the engine's `name[]` selection where it has been shown faithful, else the
 /// full page, shared with `/metrics`.
-async fn read_families(scraper: &Scraper, i: usize) -> Option<crate::scrape::UpstreamResult> {
+/// `None` when neither wants anything.
+async fn read_families(
+    scraper: &Scraper,
+    i: usize,
+    vitals: bool,
+) -> Option<crate::scrape::UpstreamResult> {
     let u = &scraper.upstreams()[i];
     let preset = u.engine.preset();
-    let mut names = crate::vitals::names(preset);
+    let mut names = Vec::new();
+    if vitals {
+        names.extend(crate::vitals::names(preset));
+    }
     if let Some(stall) = &u.stall {
         names.extend(stall::names(stall, preset));
+    }
+    if names.is_empty() {
+        return None;
     }
     let selection = crate::expfmt::Selection::new(names.iter().map(String::as_str));
     scraper

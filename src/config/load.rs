@@ -126,8 +126,8 @@ impl Loader<'_> {
             self.unknown_keys(&vitals.unknown, "vitals", RawVitals::FIELDS);
             let (window, at) =
                 self.file_value(vitals.window.as_ref(), "vitals.window", parse_duration)?;
-            if window < std::time::Duration::from_secs(1) {
-                self.issue(Origin::File(at), "vitals.window", "must be at least 1s");
+            if !window.is_zero() && window < std::time::Duration::from_secs(1) {
+                self.issue(Origin::File(at), "vitals.window", "must be 0s (off) or at least 1s");
                 return None;
             }
             Some(window)

@@ -303,7 +303,8 @@ impl Limits {
 /// Engine vitals settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VitalsConfig {
-    /// The range of the vitals' rates and quantiles (`rate(x[window])`), default 1 min.
+    /// The range of the vitals' rates and quantiles (`rate(x[window])`), default 1 min; zero
+    /// turns the vitals off.
     pub window: Duration,
 }
 

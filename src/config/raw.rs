@@ -247,7 +247,8 @@ section! {
     /// `vitals:` section.
     RawVitals {
         /// The window rates and quantiles are computed over, as Prometheus' `rate(x[window])`
-        /// (`1m`, default 1m). At least two health checks must fit in it for a figure.
+        /// (`1m`, default 1m). At least two health checks must fit in it for a figure. `0s`
+        /// turns the vitals off: the health checks then read no families for them.
         window: Text,
     }
 }

@@ -64,6 +64,13 @@ pub(crate) struct UpstreamFacts {
     /// The configured URL, its password (if any) hidden.
     pub url: String,
     pub engine: &'static str,
+    /// Whether the upstream keeps its engine's own families (the preset's first prefix):
+    /// an LMCache upstream under the vLLM preset does not, and is not shown as vLLM.
+    #[serde(skip)]
+    pub engine_families: bool,
+    /// The family-name prefixes it keeps.
+    #[serde(skip)]
+    pub keep: Vec<String>,
     pub required: bool,
     /// Whether the last scrape succeeded; `None` before the first.
     pub up: Option<bool>,
@@ -171,10 +178,18 @@ impl Facts {
                     name: u.name.clone(),
                     url: hide_password(&u.url).to_string(),
                     engine: u.engine.name(),
+                    engine_families: u.engine.preset().keep.first().is_some_and(|own| {
+                        u.keep.iter().any(|k| k.starts_with(own) || own.starts_with(k.as_str()))
+                    }),
+                    keep: u.keep.clone(),
                     required: u.required,
                     up: s.up,
                     state,
-                    state_since: s.state_since.map(Timestamp),
+                    // Stalled counts from when progress stopped, not from when it came up.
+                    state_since: match stalled.and_then(|st| st.quiet_for) {
+                        Some(quiet) => SystemTime::now().checked_sub(quiet).map(Timestamp),
+                        None => s.state_since.map(Timestamp),
+                    },
                     last_error: s.last_error,
                     last_error_at: s.last_error_at.map(Timestamp),
                     last_scrape: s.last.map(|l| LastScrapeFacts {

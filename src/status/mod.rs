@@ -7,12 +7,14 @@
 //!
 //! - [`history`]: an upstream's last scrape, last failure and last few minutes.
 //! - [`facts`]: gathering the facts; their JSON form.
-//! - `page`: the HTML; `chart`: the SVG of an upstream's last few minutes.
+//! - `page`: the HTML; `chart`: the SVG of an upstream's last few minutes; `vitals`: the
+//!   engine's figures and sparklines (see [`crate::vitals`]).
 
 mod chart;
 pub(crate) mod facts;
 pub(crate) mod history;
 mod page;
+mod vitals;
 
 pub(crate) use facts::{Facts, Sources};
 

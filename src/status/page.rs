@@ -18,6 +18,11 @@ const STYLE: &str = include_str!("page.css");
 /// `text`, HTML-escaped for element content and quoted attribute values alike.
 struct Esc<'a>(&'a str);
 
+/// `text`, HTML-escaped.
+pub(super) fn escape(text: &str) -> String {
+    Esc(text).to_string()
+}
+
 impl Display for Esc<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut rest = self.0;
@@ -77,7 +82,9 @@ pub(super) fn render(f: &Facts) -> String {
             let _ = writeln!(
                 out,
                 "<p class=\"reason bad\" id=\"why\">Not ready: {}</p>",
-                Esc(reason)
+                // The reason names each failing upstream as "X is not ready: why"; after
+                // "Not ready:" once is enough.
+                Esc(&reason.replace(" is not ready: ", ": "))
             );
         }
         None => out.push_str(
@@ -154,8 +161,15 @@ fn card(u: &UpstreamFacts, now: SystemTime, out: &mut String) {
     out.push_str("<dl class=\"props\">");
     let _ = write!(
         out,
-        "<dt>engine</dt><dd>{}</dd><dt>required</dt><dd>{}</dd>",
-        Esc(u.engine),
+        "<dt>{}</dt><dd>{}</dd><dt>required</dt><dd>{}</dd>",
+        if u.engine_families { "engine" } else { "families" },
+        // An upstream that keeps none of its engine preset's own families (LMCache's, kept
+        // under the default vLLM preset) is not that engine: say what it keeps instead.
+        Esc(&if u.engine_families {
+            u.engine.to_owned()
+        } else {
+            u.keep.join(", ")
+        }),
         if u.required {
             "yes, readiness needs it"
         } else {
@@ -203,6 +217,9 @@ fn card(u: &UpstreamFacts, now: SystemTime, out: &mut String) {
         u.response_bytes
             .map_or_else(|| "none yet".to_owned(), bytes),
     );
+    if let Some(v) = &u.vitals {
+        super::vitals::write(&u.name, v, out);
+    }
     out.push_str("<ul class=\"series\">");
     for &(outcome, n) in &u.series.0 {
         let warn = n > 0 && matches!(outcome, "malformed" | "duplicate" | "conflict");
@@ -211,7 +228,8 @@ fn card(u: &UpstreamFacts, now: SystemTime, out: &mut String) {
             "<li{}><b>{}</b>{}</li>",
             if warn { " class=\"warn\"" } else { "" },
             count(n),
-            Esc(outcome),
+            // `relabel_dropped` reads as two words and stays on one line.
+            Esc(&outcome.replace('_', "\u{a0}")),
         );
     }
     out.push_str("</ul><figure>");
@@ -219,7 +237,11 @@ fn card(u: &UpstreamFacts, now: SystemTime, out: &mut String) {
     out.push_str("<figcaption>");
     let minutes = WINDOW_SECONDS / 60;
     if scale.max_duration.is_none() && scale.failed_seconds == 0 {
-        let _ = write!(out, "no full-page scrape in the last {minutes} min");
+        let _ = write!(
+            out,
+            "no full-page scrape in the last {minutes} min: nothing has read /metrics, and \
+             health checks read selected families only"
+        );
     } else {
         let _ = write!(out, "last {minutes} min:");
         if let Some(max) = scale.max_duration {
@@ -261,8 +283,17 @@ fn time(t: Timestamp, now: SystemTime) -> String {
     format!("<time datetime=\"{exact}\" title=\"{exact}\">{words}</time>")
 }
 
+/// A window in words: `1 min`, `90 s`.
+pub(super) fn seconds_words(s: f64) -> String {
+    if s >= 60.0 && s % 60.0 == 0.0 {
+        format!("{} min", s / 60.0)
+    } else {
+        format!("{s} s")
+    }
+}
+
 /// A short span of time: `850 µs`, `12.4 ms`, `1.25 s`, `3 min 20 s`.
-fn seconds(s: f64) -> String {
+pub(super) fn seconds(s: f64) -> String {
     if s < 0.001 {
         format!("{:.0} µs", s * 1e6)
     } else if s < 0.01 {

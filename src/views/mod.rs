@@ -67,8 +67,9 @@ struct View {
 #[derive(Debug, Clone)]
 struct Wanted {
     name: String,
-    /// The other name of a family the engine renamed: read when the page lacks `name`.
-    renamed: Option<String>,
+    /// The family's other names on this engine (renamed, or in its other spelling such as
+    /// `sglang_`): read when the page lacks `name`.
+    others: Vec<String>,
     /// Label name and escaped value.
     select: Vec<(String, Vec<u8>)>,
     op: Op,
@@ -155,7 +156,7 @@ impl Views {
         for (u, families) in self.views[v].families.iter().enumerate() {
             let mut any = false;
             for f in families {
-                for name in std::iter::once(&f.name).chain(&f.renamed) {
+                for name in std::iter::once(&f.name).chain(&f.others) {
                     if may_hold(u, name) {
                         any = true;
                         if !names.contains(name) {
@@ -257,7 +258,7 @@ impl Views {
 fn wanted(f: &ViewFamily, preset: &Preset) -> Wanted {
     Wanted {
         name: f.name.clone(),
-        renamed: preset.renamed(&f.name),
+        others: preset.names_of(&f.name).split_off(1),
         select: f
             .select
             .iter()
@@ -337,8 +338,9 @@ fn write_upstream(
         if families[..i].iter().any(|g| g.name == f.name) {
             continue;
         }
-        let Some(family) =
-            find_family(exp, &f.name).or_else(|| find_family(exp, f.renamed.as_deref()?))
+        let Some(family) = std::iter::once(&f.name)
+            .chain(&f.others)
+            .find_map(|n| find_family(exp, n))
         else {
             continue;
         };

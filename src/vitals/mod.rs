@@ -104,6 +104,12 @@ impl Vitals {
         }
     }
 
+    /// Whether the vitals are on (`vitals.window` is not 0): the health checks read their
+    /// families only then.
+    pub(crate) fn enabled(&self) -> bool {
+        !self.window.is_zero()
+    }
+
     /// Keeps upstream `i`'s reading; readings older than the window (or five minutes) go.
     pub(crate) fn record(&self, i: usize, reading: Reading) {
         let Some(u) = self.upstreams.get(i) else {
@@ -123,8 +129,11 @@ impl Vitals {
         }
     }
 
-    /// Upstream `i`'s vitals as of `now`.
+    /// Upstream `i`'s vitals as of `now`; `None` when the vitals are off.
     pub(crate) fn report(&self, i: usize, now: Instant) -> Option<Report> {
+        if !self.enabled() {
+            return None;
+        }
         let u = self.upstreams.get(i)?;
         let mut readings = u.readings.lock().expect("vitals lock");
         let all: &[Reading] = readings.make_contiguous();
