@@ -137,7 +137,15 @@ async fn status_keeps_its_schema_and_agrees_with_health_and_metrics() {
         ];
         let vitals = &u["vitals"];
         let mut want = set(&figures);
-        want.extend(["window_seconds", "readings", "rank_label", "ranks", "pids", "history"]);
+        want.extend([
+            "window_seconds",
+            "readings",
+            "readings_total",
+            "rank_label",
+            "ranks",
+            "pids",
+            "history",
+        ]);
         assert_eq!(keys(vitals), want, "{vitals}");
         for q in &figures[8..] {
             assert_eq!(keys(&vitals[q]), set(&["p50", "p90", "p99"]), "{q}");
@@ -238,6 +246,7 @@ async fn status_keeps_its_schema_and_agrees_with_health_and_metrics() {
     let vitals = &good["vitals"];
     assert_eq!(vitals["window_seconds"], 60.0);
     assert_eq!(vitals["readings"], 1);
+    assert_eq!(vitals["readings_total"], 1);
     assert_eq!(vitals["running"], 6.0);
     assert_eq!(vitals["waiting"], Value::Null);
     assert_eq!(vitals["requests_per_second"], Value::Null);

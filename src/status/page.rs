@@ -217,7 +217,8 @@ fn card(u: &UpstreamFacts, now: SystemTime, out: &mut String) {
         u.response_bytes
             .map_or_else(|| "none yet".to_owned(), bytes),
     );
-    if let Some(v) = &u.vitals {
+    // The vitals are the engine's: not shown for an upstream that keeps none of its families.
+    if let Some(v) = u.vitals.as_ref().filter(|_| u.engine_families) {
         super::vitals::write(&u.name, v, out);
     }
     out.push_str("<ul class=\"series\">");

@@ -15,9 +15,10 @@ pub(super) fn write(name: &str, v: &Report, out: &mut String) {
     let window = super::page::seconds_words(v.window_seconds);
     let _ = write!(
         out,
-        "<div class=\"vitals\" id=\"vitals-{}\"><p class=\"vhead\">engine, last {window}</p>\
-         <dl class=\"vrow\">",
-        super::page::escape(name)
+        "<div class=\"vitals\" id=\"vitals-{}\" data-readings-total=\"{}\">\
+         <p class=\"vhead\">engine, last {window}</p><dl class=\"vrow\">",
+        super::page::escape(name),
+        v.readings_total
     );
     let pct = |x: f64| format!("{:.1} %", x * 100.0);
     let rate = |x: f64| {
@@ -154,7 +155,7 @@ fn spark(
         "\"/></svg><figcaption>{label} <b>{}</b>{}</figcaption></figure>",
         last.map_or("–".to_owned(), show),
         if max > 0.0 {
-            format!(" <span class=\"muted\">max {}</span>", show(max))
+            format!("<br><span class=\"muted\">max {}</span>", show(max))
         } else {
             String::new()
         },

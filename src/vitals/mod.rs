@@ -40,6 +40,8 @@ pub(crate) const HISTORY: Duration = Duration::from_secs(300);
 #[derive(Debug)]
 pub(crate) struct Vitals {
     window: Duration,
+    /// `health.interval`: how often a reading comes.
+    interval: Duration,
     upstreams: Vec<Upstream>,
 }
 
@@ -47,6 +49,8 @@ pub(crate) struct Vitals {
 struct Upstream {
     preset: &'static Preset,
     readings: Mutex<VecDeque<Reading>>,
+    /// Readings recorded so far.
+    recorded: std::sync::atomic::AtomicU64,
 }
 
 /// The vitals of one upstream, as `/status` gives them.
@@ -55,6 +59,9 @@ pub(crate) struct Report {
     pub window_seconds: f64,
     /// Readings in the window.
     pub readings: usize,
+    /// Readings recorded since sysport (or its configuration) started: the figures are as of
+    /// the last of them, so two reports with the same number agree.
+    pub readings_total: u64,
     #[serde(flatten)]
     pub total: Figures,
     /// The label that tells data-parallel ranks apart (`engine`, `dp_rank`), when the page
@@ -93,12 +100,14 @@ impl Vitals {
     pub(crate) fn new(config: &Config) -> Vitals {
         Vitals {
             window: config.vitals.window,
+            interval: config.health.interval,
             upstreams: config
                 .upstreams
                 .iter()
                 .map(|u| Upstream {
                     preset: u.engine.preset(),
                     readings: Mutex::new(VecDeque::new()),
+                    recorded: std::sync::atomic::AtomicU64::new(0),
                 })
                 .collect(),
         }
@@ -117,6 +126,8 @@ impl Vitals {
         };
         let keep = self.window.max(HISTORY);
         let mut readings = u.readings.lock().expect("vitals lock");
+        u.recorded
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let at = reading.at;
         // Out of order only if a check finished after a later one: keep time order.
         let pos = readings.partition_point(|r| r.at <= at);
@@ -129,7 +140,18 @@ impl Vitals {
         }
     }
 
-    /// Upstream `i`'s vitals as of `now`; `None` when the vitals are off.
+    /// When the window ends: at the last reading while readings come (the check due now may
+    /// still be fetching; ending the window at `now` would count that as the series ending, and
+    /// `rate()` would extrapolate only half a spacing there), else at `now`, so that the figures
+    /// of an upstream that stopped answering age out.
+    fn end(&self, all: &[Reading], now: Instant) -> Instant {
+        match all.last() {
+            Some(last) if last.at <= now && now - last.at <= self.interval * 2 => last.at,
+            _ => now,
+        }
+    }
+
+    /// Upstream `i`'s vitals as of `now` (its last reading); `None` when the vitals are off.
     pub(crate) fn report(&self, i: usize, now: Instant) -> Option<Report> {
         if !self.enabled() {
             return None;
@@ -137,11 +159,12 @@ impl Vitals {
         let u = self.upstreams.get(i)?;
         let mut readings = u.readings.lock().expect("vitals lock");
         let all: &[Reading] = readings.make_contiguous();
-        let in_window = in_window(all, now, self.window);
+        let end = self.end(all, now);
+        let in_window = in_window(all, end, self.window);
         let copies = u.preset.copy_labels();
         let window = Window {
             readings: in_window,
-            end: now,
+            end,
             range: self.window,
             copies: &copies,
         };
@@ -175,6 +198,7 @@ impl Vitals {
         Some(Report {
             window_seconds: self.window.as_secs_f64(),
             readings: in_window.len(),
+            readings_total: u.recorded.load(std::sync::atomic::Ordering::Relaxed),
             total: window.figures(Group::All),
             rank_label,
             ranks: rank_label.map(parts).unwrap_or_default(),
