@@ -481,7 +481,11 @@ mod tests {
             let reads = [v.running, v.waiting]
                 .into_iter()
                 .chain(optional.into_iter().flatten())
-                .chain([v.preemptions, v.prefix_hits, v.prefix_queries].into_iter().flatten())
+                .chain(
+                    [v.preemptions, v.prefix_hits, v.prefix_queries]
+                        .into_iter()
+                        .flatten(),
+                )
                 .map(|r| r.name)
                 .chain([v.ttft, v.itl, v.e2e].into_iter().flatten());
             for name in reads {
@@ -510,7 +514,9 @@ mod tests {
             ["sglang:num_queue_reqs", "sglang_num_queue_reqs"]
         );
         assert_eq!(
-            Engine::Trtllm.preset().names_of("trtllm_num_requests_waiting"),
+            Engine::Trtllm
+                .preset()
+                .names_of("trtllm_num_requests_waiting"),
             ["trtllm_num_requests_waiting"]
         );
     }

@@ -95,7 +95,11 @@ fn page(clock: &Clock) -> String {
     counter(&mut p, "vllm:generation_tokens_total", RATES.generation);
     counter(&mut p, "vllm:num_preemptions_total", RATES.preemptions);
     counter(&mut p, "vllm:prefix_cache_hits_total", [RATES.hits, 0.0]);
-    counter(&mut p, "vllm:prefix_cache_queries_total", [RATES.queries, 0.0]);
+    counter(
+        &mut p,
+        "vllm:prefix_cache_queries_total",
+        [RATES.queries, 0.0],
+    );
     for (name, scale) in [
         ("vllm:time_to_first_token_seconds", 1.0),
         ("vllm:inter_token_latency_seconds", 0.1),
@@ -127,7 +131,9 @@ fn page(clock: &Clock) -> String {
 
 /// The stand-in engine on loopback: `/metrics` computed at each request, `/health` 200.
 async fn stand_in() -> (String, Arc<Clock>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
     let addr = listener.local_addr().expect("addr");
     let clock = Arc::new(Clock {
         steps: AtomicU64::new(0),
@@ -168,9 +174,14 @@ async fn vitals(sp: &Running) -> Value {
 /// Waits for a full window of readings past the first check (which also fetches the full
 /// page once, to compare the engine's `name[]` selection with it: two steps).
 async fn full_window(sp: &Running, clock: &Clock) {
-    eventually(Duration::from_secs(30), "a full window of readings", || async {
-        clock.steps.load(Ordering::SeqCst) >= 12 && vitals(sp).await["readings"].as_u64() >= Some(8)
-    })
+    eventually(
+        Duration::from_secs(30),
+        "a full window of readings",
+        || async {
+            clock.steps.load(Ordering::SeqCst) >= 12
+                && vitals(sp).await["readings"].as_u64() >= Some(8)
+        },
+    )
     .await;
 }
 
@@ -196,10 +207,26 @@ async fn every_figure_matches_the_known_rates_and_quantiles() {
     assert_eq!(v["kv_cache_usage"], 0.375);
     let sum = |r: [f64; 2]| r[0] + r[1];
     near(&v["requests_per_second"], sum(RATES.requests), "requests/s");
-    near(&v["prompt_tokens_per_second"], sum(RATES.prompt), "prompt tokens/s");
-    near(&v["generation_tokens_per_second"], sum(RATES.generation), "generation tokens/s");
-    near(&v["preemptions_per_second"], sum(RATES.preemptions), "preemptions/s");
-    near(&v["prefix_cache_hit_rate"], RATES.hits / RATES.queries, "prefix hit rate");
+    near(
+        &v["prompt_tokens_per_second"],
+        sum(RATES.prompt),
+        "prompt tokens/s",
+    );
+    near(
+        &v["generation_tokens_per_second"],
+        sum(RATES.generation),
+        "generation tokens/s",
+    );
+    near(
+        &v["preemptions_per_second"],
+        sum(RATES.preemptions),
+        "preemptions/s",
+    );
+    near(
+        &v["prefix_cache_hit_rate"],
+        RATES.hits / RATES.queries,
+        "prefix hit rate",
+    );
     for (key, scale) in [
         ("time_to_first_token_seconds", 1.0),
         ("inter_token_latency_seconds", 0.1),
@@ -215,13 +242,29 @@ async fn every_figure_matches_the_known_rates_and_quantiles() {
     assert_eq!(ranks.len(), 2);
     for (r, rank) in ranks.iter().enumerate() {
         assert_eq!(rank["id"], r.to_string());
-        near(&rank["requests_per_second"], RATES.requests[r], "rank requests/s");
-        near(&rank["generation_tokens_per_second"], RATES.generation[r], "rank tokens/s");
-        near(&rank["time_to_first_token_seconds"]["p90"], P90, "rank TTFT p90");
+        near(
+            &rank["requests_per_second"],
+            RATES.requests[r],
+            "rank requests/s",
+        );
+        near(
+            &rank["generation_tokens_per_second"],
+            RATES.generation[r],
+            "rank tokens/s",
+        );
+        near(
+            &rank["time_to_first_token_seconds"]["p90"],
+            P90,
+            "rank TTFT p90",
+        );
     }
     assert_eq!(ranks[1]["running"], 1.0);
     assert_eq!(ranks[1]["kv_cache_usage"], 0.25);
-    assert_eq!(ranks[1]["prefix_cache_hit_rate"], Value::Null, "no queries: null, not 0");
+    assert_eq!(
+        ranks[1]["prefix_cache_hit_rate"],
+        Value::Null,
+        "no queries: null, not 0"
+    );
     // The sparklines end with the figures.
     let last = |k: &str| v["history"][k].as_array().and_then(|a| a.last().cloned());
     assert_eq!(last("running").expect("a point")[1], 4.0);
@@ -241,9 +284,11 @@ async fn a_counter_reset_in_the_window_is_handled_as_prometheus_does() {
     // the reset is inside the window.
     let at = clock.steps.load(Ordering::SeqCst);
     *clock.reset.lock().expect("lock") = Some(at);
-    eventually(Duration::from_secs(20), "the reset in mid-window", || async {
-        clock.steps.load(Ordering::SeqCst) >= at + 4
-    })
+    eventually(
+        Duration::from_secs(20),
+        "the reset in mid-window",
+        || async { clock.steps.load(Ordering::SeqCst) >= at + 4 },
+    )
     .await;
     let v = vitals(&sp).await;
     // rate() adds back the value before the drop: one step after the restart the counter

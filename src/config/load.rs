@@ -21,8 +21,7 @@ use super::raw::{
 use super::units::{parse_bytes, parse_count, parse_duration, parse_port};
 use super::web;
 use super::{
-    Config, Engine, HealthConfig, Limits, Listen, ShutdownConfig, UpstreamConfig, Url,
-    VitalsConfig,
+    Config, Engine, HealthConfig, Limits, Listen, ShutdownConfig, UpstreamConfig, Url, VitalsConfig,
 };
 
 /// Command-line flags; each one, when given, wins over the environment and the file.
@@ -127,7 +126,11 @@ impl Loader<'_> {
             let (window, at) =
                 self.file_value(vitals.window.as_ref(), "vitals.window", parse_duration)?;
             if !window.is_zero() && window < std::time::Duration::from_secs(1) {
-                self.issue(Origin::File(at), "vitals.window", "must be 0s (off) or at least 1s");
+                self.issue(
+                    Origin::File(at),
+                    "vitals.window",
+                    "must be 0s (off) or at least 1s",
+                );
                 return None;
             }
             Some(window)

@@ -150,7 +150,10 @@ fn a_progress_name_may_be_the_histograms_count() {
         select: vec![("engine".into(), "1".into())],
     }];
     let exp = parsed(VLLM_DP2, Format::Text, &["vllm:"]);
-    assert_eq!(read(&exp, &stall, Engine::Vllm.preset()).progress, Some(30.0));
+    assert_eq!(
+        read(&exp, &stall, Engine::Vllm.preset()).progress,
+        Some(30.0)
+    );
     let names = names(&stall, Engine::Vllm.preset());
     let selection = crate::expfmt::Selection::new(names.iter().map(String::as_str));
     let asked: Vec<String> = selection.sample_names().collect();
@@ -168,5 +171,8 @@ fn a_progress_name_may_be_the_histograms_count() {
         select: Vec::new(),
     };
     let exp = parsed(page, Format::Text, &["vllm:"]);
-    assert_eq!(read(&exp, &stall, Engine::Vllm.preset()).progress, Some(4.0));
+    assert_eq!(
+        read(&exp, &stall, Engine::Vllm.preset()).progress,
+        Some(4.0)
+    );
 }

@@ -179,7 +179,9 @@ impl Facts {
                     url: hide_password(&u.url).to_string(),
                     engine: u.engine.name(),
                     engine_families: u.engine.preset().keep.first().is_some_and(|own| {
-                        u.keep.iter().any(|k| k.starts_with(own) || own.starts_with(k.as_str()))
+                        u.keep
+                            .iter()
+                            .any(|k| k.starts_with(own) || own.starts_with(k.as_str()))
                     }),
                     keep: u.keep.clone(),
                     required: u.required,

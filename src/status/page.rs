@@ -162,7 +162,11 @@ fn card(u: &UpstreamFacts, now: SystemTime, out: &mut String) {
     let _ = write!(
         out,
         "<dt>{}</dt><dd>{}</dd><dt>required</dt><dd>{}</dd>",
-        if u.engine_families { "engine" } else { "families" },
+        if u.engine_families {
+            "engine"
+        } else {
+            "families"
+        },
         // An upstream that keeps none of its engine preset's own families (LMCache's, kept
         // under the default vLLM preset) is not that engine: say what it keeps instead.
         Esc(&if u.engine_families {

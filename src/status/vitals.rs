@@ -6,6 +6,9 @@ use std::fmt::Write;
 
 use crate::vitals::{HISTORY, Report, Spark};
 
+/// How a number is put in words.
+type Show<'a> = &'a dyn Fn(f64) -> String;
+
 /// Height of a sparkline, in SVG units (the width is one unit per second).
 const HEIGHT: f64 = 24.0;
 
@@ -29,28 +32,60 @@ pub(super) fn write(name: &str, v: &Report, out: &mut String) {
         }
     };
     let n = |x: f64| format!("{x:.0}");
-    let items: [(&str, &str, Option<f64>, &dyn Fn(f64) -> String); 8] = [
+    let items: [(&str, &str, Option<f64>, Show<'_>); 8] = [
         ("running", "running", t.running, &n),
         ("waiting", "waiting", t.waiting, &n),
         ("kv_cache_usage", "KV cache", t.kv_cache_usage, &pct),
-        ("requests_per_second", "requests", t.requests_per_second, &rate),
-        ("prompt_tokens_per_second", "prompt tok", t.prompt_tokens_per_second, &rate),
+        (
+            "requests_per_second",
+            "requests",
+            t.requests_per_second,
+            &rate,
+        ),
+        (
+            "prompt_tokens_per_second",
+            "prompt tok",
+            t.prompt_tokens_per_second,
+            &rate,
+        ),
         (
             "generation_tokens_per_second",
             "gen tok",
             t.generation_tokens_per_second,
             &rate,
         ),
-        ("preemptions_per_second", "preempted", t.preemptions_per_second, &rate),
-        ("prefix_cache_hit_rate", "prefix hits", t.prefix_cache_hit_rate, &pct),
+        (
+            "preemptions_per_second",
+            "preempted",
+            t.preemptions_per_second,
+            &rate,
+        ),
+        (
+            "prefix_cache_hit_rate",
+            "prefix hits",
+            t.prefix_cache_hit_rate,
+            &pct,
+        ),
     ];
     for (key, label, value, show) in items {
         figure(key, label, value.map(show), value, out);
     }
     for (key, label, q) in [
-        ("time_to_first_token_seconds", "TTFT", t.time_to_first_token_seconds),
-        ("inter_token_latency_seconds", "ITL", t.inter_token_latency_seconds),
-        ("e2e_request_latency_seconds", "E2E", t.e2e_request_latency_seconds),
+        (
+            "time_to_first_token_seconds",
+            "TTFT",
+            t.time_to_first_token_seconds,
+        ),
+        (
+            "inter_token_latency_seconds",
+            "ITL",
+            t.inter_token_latency_seconds,
+        ),
+        (
+            "e2e_request_latency_seconds",
+            "E2E",
+            t.e2e_request_latency_seconds,
+        ),
     ] {
         for (p, value) in [("p50", q.p50), ("p99", q.p99)] {
             figure(
@@ -66,7 +101,7 @@ pub(super) fn write(name: &str, v: &Report, out: &mut String) {
     let h = &v.history;
     let pct_of = |x: f64| pct(x);
     for (key, label, points, show) in [
-        ("running", "running", &h.running, &n as &dyn Fn(f64) -> String),
+        ("running", "running", &h.running, &n as Show<'_>),
         ("waiting", "waiting", &h.waiting, &n),
         ("kv_cache_usage", "KV cache", &h.kv_cache_usage, &pct_of),
         (
@@ -115,18 +150,9 @@ fn figure(key: &str, label: &str, text: Option<String>, value: Option<f64>, out:
 }
 
 /// One sparkline over the last five minutes, with its latest value.
-fn spark(
-    key: &str,
-    label: &str,
-    points: &Spark,
-    show: &dyn Fn(f64) -> String,
-    out: &mut String,
-) {
+fn spark(key: &str, label: &str, points: &Spark, show: Show<'_>, out: &mut String) {
     let width = HISTORY.as_secs_f64();
-    let max = points
-        .iter()
-        .filter_map(|p| p.1)
-        .fold(0.0_f64, f64::max);
+    let max = points.iter().filter_map(|p| p.1).fold(0.0_f64, f64::max);
     let _ = write!(
         out,
         "<figure class=\"spark\" data-key=\"{key}\"><svg viewBox=\"0 0 {width} {HEIGHT}\" \

@@ -29,8 +29,8 @@ use crate::engine::Preset;
 use crate::expfmt::{self, Exposition, Family, MergeOptions, ParseLimits, ParseOptions};
 use crate::scrape::{Scraped, Scraper};
 
-use self::combine::{Labels, combine};
 pub(crate) use self::combine::sample_tail;
+use self::combine::{Labels, combine};
 
 /// The name of the built-in view for endpoint pickers.
 pub const ROUTER: &str = "router";

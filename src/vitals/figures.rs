@@ -99,7 +99,11 @@ impl Window<'_> {
     fn gauge(&self, fig: Fig, group: Group<'_>, mean: bool) -> Option<f64> {
         let last = self.readings.last()?;
         let mut ranks: BTreeMap<Vec<&(String, String)>, f64> = BTreeMap::new();
-        for (k, v) in last.series.iter().filter(|(k, _)| k.fig == fig && group.holds(k)) {
+        for (k, v) in last
+            .series
+            .iter()
+            .filter(|(k, _)| k.fig == fig && group.holds(k))
+        {
             let rest: Vec<&(String, String)> = k
                 .labels
                 .iter()

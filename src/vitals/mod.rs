@@ -206,7 +206,6 @@ impl Vitals {
             history: sparks(all, now, self.window, &copies),
         })
     }
-
 }
 
 /// The last five minutes of time-ordered `readings` as of `now`, one point per reading, each

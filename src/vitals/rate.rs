@@ -75,7 +75,11 @@ mod tests {
     #[test]
     fn a_constant_rate_over_the_whole_range_is_that_rate() {
         // 12 readings 5 s apart ending at the evaluation time, +10 each: 2/s.
-        let points = series(5.0, 5.0, &(0..12).map(|i| 100.0 + 10.0 * i as f64).collect::<Vec<_>>());
+        let points = series(
+            5.0,
+            5.0,
+            &(0..12).map(|i| 100.0 + 10.0 * i as f64).collect::<Vec<_>>(),
+        );
         let r = rate(&points, 60.0, 60.0).expect("a rate");
         assert!(close(r, 2.0), "{r}");
     }
