@@ -160,8 +160,8 @@ section! {
         /// it is fetched once per scrape.
         url: Text,
         /// Family-name prefixes to keep; default the engine's (`["vllm:", "lmcache:"]`,
-        /// `["sglang:"]`, `["trtllm_"]`, `["nv_"]`); not empty, and none under `dynamo_sysport_`
-        /// (sysport's own names, which no upstream's can take).
+        /// `["sglang:", "sglang_"]`, `["trtllm_"]`, `["nv_"]`); not empty, and none under
+        /// `dynamo_sysport_` (sysport's own names, which no upstream's can take).
         keep: Spanned<Vec<Text>>,
         /// Per-scrape timeout (`2s`, default 2s), further capped by Prometheus' scrape timeout; more
         /// than zero.
