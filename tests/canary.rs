@@ -550,3 +550,34 @@ async fn dynamo_env_names_turn_canaries_on_with_upstream_and_no_file() {
     assert_eq!(stand.generations()[0].0, "/v1/completions");
     sp.shutdown().await.expect("clean shutdown");
 }
+
+#[tokio::test]
+async fn a_canary_that_ends_after_a_reload_removed_its_upstream_leaves_no_series() {
+    let stand = Stand::start().await;
+    let mut cfg = vllm_config(&stand);
+    // A canary in flight for a while: long enough for the reload to come first.
+    let timeout = Duration::from_secs(3);
+    if let Some(c) = cfg.upstreams[0].canary.as_mut() {
+        c.timeout = timeout;
+    }
+    let sp = Running::start(cfg).await;
+    until_ready(&sp).await;
+    stand.set(Mode::Hang);
+    until_canary(&stand, CANARY_AFTER + MARGIN * 2).await;
+    let sent = Instant::now();
+    // The new configuration has no upstream `vllm`.
+    let mut other = upstream_config("other", stand.url("/metrics").as_str(), &["vllm:"]);
+    other.required = false;
+    sp.handle.reload(config(vec![other]));
+    assert!(
+        sent.elapsed() < timeout,
+        "the reload came after the canary ended"
+    );
+    tokio::time::sleep(timeout + MARGIN).await;
+    let (_, body) = sp.get("/metrics").await;
+    let left: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("dynamo_sysport_canary") && l.contains("upstream=\"vllm\""))
+        .collect();
+    assert!(left.is_empty(), "series of a removed upstream: {left:?}");
+}

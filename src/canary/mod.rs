@@ -231,16 +231,16 @@ async fn first_model(client: &reqwest::Client, canary: &CanaryConfig) -> Result<
         .ok_or_else(|| (Kind::BadAnswer, "/v1/models names no model".to_owned()))
 }
 
-/// Counts a finished canary of `upstream`.
+/// Counts a finished canary of `upstream`, unless a reload removed the upstream while it ran.
 pub(crate) fn count(telemetry: &Telemetry, upstream: &str, outcome: &Outcome) {
-    telemetry
-        .canary_requests
-        .with_label_values(&[upstream, outcome.kind.label()])
-        .inc();
-    telemetry
-        .canary_duration
-        .with_label_values(&[upstream])
-        .observe(outcome.took.as_secs_f64());
+    telemetry.for_current(upstream, |t| {
+        t.canary_requests
+            .with_label_values(&[upstream, outcome.kind.label()])
+            .inc();
+        t.canary_duration
+            .with_label_values(&[upstream])
+            .observe(outcome.took.as_secs_f64());
+    });
 }
 
 /// Starts the counters of a new configuration: every result at 0 for each upstream with
