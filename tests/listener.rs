@@ -300,14 +300,7 @@ async fn a_client_that_takes_no_byte_for_the_write_timeout_is_dropped_and_counte
     );
     drop(held);
     // A fresh reader still gets the whole page.
-    let body = client()
-        .get(sp.url("/metrics"))
-        .send()
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("body");
+    let (_, body) = sp.get("/metrics").await;
     assert!(body.matches("vllm:big{").count() >= 990, "the whole page");
 }
 

@@ -31,6 +31,19 @@ fn load(pki: &Pki, web_yaml: &str, url: &str) -> Result<Config, config::ConfigEr
     sysport::server::load_config(&overrides, &HashMap::<String, String>::new())
 }
 
+/// The body of `path` over HTTPS with the `prometheus` user's credentials.
+async fn as_prometheus(client: &reqwest::Client, running: &Running, path: &str) -> String {
+    client
+        .get(https(running, path))
+        .basic_auth("prometheus", Some("s3cret"))
+        .send()
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("body")
+}
+
 fn https(running: &Running, path: &str) -> String {
     format!("{}{path}", running.base.replace("http://", "https://"))
 }
@@ -101,16 +114,8 @@ async fn https_with_basic_auth_guards_metrics_and_leaves_the_probes_open() {
     assert_eq!(keys, ["endpoints", "status"], "{body}");
     assert!(body["endpoints"]["vllm"].is_string(), "{body}");
     // With credentials, the whole body.
-    let full: serde_json::Value = client
-        .get(https(&sp, "/health"))
-        .basic_auth("prometheus", Some("s3cret"))
-        .send()
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .map(|t| serde_json::from_str(&t).expect("JSON"))
-        .expect("body");
+    let full: serde_json::Value =
+        serde_json::from_str(&as_prometheus(&client, &sp, "/health").await).expect("JSON");
     assert!(full["upstreams"]["vllm"]["check"].is_string(), "{full}");
     assert!(full["uptime"].is_number(), "{full}");
     // The engine container's liveness probe too: the kubelet sends no credentials for it.
@@ -141,15 +146,7 @@ async fn https_with_basic_auth_guards_metrics_and_leaves_the_probes_open() {
     let text = plain.text().await.expect("body");
     assert!(text.contains("HTTP request to an HTTPS server"), "{text}");
     assert!(!text.contains("vllm:"));
-    let page = client
-        .get(https(&sp, "/metrics"))
-        .basic_auth("prometheus", Some("s3cret"))
-        .send()
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("body");
+    let page = as_prometheus(&client, &sp, "/metrics").await;
     let closed = metric(&page, "dynamo_sysport_http_connections_closed_total");
     assert_eq!(closed.label("reason", "plain_http").value(), 1.0);
     assert!(
