@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# What stall detection costs the engine (bench/stall/run.py; figures in bench/RESULTS.md §16):
-# engine /metrics requests, bytes and render time per health check, with and without
-# stall_after and health_url, against prometheus_client serving the 740 KB registry. The
-# figures are the engine's, so any sysport build serves: SYSPORT_BIN (default
-# target/release/sysport, built when missing).
+# What the health checks' family reads cost (bench/stall/run.py; figures in bench/RESULTS.md §17
+# and §18): engine /metrics requests, bytes and render time and sysport CPU per health check,
+# with and without stall_after, the vitals and health_url, against prometheus_client serving
+# the 740 KB registry. The engine's figures do not depend on sysport's build; its CPU does:
+# SYSPORT_BIN (default target/release/sysport, built when missing).
 #
 # Usage: bash bench/stall.sh [OUT_DIR] [SECONDS]     (default bench/out/stall, 20)
 set -euo pipefail

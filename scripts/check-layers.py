@@ -46,6 +46,7 @@ LAYERS = {
     "health": 4,
     "stall": 4,
     "canary": 4,
+    "vitals": 4,
     # Views and the status page.
     "views": 5,
     "status": 5,

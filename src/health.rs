@@ -20,9 +20,10 @@ use serde_json::{Map, Value, json};
 use crate::canary::{self, CanaryStatus, EngineReading, Outcome, Seen, Tracker};
 use crate::config::{HealthConfig, StartingStatus, UpstreamConfig};
 use crate::scrape::ScrapeError;
-use crate::scrape::Scraper;
+use crate::scrape::{Scraper, UpstreamResult};
 use crate::stall::{self, Reading, StallStatus, Unread, Watch};
 use crate::telemetry::Telemetry;
+use crate::vitals::Vitals;
 
 /// Why a check of an upstream failed, with the facts of the failure.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -390,6 +391,7 @@ impl Readiness {
 pub(crate) async fn check_all(
     scraper: &Scraper,
     readiness: &Readiness,
+    vitals: &Vitals,
     client: &reqwest::Client,
     telemetry: &Telemetry,
     at: Instant,
@@ -400,13 +402,14 @@ pub(crate) async fn check_all(
         .enumerate()
         .map(|(i, u)| async move {
             match &u.health_url {
-                // The stall read is a fetch of its own: made while the health URL answers.
+                // The families stall detection, canaries and the vitals read are a fetch of
+                // their own, made while the health URL answers.
                 Some(url) => {
-                    let (result, reading) = tokio::join!(
+                    let (result, page) = tokio::join!(
                         check_url(client, url, u.timeout),
-                        canary::read_upstream(scraper, i, None)
+                        read_families(scraper, i, vitals.enabled())
                     );
-                    (i, result, reading)
+                    (i, result, page)
                 }
                 None => {
                     let page = scraper
@@ -419,14 +422,16 @@ pub(crate) async fn check_all(
                         Some(Err(e)) => Err(CheckError::Scrape(e.clone())),
                         None => Err(CheckError::NoResult),
                     };
-                    (i, result, canary::read_upstream(scraper, i, page).await)
+                    (i, result, page)
                 }
             }
         });
     let mut due = Vec::new();
-    for (i, result, reading) in futures_util::future::join_all(checks).await {
+    for (i, result, page) in futures_util::future::join_all(checks).await {
+        let u = &scraper.upstreams()[i];
         let healthy = result.is_ok();
         readiness.record(i, result);
+        let reading = canary::read(u, page.as_ref());
         let seen = match &reading {
             Some(Ok(r)) if healthy && r.asleep => Seen::Asleep,
             Some(Ok(r)) if healthy => Seen::Read(r.reading),
@@ -438,10 +443,34 @@ pub(crate) async fn check_all(
         if readiness.observe_canary(i, at, seen) {
             due.push(i);
         }
+        if let Some(Ok(page)) = page.as_ref().filter(|_| vitals.enabled()) {
+            vitals.record(i, crate::vitals::read(&page.parsed, u.engine.preset(), at));
+        }
     }
     telemetry.health_ready.set(readiness.is_ready() as i64);
     stall::set_gauges(&readiness.stalls(), telemetry);
     due
+}
+
+/// A read of the families stall detection and canaries (see [`canary::names`]) and the vitals
+/// (when `vitals`) need from upstream `i`: the engine's `name[]` selection where it has been
+/// shown faithful, else the full page, shared with `/metrics`. `None` when none is wanted or
+/// the scrape gave no result.
+async fn read_families(scraper: &Scraper, i: usize, vitals: bool) -> Option<UpstreamResult> {
+    let u = &scraper.upstreams()[i];
+    let mut names = canary::names(u);
+    if vitals {
+        names.extend(crate::vitals::names(u.engine.preset()));
+    }
+    if names.is_empty() {
+        return None;
+    }
+    let selection = crate::expfmt::Selection::new(names.iter().map(String::as_str));
+    scraper
+        .scrape(&[i], Some(&selection), None)
+        .await
+        .pop()
+        .map(|s| s.result)
 }
 
 /// Sends upstream `i`'s canary and records how it ended.
@@ -478,6 +507,7 @@ async fn check_url(
 pub(crate) async fn run(
     scraper: std::sync::Arc<Scraper>,
     readiness: std::sync::Arc<Readiness>,
+    vitals: std::sync::Arc<Vitals>,
     client: reqwest::Client,
     telemetry: Telemetry,
     interval: Duration,
@@ -491,7 +521,7 @@ pub(crate) async fn run(
             _ = stop.changed() => return,
         };
         let due = tokio::select! {
-            due = check_all(&scraper, &readiness, &client, &telemetry, at) => due,
+            due = check_all(&scraper, &readiness, &vitals, &client, &telemetry, at) => due,
             _ = stop.changed() => return,
         };
         for i in due {

@@ -34,6 +34,7 @@
 //! - [`relabel`]: Prometheus' `metric_relabel_configs`, applied to each page before it is served.
 //! - `health`: background checks and the readiness state.
 //! - `stall`: telling a busy engine from a stuck one (`stall_after`, `/live/engine`).
+//! - `vitals`: windowed rates and latency quantiles of each engine (`/status`, the page).
 //! - `telemetry`: sysport's own `dynamo_sysport_*` metrics.
 //! - [`listener`]: the accept loop and what a client may hold: deadlines, head size, connection
 //!   cap, the open-file budget.
@@ -60,4 +61,5 @@ pub(crate) mod stall;
 pub(crate) mod status;
 pub(crate) mod telemetry;
 pub mod views;
+pub(crate) mod vitals;
 pub mod web;

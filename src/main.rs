@@ -374,6 +374,7 @@ fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) 
         shutdown: ShutdownConfig {
             drain_delay: Duration::ZERO,
         },
+        vitals: config::VitalsConfig::default(),
         views: Vec::new(),
         metric_relabel_configs: Vec::new(),
         source: None,

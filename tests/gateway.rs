@@ -47,6 +47,8 @@ fn reader_config(upstream: &Upstream, min_interval: Duration) -> Config {
     cfg.health.interval = Duration::from_secs(3600);
     cfg.upstreams[0].health_url = Some(upstream.health_url().parse().expect("url"));
     cfg.upstreams[0].min_interval = min_interval;
+    // The vitals' reads at each check would be upstream hits too.
+    cfg.vitals.window = Duration::ZERO;
     cfg
 }
 

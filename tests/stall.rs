@@ -182,6 +182,36 @@ async fn busy_and_frozen_turns_health_and_live_engine_503_until_progress() {
 }
 
 #[tokio::test]
+async fn the_status_page_counts_a_stall_from_when_progress_stopped() {
+    let engine = Upstream::start(page(3, 0)).await;
+    let started = Instant::now();
+    let sp = Running::start(stall_config(&engine, false)).await;
+    // Three seconds of progress, then the engine freezes.
+    let mut steps = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        steps += 1;
+        engine.set(page(3, steps));
+        tokio::time::sleep(INTERVAL / 2).await;
+    }
+    let frozen = Instant::now();
+    until_live_engine(&sp, StatusCode::SERVICE_UNAVAILABLE, STALL_AFTER + MARGIN).await;
+    let (_, html) = sp.get("/").await;
+    let since_frozen = frozen.elapsed().as_secs_f64();
+    let since_start = started.elapsed().as_secs_f64();
+    // "stalled ... for N s": the seconds without progress, not the seconds since it came up.
+    let shown: f64 = html
+        .split("<span class=\"since\">for ")
+        .nth(1)
+        .and_then(|rest| rest.split(" s</span>").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no 'for N s' on the card: {html}"));
+    assert!(
+        shown <= since_frozen + 1.0 && shown < since_start - 2.0,
+        "stalled for {shown} s: frozen {since_frozen:.1} s ago, up {since_start:.1} s"
+    );
+}
+
+#[tokio::test]
 async fn an_idle_engine_with_frozen_counters_never_stalls() {
     let engine = Upstream::start(page(0, 100)).await;
     let sp = Running::start(stall_config(&engine, false)).await;

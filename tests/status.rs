@@ -118,9 +118,54 @@ async fn status_keeps_its_schema_and_agrees_with_health_and_metrics() {
                 "response_bytes",
                 "data_age_seconds",
                 "health",
-                "history"
+                "history",
+                "vitals"
             ])
         );
+        // docs/vitals.md: every figure, null where there is too little data.
+        let figures = [
+            "running",
+            "waiting",
+            "kv_cache_usage",
+            "requests_per_second",
+            "prompt_tokens_per_second",
+            "generation_tokens_per_second",
+            "preemptions_per_second",
+            "prefix_cache_hit_rate",
+            "time_to_first_token_seconds",
+            "inter_token_latency_seconds",
+            "e2e_request_latency_seconds",
+        ];
+        let vitals = &u["vitals"];
+        let mut want = set(&figures);
+        want.extend([
+            "window_seconds",
+            "readings",
+            "readings_total",
+            "rank_label",
+            "ranks",
+            "pids",
+            "history",
+        ]);
+        assert_eq!(keys(vitals), want, "{vitals}");
+        for q in &figures[8..] {
+            assert_eq!(keys(&vitals[q]), set(&["p50", "p90", "p99"]), "{q}");
+        }
+        assert_eq!(
+            keys(&vitals["history"]),
+            set(&[
+                "running",
+                "waiting",
+                "kv_cache_usage",
+                "generation_tokens_per_second",
+                "ttft_p99_seconds"
+            ])
+        );
+        for part in vitals["ranks"].as_array().expect("ranks") {
+            let mut want = set(&figures);
+            want.insert("id");
+            assert_eq!(keys(part), want, "{part}");
+        }
         assert_eq!(
             keys(&u["last_scrape"]),
             set(&["at", "duration_seconds", "result", "read"])
@@ -225,6 +270,22 @@ async fn status_keeps_its_schema_and_agrees_with_health_and_metrics() {
     let age = good["data_age_seconds"].as_f64().expect("an age");
     assert!((0.0..30.0).contains(&age), "{age}");
     assert_eq!(good["health"]["check"], "health_url");
+    // The health check read the vitals families: two ranks running 4 and 2; one reading, so
+    // no rate yet (null, not 0), and nothing to read from the refused upstream.
+    let vitals = &good["vitals"];
+    assert_eq!(vitals["window_seconds"], 60.0);
+    assert_eq!(vitals["readings"], 1);
+    assert_eq!(vitals["readings_total"], 1);
+    assert_eq!(vitals["running"], 6.0);
+    assert_eq!(vitals["waiting"], Value::Null);
+    assert_eq!(vitals["requests_per_second"], Value::Null);
+    assert_eq!(vitals["time_to_first_token_seconds"]["p99"], Value::Null);
+    assert_eq!(vitals["rank_label"], "engine");
+    assert_eq!(vitals["ranks"][1]["id"], "1");
+    assert_eq!(vitals["ranks"][1]["running"], 2.0);
+    assert_eq!(vitals["history"]["running"][0][1], 6.0);
+    assert_eq!(gone["vitals"]["readings"], 0);
+    assert_eq!(gone["vitals"]["running"], Value::Null);
     let history = good["history"].as_array().expect("history");
     assert!(!history.is_empty());
     assert_eq!(history.last().expect("a point")["kept"], 2);
@@ -245,7 +306,9 @@ async fn opening_the_page_and_status_fetches_nothing() {
     let sp = healthy_and_refused(&healthy).await;
     assert_eq!(sp.get("/metrics").await.0, StatusCode::OK);
     let fetched = healthy.requests();
-    assert_eq!(fetched, 1);
+    // The health check's read of the vitals families (the engine's selection and, the first
+    // time, the full page to compare it with), then `/metrics`.
+    assert_eq!(fetched, 3);
     for _ in 0..20 {
         let (code, page) = sp.get("/").await;
         assert_eq!(code, StatusCode::OK);
@@ -295,7 +358,9 @@ async fn the_page_shows_both_upstreams_links_and_charts() {
     assert!(gone.contains("class=\"badge bad\">down<"), "{gone}");
     assert!(gone.contains("connection refused"), "{gone}");
     assert!(gone.contains("class=\"fail\""), "{gone}");
-    assert!(page.contains("Not ready: lmcache is not ready"), "{page}");
+    // The reason names the upstream once, not "Not ready: lmcache is not ready: ...".
+    assert!(page.contains("Not ready: lmcache: "), "{page}");
+    assert!(!page.contains("lmcache is not ready"), "{page}");
 }
 
 /// An upstream that redirects to a URL carrying markup.

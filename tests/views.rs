@@ -213,6 +213,64 @@ async fn sglang_ranks_are_summed_after_tensor_parallel_copies() {
 }
 
 #[tokio::test]
+async fn sglang_in_underscore_spelling_keeps_its_series_and_fills_the_router_view_and_vitals() {
+    // The SGLang model gateway's `/engine_metrics` (sgl-project/sglang #12970) and some
+    // versions (#15758) write `sglang_` for `sglang:`.
+    let mut page = String::from(
+        "# HELP sglang_num_queue_reqs The number of requests in the waiting queue.\n\
+         # TYPE sglang_num_queue_reqs gauge\n",
+    );
+    for (dp, v) in [(0, 3.0), (1, 5.0)] {
+        page.push_str(&format!(
+            "sglang_num_queue_reqs{{dp_rank=\"{dp}\",model_name=\"q\"}} {v}\n"
+        ));
+    }
+    page.push_str("# TYPE sglang_num_running_reqs gauge\n");
+    for (dp, v) in [(0, 2.0), (1, 4.0)] {
+        page.push_str(&format!(
+            "sglang_num_running_reqs{{dp_rank=\"{dp}\",model_name=\"q\"}} {v}\n"
+        ));
+    }
+    page.push_str("# TYPE sglang_token_usage gauge\n");
+    for (dp, v) in [(0, 0.25), (1, 0.75)] {
+        page.push_str(&format!(
+            "sglang_token_usage{{dp_rank=\"{dp}\",model_name=\"q\"}} {v}\n"
+        ));
+    }
+    let (_up, sp) = start_with(Engine::Sglang, &page).await;
+    // The preset keeps them: `/metrics` has every series as the engine wrote it.
+    let (_, metrics) = sp.get("/metrics").await;
+    assert_eq!(
+        series(&metrics, "sglang_num_queue_reqs"),
+        series(&page, "sglang_num_queue_reqs")
+    );
+    // The router view reads them, served under the names endpoint pickers ask for.
+    let body = router(&sp).await;
+    let model = labels(&[("model_name", "q")]);
+    assert_eq!(
+        series(&body, "sglang:num_queue_reqs"),
+        vec![(model.clone(), 8.0)]
+    );
+    assert_eq!(
+        series(&body, "sglang:num_running_reqs"),
+        vec![(model.clone(), 6.0)]
+    );
+    assert_eq!(series(&body, "sglang:token_usage"), vec![(model, 0.5)]);
+    // And the vitals, from the health checks' reads.
+    eventually(Duration::from_secs(10), "vitals read", || async {
+        let (_, status) = sp.get("/status").await;
+        let status: serde_json::Value = serde_json::from_str(&status).expect("JSON");
+        let v = &status["upstreams"][0]["vitals"];
+        v["running"] == 6.0
+            && v["waiting"] == 8.0
+            && v["kv_cache_usage"] == 0.5
+            && v["rank_label"] == "dp_rank"
+            && v["ranks"][1]["waiting"] == 5.0
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn trtllm_serve_and_triton_read_their_own_families() {
     let trtllm = "\
 # HELP trtllm_num_requests_waiting Number of queued requests
@@ -306,6 +364,8 @@ async fn views_are_read_like_selective_reads_in_both_formats() {
     u.min_interval = Duration::from_secs(60);
     let mut cfg = config(vec![u]);
     cfg.health.interval = Duration::from_secs(3600);
+    // The vitals' reads at each check would be upstream hits too.
+    cfg.vitals.window = Duration::ZERO;
     let sp = Running::start(cfg).await;
     let reads = (0..10).map(|i| {
         let url = sp.url("/metrics/router");

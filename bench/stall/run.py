@@ -1,7 +1,9 @@
-"""What stall detection costs the engine: sysport checking a vLLM-like engine every second,
-with and without stall_after, with and without a health_url. The engine is prometheus_client's
-own WSGI app over the load test's 740 KB registry (bench/load/registry.py), wrapped to count
-each /metrics request, its bytes and its render time.
+"""What the health checks' family reads (stall detection, the engine vitals) cost the engine and
+sysport: sysport checking a vLLM-like engine every second, with and without stall_after, the
+vitals on (the default) or off (`vitals.window: 0s`), with and without a health_url. The engine
+is prometheus_client's own WSGI app over the load test's 740 KB registry
+(bench/load/registry.py), wrapped to count each /metrics request, its bytes and its render
+time; sysport's CPU time is read from /proc for its whole run.
 
     python run.py SYSPORT_BIN OUT_DIR [SECONDS]
 """
@@ -52,11 +54,20 @@ class Counting:
         return [body]
 
 
-def run(scenario, url, health, stall, port):
+def cpu_seconds(pid):
+    """User plus system CPU time of a process, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(scenario, url, health, stall, port, vitals=True):
     config = os.path.join(OUT, f"{scenario}.yaml")
     with open(config, "w") as f:
         f.write(f"listen: {{ host: 127.0.0.1, port: {port} }}\n")
         f.write("health: { interval: 1s }\nshutdown: { drain_delay: 0s }\n")
+        if not vitals:
+            f.write("vitals: { window: 0s }\n")
         f.write("upstreams:\n  - name: vllm\n")
         f.write(f"    url: {url}/metrics\n    keep: [\"vllm:\"]\n")
         if health:
@@ -68,6 +79,7 @@ def run(scenario, url, health, stall, port):
         app.health = 0
     proc = subprocess.Popen([SYSPORT, "--config", config], stderr=subprocess.DEVNULL)
     time.sleep(SECONDS)
+    cpu = cpu_seconds(proc.pid)
     proc.terminate()
     proc.wait(timeout=30)
     with app.lock:
@@ -90,6 +102,7 @@ def run(scenario, url, health, stall, port):
         mean(full, 2, 1e3),
         mean(sel, 2, 1e3),
         f"{sum(r[1] for r in log) / checks / 1024:,.1f}",
+        f"{cpu / checks * 1e3:,.2f}",
     ]
 
 
@@ -99,17 +112,20 @@ server = make_server("127.0.0.1", 0, app, server_class=Threaded, handler_class=Q
 threading.Thread(target=server.serve_forever, daemon=True).start()
 url = f"http://127.0.0.1:{server.server_port}"
 rows = [
-    run("health_url, no stall_after", url, True, False, 18181),
-    run("health_url, stall_after", url, True, True, 18182),
-    run("no health_url, no stall_after", url, False, False, 18183),
-    run("no health_url, stall_after", url, False, True, 18184),
+    run("health_url, vitals off, no stall_after", url, True, False, 18181, vitals=False),
+    run("health_url, vitals off, stall_after", url, True, True, 18182, vitals=False),
+    run("health_url, vitals on", url, True, False, 18185),
+    run("health_url, vitals on, stall_after", url, True, True, 18186),
+    run("no health_url, vitals off", url, False, False, 18183, vitals=False),
+    run("no health_url, vitals on, stall_after", url, False, True, 18184),
 ]
 server.shutdown()
 print(f"{SECONDS:.0f} s per scenario, health.interval 1s, the 740 KB page (registry.build(12))\n")
 print(
     "| scenario | checks | full pages / check | selective reads / check | full page bytes (gzip) "
-    "| selective bytes (gzip) | full page render ms | selective render ms | engine KiB / check |"
+    "| selective bytes (gzip) | full page render ms | selective render ms | engine KiB / check "
+    "| sysport CPU ms / check |"
 )
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for r in rows:
     print("| " + " | ".join(r) + " |")

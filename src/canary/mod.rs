@@ -33,7 +33,7 @@ pub(crate) use tracker::{CanaryStatus, Kind, Next, Outcome, Seen, Tracker};
 use crate::config::{CanaryConfig, UpstreamConfig};
 use crate::model::FamilyKey;
 use crate::model::engine::CanaryAnswer;
-use crate::scrape::{Scraper, UpstreamResult};
+use crate::scrape::UpstreamResult;
 use crate::stall::Reading;
 use crate::stall::Unread;
 use crate::telemetry::Telemetry;
@@ -64,38 +64,40 @@ fn awake_family(u: &UpstreamConfig) -> Option<FamilyKey> {
     u.engine.canary().awake_key()
 }
 
-/// Reads upstream `i`'s busy gauge, progress counters and sleep gauge (for stall detection
-/// and canaries; `None` when it has neither): from `page` when the check fetched the full page,
-/// else with a fetch of those families alone.
-pub(crate) async fn read_upstream(
-    scraper: &Scraper,
-    i: usize,
-    page: Option<UpstreamResult>,
-) -> Option<Result<EngineReading, Unread>> {
-    let u = &scraper.upstreams()[i];
-    let families = u.stall.as_ref().or(u.canary.as_ref().map(|c| &c.idle))?;
-    let awake = awake_family(u);
-    let result = match page {
-        Some(page) => page,
-        None => {
-            let selection = crate::stall::selection_with(families, awake.as_ref());
-            match scraper.scrape(&[i], Some(&selection), None).await.pop() {
-                Some(s) => s.result,
-                None => return Some(Err(Unread::NoResult)),
-            }
-        }
+/// The families a check reads for stall detection and canaries (the busy gauge, progress
+/// counters and sleep gauge, in every spelling of the engine); empty when the upstream has
+/// neither.
+pub(crate) fn names(u: &UpstreamConfig) -> Vec<String> {
+    let Some(families) = u.stall.as_ref().or(u.canary.as_ref().map(|c| &c.idle)) else {
+        return Vec::new();
     };
-    let copies = u.engine.preset().copy_labels();
-    Some(match result {
+    let preset = u.engine.preset();
+    let mut names = crate::stall::names(families, preset);
+    if let Some(awake) = awake_family(u) {
+        names.extend(preset.names_of(&awake.name));
+    }
+    names
+}
+
+/// Upstream `u`'s busy gauge, progress counters and sleep gauge (for stall detection and
+/// canaries; `None` when it has neither), from what its check read (`None`: nothing came).
+pub(crate) fn read(
+    u: &UpstreamConfig,
+    page: Option<&UpstreamResult>,
+) -> Option<Result<EngineReading, Unread>> {
+    let families = u.stall.as_ref().or(u.canary.as_ref().map(|c| &c.idle))?;
+    let preset = u.engine.preset();
+    Some(match page {
         // The engine's page as parsed: whatever `metric_relabel_configs` leave of its families
         // for Prometheus, these are read as the engine wrote them.
-        Ok(page) => Ok(EngineReading {
-            reading: crate::stall::read(&page.parsed, families, &copies),
-            asleep: awake.is_some_and(|a| {
-                crate::numbers::total(&page.parsed, &a.name, &a.select, &copies) == Some(0.0)
+        Some(Ok(page)) => Ok(EngineReading {
+            reading: crate::stall::read(&page.parsed, families, preset),
+            asleep: awake_family(u).is_some_and(|a| {
+                crate::stall::total(&page.parsed, &a, preset, &preset.copy_labels()) == Some(0.0)
             }),
         }),
-        Err(e) => Err(Unread::Scrape(e)),
+        Some(Err(e)) => Err(Unread::Scrape(e.clone())),
+        None => Err(Unread::NoResult),
     })
 }
 

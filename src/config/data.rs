@@ -23,6 +23,8 @@ pub struct Config {
     pub limits: Limits,
     /// Graceful shutdown behaviour.
     pub shutdown: ShutdownConfig,
+    /// The engine vitals.
+    pub vitals: VitalsConfig,
     /// Views served at `/metrics/<name>` besides the built-in `router` (which one named
     /// `router` replaces), in file order.
     pub views: Vec<ViewConfig>,
@@ -203,6 +205,22 @@ impl Limits {
     }
 }
 
+/// Engine vitals settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VitalsConfig {
+    /// The range of the vitals' rates and quantiles (`rate(x[window])`), default 1 min; zero
+    /// turns the vitals off.
+    pub window: Duration,
+}
+
+impl Default for VitalsConfig {
+    fn default() -> Self {
+        VitalsConfig {
+            window: Duration::from_secs(60),
+        }
+    }
+}
+
 /// Shutdown settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShutdownConfig {
@@ -225,6 +243,7 @@ impl Default for Config {
             upstreams: vec![vllm],
             limits: Limits::default(),
             shutdown: ShutdownConfig::default(),
+            vitals: VitalsConfig::default(),
             views: Vec::new(),
             metric_relabel_configs: Vec::new(),
             source: None,

@@ -40,7 +40,7 @@ upstreams:
             (
                 Engine::Sglang,
                 "http://127.0.0.1:30000/metrics",
-                vec!["sglang:"],
+                vec!["sglang:", "sglang_"],
                 Some("http://127.0.0.1:30000/health")
             ),
             (

@@ -13,11 +13,15 @@ use super::check::{
     parse_flag_upstream, parse_ip, parse_route, parse_starting_status, parse_url,
     positive_duration, request_head_size,
 };
-use super::data::{Config, HealthConfig, Limits, Listen, ShutdownConfig, UpstreamConfig};
+use super::data::{
+    Config, HealthConfig, Limits, Listen, ShutdownConfig, UpstreamConfig, VitalsConfig,
+};
 use super::env::{self, Env};
 use super::error::{ConfigError, ConfigIssue};
 use super::loader::{Loader, Origin};
-use super::raw::{RawConfig, RawHealth, RawLimits, RawListen, RawShutdown, RawUpstream, Text};
+use super::raw::{
+    RawConfig, RawHealth, RawLimits, RawListen, RawShutdown, RawUpstream, RawVitals, Text,
+};
 use super::units::{parse_bytes, parse_count, parse_duration, parse_port};
 use super::web;
 use crate::model::{Engine, Url};
@@ -120,6 +124,21 @@ impl Loader<'_> {
         let shutdown = drain_delay.map_or_else(ShutdownConfig::default, |(drain_delay, _)| {
             ShutdownConfig { drain_delay }
         });
+        let window = raw.vitals.and_then(|vitals| {
+            self.unknown_keys(&vitals.unknown, "vitals", RawVitals::FIELDS);
+            let (window, at) =
+                self.file_value(vitals.window.as_ref(), "vitals.window", parse_duration)?;
+            if !window.is_zero() && window < std::time::Duration::from_secs(1) {
+                self.issue(
+                    Origin::File(at),
+                    "vitals.window",
+                    "must be 0s (off) or at least 1s",
+                );
+                return None;
+            }
+            Some(window)
+        });
+        let vitals = window.map_or_else(VitalsConfig::default, |window| VitalsConfig { window });
         let views = self.views(raw.views, &upstreams, &health);
 
         if !self.issues.is_empty() {
@@ -145,6 +164,7 @@ impl Loader<'_> {
             upstreams,
             limits,
             shutdown,
+            vitals,
             views,
             metric_relabel_configs,
             source: self.file,

@@ -79,7 +79,7 @@ mod web_config;
 
 pub use data::{
     CanaryConfig, Config, HealthConfig, Limits, Listen, ShutdownConfig, StallConfig,
-    StartingStatus, UpstreamConfig, ViewConfig,
+    StartingStatus, UpstreamConfig, ViewConfig, VitalsConfig,
 };
 pub use env::{
     DYN_CANARY_WAIT_TIME, DYN_HEALTH_CHECK_ENABLED, DYN_HEALTH_CHECK_PAYLOAD,

@@ -81,6 +81,8 @@ section! {
         limits: RawLimits,
         /// Graceful shutdown.
         shutdown: RawShutdown,
+        /// The engine vitals on `/status` and the status page.
+        vitals: RawVitals,
         /// More pages computed from the upstreams' families, each served at `/metrics/<name>`; one
         /// named `router` replaces the built-in view for endpoint pickers.
         views: Spanned<Vec<Spanned<RawView>>>,
@@ -266,6 +268,16 @@ section! {
         max_labels: Text,
         /// Longest label value, default `512KiB`.
         max_label_value_bytes: Text,
+    }
+}
+
+section! {
+    /// `vitals:` section.
+    RawVitals {
+        /// The window rates and quantiles are computed over, as Prometheus' `rate(x[window])`
+        /// (`1m`, default 1m). At least two health checks must fit in it for a figure. `0s`
+        /// turns the vitals off: the health checks then read no families for them.
+        window: Text,
     }
 }
 

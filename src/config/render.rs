@@ -51,6 +51,7 @@ impl fmt::Display for Rendered<'_> {
             upstreams,
             limits,
             shutdown,
+            vitals,
             views,
             metric_relabel_configs,
             source: _,
@@ -193,6 +194,8 @@ impl fmt::Display for Rendered<'_> {
             "  drain_delay: {}",
             format_duration(shutdown.drain_delay)
         )?;
+        writeln!(f, "vitals:")?;
+        writeln!(f, "  window: {}", format_duration(vitals.window))?;
         if views.is_empty() {
             return writeln!(f, "views: []");
         }

@@ -2,6 +2,24 @@
 //! and health, which families are its own, which of them an endpoint picker reads, which labels
 //! split one engine's numbers into copies, and which families it renamed.
 //!
+//! The vitals families (see the `vitals` module and `docs/vitals.md`): requests running and
+//! waiting, KV cache usage, counters of finished requests, prompt and generation tokens,
+//! preemptions, prefix-cache hits and queries, and the histograms of time to first token,
+//! inter-token latency and end-to-end latency:
+//! - vLLM: `vllm/v1/metrics/loggers.py` (`PrometheusStatLogger`), renamed families read under
+//!   either name (`renames`).
+//! - SGLang: `python/sglang/srt/metrics/collector.py` (`SchedulerMetricsCollector`,
+//!   `TokenizerMetricsCollector`); its preemptions are retractions
+//!   (`num_retracted_requests_total`), its prefix cache hits are `cached_tokens_total` out of
+//!   `prompt_tokens_total`. Also written `sglang_` (the model gateway's `/engine_metrics`,
+//!   sgl-project/sglang #12970 and #15758, llm-d/llm-d #1970, ai-dynamo/dynamo #5701), so
+//!   every `sglang:` family is read under that spelling too (`spellings`).
+//! - trtllm-serve: `tensorrt_llm/metrics/collector.py` (request success counter and the three
+//!   latency histograms; it has no token or preemption counters).
+//! - Triton: its metrics documentation (`docs/user_guide/metrics.md`): the TensorRT-LLM
+//!   backend's request and KV block gauges and `nv_inference_request_success`; its latency
+//!   figures are summaries and counters in microseconds, not histograms in seconds.
+//!
 //! Sources, per engine (also cited in docs/configuration.md):
 //! - vLLM: `vllm serve` listens on 8000, `/metrics` and `/health`; families and deprecations from
 //!   `vllm/v1/metrics/loggers.py` and the production metrics page; `engine` is the data-parallel
@@ -59,6 +77,24 @@ pub struct StallFamilies {
     pub progress: Vec<FamilyKey>,
 }
 
+/// The families the vitals read (see the `vitals` module): gauges read now, counters as rates,
+/// histograms (declared names) as quantiles. `None`: the engine has no such family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VitalsFamilies {
+    pub running: FamilyKey,
+    pub waiting: FamilyKey,
+    pub kv_usage: Option<FamilyKey>,
+    pub requests: Option<FamilyKey>,
+    pub prompt_tokens: Option<FamilyKey>,
+    pub generation_tokens: Option<FamilyKey>,
+    pub preemptions: Option<FamilyKey>,
+    pub prefix_hits: Option<FamilyKey>,
+    pub prefix_queries: Option<FamilyKey>,
+    pub ttft: Option<&'static str>,
+    pub itl: Option<&'static str>,
+    pub e2e: Option<&'static str>,
+}
+
 /// A family the engine renamed: `old` was deprecated in favour of `new` (declared names; a
 /// counter's samples carry `_total` after either).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +129,11 @@ pub struct Preset {
     pub renames: &'static [Rename],
     /// The families `stall_after` watches.
     pub stall: StallFamilies,
+    /// The families the vitals read.
+    pub vitals: VitalsFamilies,
+    /// Prefixes the engine's families are also written with (`sglang:` as `sglang_`): every
+    /// family is read under either.
+    pub spellings: &'static [(&'static str, &'static str)],
 }
 
 fn family(name: &str, op: Op) -> ViewFamily {
@@ -111,6 +152,10 @@ fn selected(name: &str, label: &str, value: &str, op: Op) -> ViewFamily {
 
 fn read(name: &str) -> FamilyKey {
     FamilyKey::named(name)
+}
+
+fn some(name: &str) -> Option<FamilyKey> {
+    Some(read(name))
 }
 
 /// Every preset, `vllm` (the default) first.
@@ -157,11 +202,26 @@ pub static PRESETS: LazyLock<[Preset; 4]> = LazyLock::new(|| {
                 busy: read("vllm:num_requests_running"),
                 progress: vec![read("vllm:iteration_tokens_total")],
             },
+            vitals: VitalsFamilies {
+                running: read("vllm:num_requests_running"),
+                waiting: read("vllm:num_requests_waiting"),
+                kv_usage: some("vllm:kv_cache_usage_perc"),
+                requests: some("vllm:request_success_total"),
+                prompt_tokens: some("vllm:prompt_tokens_total"),
+                generation_tokens: some("vllm:generation_tokens_total"),
+                preemptions: some("vllm:num_preemptions_total"),
+                prefix_hits: some("vllm:prefix_cache_hits_total"),
+                prefix_queries: some("vllm:prefix_cache_queries_total"),
+                ttft: Some("vllm:time_to_first_token_seconds"),
+                itl: Some("vllm:inter_token_latency_seconds"),
+                e2e: Some("vllm:e2e_request_latency_seconds"),
+            },
+            spellings: &[],
         },
         Preset {
             engine: Engine::Sglang,
             name: "sglang",
-            keep: &["sglang:"],
+            keep: &["sglang:", "sglang_"],
             metrics_url: "http://127.0.0.1:30000/metrics",
             health_url: "http://127.0.0.1:30000/health",
             router: vec![
@@ -178,6 +238,21 @@ pub static PRESETS: LazyLock<[Preset; 4]> = LazyLock::new(|| {
                 busy: read("sglang:num_running_reqs"),
                 progress: vec![read("sglang:realtime_tokens_total")],
             },
+            vitals: VitalsFamilies {
+                running: read("sglang:num_running_reqs"),
+                waiting: read("sglang:num_queue_reqs"),
+                kv_usage: some("sglang:token_usage"),
+                requests: some("sglang:num_requests_total"),
+                prompt_tokens: some("sglang:prompt_tokens_total"),
+                generation_tokens: some("sglang:generation_tokens_total"),
+                preemptions: some("sglang:num_retracted_requests_total"),
+                prefix_hits: some("sglang:cached_tokens_total"),
+                prefix_queries: some("sglang:prompt_tokens_total"),
+                ttft: Some("sglang:time_to_first_token_seconds"),
+                itl: Some("sglang:inter_token_latency_seconds"),
+                e2e: Some("sglang:e2e_request_latency_seconds"),
+            },
+            spellings: &[("sglang:", "sglang_")],
         },
         Preset {
             engine: Engine::Trtllm,
@@ -201,6 +276,21 @@ pub static PRESETS: LazyLock<[Preset; 4]> = LazyLock::new(|| {
                     read("trtllm_num_requests_completed_total"),
                 ],
             },
+            vitals: VitalsFamilies {
+                running: read("trtllm_num_requests_running"),
+                waiting: read("trtllm_num_requests_waiting"),
+                kv_usage: some("trtllm_kv_cache_utilization"),
+                requests: some("trtllm_request_success_total"),
+                prompt_tokens: None,
+                generation_tokens: None,
+                preemptions: None,
+                prefix_hits: None,
+                prefix_queries: None,
+                ttft: Some("trtllm_time_to_first_token_seconds"),
+                itl: Some("trtllm_time_per_output_token_seconds"),
+                e2e: Some("trtllm_e2e_request_latency_seconds"),
+            },
+            spellings: &[],
         },
         Preset {
             engine: Engine::Triton,
@@ -240,6 +330,33 @@ pub static PRESETS: LazyLock<[Preset; 4]> = LazyLock::new(|| {
                     "iteration_counter",
                 )],
             },
+            vitals: VitalsFamilies {
+                running: FamilyKey::selected(
+                    "nv_trt_llm_request_metrics",
+                    "request_type",
+                    "scheduled",
+                ),
+                waiting: FamilyKey::selected(
+                    "nv_trt_llm_request_metrics",
+                    "request_type",
+                    "waiting",
+                ),
+                kv_usage: Some(FamilyKey::selected(
+                    "nv_trt_llm_kv_cache_block_metrics",
+                    "kv_cache_block_type",
+                    "fraction",
+                )),
+                requests: some("nv_inference_request_success"),
+                prompt_tokens: None,
+                generation_tokens: None,
+                preemptions: None,
+                prefix_hits: None,
+                prefix_queries: None,
+                ttft: None,
+                itl: None,
+                e2e: None,
+            },
+            spellings: &[],
         },
     ]
 });
@@ -392,6 +509,21 @@ impl Preset {
         })
     }
 
+    /// Every name `name` may be written under on this engine's page: itself, the other name of
+    /// a renamed family, and each of those in the engine's other spelling (`sglang_`).
+    pub fn names_of(&self, name: &str) -> Vec<String> {
+        let mut names = vec![name.to_owned()];
+        names.extend(self.renamed(name));
+        for i in 0..names.len() {
+            for (from, to) in self.spellings {
+                if let Some(rest) = names[i].strip_prefix(from) {
+                    names.push(format!("{to}{rest}"));
+                }
+            }
+        }
+        names
+    }
+
     /// The other name of a text-format family or sample name that this engine renamed
     /// (`vllm:gpu_prefix_cache_hits_total` ↔ `vllm:prefix_cache_hits_total`).
     pub fn renamed(&self, name: &str) -> Option<String> {
@@ -426,12 +558,52 @@ mod tests {
                 );
             }
             assert!(!p.stall.progress.is_empty(), "{}", p.name);
+            let v = &p.vitals;
+            let plain = [
+                &v.kv_usage,
+                &v.requests,
+                &v.prompt_tokens,
+                &v.generation_tokens,
+                &v.preemptions,
+                &v.prefix_hits,
+                &v.prefix_queries,
+            ];
+            let reads = [&v.running, &v.waiting]
+                .into_iter()
+                .chain(plain.into_iter().flatten())
+                .map(|r| r.name.as_str())
+                .chain([v.ttft, v.itl, v.e2e].into_iter().flatten());
+            for name in reads {
+                assert!(
+                    p.keep.iter().any(|k| name.starts_with(k)),
+                    "{}: vitals family {name} is not kept",
+                    p.name
+                );
+            }
             for u in [p.metrics_url, p.health_url] {
                 assert!(reqwest::Url::parse(u).is_ok(), "{u}");
             }
         }
         assert_eq!(Engine::parse("TRITON"), Some(Engine::Triton));
         assert_eq!(Engine::parse("tgi"), None);
+    }
+
+    #[test]
+    fn names_of_covers_renames_and_spellings() {
+        assert_eq!(
+            Engine::Vllm.preset().names_of("vllm:kv_cache_usage_perc"),
+            ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"]
+        );
+        assert_eq!(
+            Engine::Sglang.preset().names_of("sglang:num_queue_reqs"),
+            ["sglang:num_queue_reqs", "sglang_num_queue_reqs"]
+        );
+        assert_eq!(
+            Engine::Trtllm
+                .preset()
+                .names_of("trtllm_num_requests_waiting"),
+            ["trtllm_num_requests_waiting"]
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::expfmt::{Exposition, Family};
+use crate::expfmt::{Exposition, Family, Sample};
 
 use crate::model::Op;
 
@@ -63,8 +63,6 @@ pub(crate) fn combine<'a>(
     op: Op,
     labels: Labels<'_>,
 ) -> Vec<Series<'a>> {
-    let (base, suffix) = exp.family_name(family);
-    let family_len = base.len() + suffix.len();
     let mut copies = Grouping::default();
     for s in exp.samples(family) {
         let pairs: Vec<Pair<'_>> = exp.label_pairs(s).collect();
@@ -76,13 +74,7 @@ pub(crate) fn combine<'a>(
         if !picked {
             continue;
         }
-        let (name, renamed) = exp.sample_name(family, s);
-        // A sample's name is its family's plus a type suffix (`_bucket`), or a recovered one.
-        let tail = if renamed.is_empty() {
-            name.get(family_len..).unwrap_or_default()
-        } else {
-            renamed.get(suffix.len()..).unwrap_or_default()
-        };
+        let tail = sample_tail(exp, family, s);
         let value = Value {
             raw: Some(exp.value_text(s)),
             acc: exp.value(s),
@@ -110,6 +102,18 @@ pub(crate) fn combine<'a>(
         ranks.add(series, labels.ranks, op);
     }
     ranks.out
+}
+
+/// What a sample's name adds to its family's: a type suffix (`_bucket`), or nothing.
+pub(crate) fn sample_tail<'a>(exp: &'a Exposition, family: &Family, sample: &Sample) -> &'a [u8] {
+    let (base, suffix) = exp.family_name(family);
+    let (name, renamed) = exp.sample_name(family, sample);
+    // A sample's name is its family's plus a type suffix, or a recovered one.
+    if renamed.is_empty() {
+        name.get(base.len() + suffix.len()..).unwrap_or_default()
+    } else {
+        renamed.get(suffix.len()..).unwrap_or_default()
+    }
 }
 
 /// A label name and its escaped value.

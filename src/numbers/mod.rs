@@ -7,7 +7,7 @@ mod combine;
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub(crate) use combine::{Labels, combine};
+pub(crate) use combine::{Labels, combine, sample_tail};
 
 use crate::expfmt::{self, Exposition, Family};
 use crate::model::Op;

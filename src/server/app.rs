@@ -15,6 +15,7 @@ use crate::stall;
 use crate::status::history::History;
 use crate::telemetry::Telemetry;
 use crate::views::Views;
+use crate::vitals::Vitals;
 
 /// How long in-flight requests may take to finish once the listener has closed.
 pub(super) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -29,6 +30,8 @@ pub(super) struct Runtime {
     pub(super) history: Arc<History>,
     pub(super) views: Views,
     pub(super) readiness: Arc<Readiness>,
+    /// The engines' vitals, recorded by the health checks.
+    pub(super) vitals: Arc<Vitals>,
     pub(super) stop_checks: watch::Sender<bool>,
 }
 
@@ -49,10 +52,12 @@ impl Runtime {
         telemetry.health_ready.set(readiness.is_ready() as i64);
         stall::register_gauges(&config.upstreams, telemetry);
         crate::canary::register_metrics(&config.upstreams, telemetry);
+        let vitals = Arc::new(Vitals::new(&config));
         let (stop_checks, stop) = watch::channel(false);
         tokio::spawn(health::run(
             scraper.clone(),
             readiness.clone(),
+            vitals.clone(),
             client.clone(),
             telemetry.clone(),
             config.health.interval,
@@ -66,6 +71,7 @@ impl Runtime {
             scraper,
             history,
             readiness,
+            vitals,
             stop_checks,
         }
     }

@@ -260,6 +260,7 @@ fn facts(app: &App, runtime: &Runtime) -> status::Facts {
         readiness: &runtime.readiness,
         views: &runtime.views,
         telemetry: &app.telemetry,
+        vitals: &runtime.vitals,
         listen: &app.listen,
     })
 }

@@ -29,40 +29,53 @@ pub(crate) use report::{live_engine, register_gauges, set_gauges, status_json};
 pub(crate) use watch::{Reading, StallStatus, Unread, Watch};
 
 use crate::config::StallConfig;
-use crate::expfmt::{Exposition, Selection};
-use crate::model::FamilyKey;
+use crate::expfmt::Exposition;
+use crate::model::{FamilyKey, Preset};
 
-/// Reads the stall families of `stall` from one upstream's page; `copies` are the labels whose
-/// series are copies of one number (the engine preset's).
-pub(crate) fn read(exp: &Exposition, stall: &StallConfig, copies: &[&str]) -> Reading {
-    let running = crate::numbers::total(exp, &stall.busy.name, &stall.busy.select, copies);
+/// Reads the stall families of `stall` from one upstream's page, under any name its engine
+/// (`preset`) writes them with (SGLang's `sglang_` spelling too); the preset's copy labels
+/// tell which series are copies of one number.
+pub(crate) fn read(exp: &Exposition, stall: &StallConfig, preset: &Preset) -> Reading {
+    let copies = preset.copy_labels();
+    let running = total(exp, &stall.busy, preset, &copies);
     let progress = stall
         .progress
         .iter()
-        .filter_map(|f| crate::numbers::total(exp, &f.name, &f.select, &[]))
+        .filter_map(|f| total(exp, f, preset, &[]))
         .reduce(|a, b| a + b)
         .filter(|p| !p.is_nan());
     Reading { running, progress }
 }
 
-/// The families a stall read asks the engine for: the busy gauge and the progress counters,
-/// and for a `_count` name the histogram or summary it may belong to.
-#[cfg(test)]
-pub(crate) fn selection(stall: &StallConfig) -> Selection {
-    selection_with(stall, None)
+/// The total of family `f` under the first of its names (see [`Preset::names_of`]) that
+/// `exp` has.
+pub(crate) fn total(
+    exp: &Exposition,
+    f: &FamilyKey,
+    preset: &Preset,
+    copies: &[&str],
+) -> Option<f64> {
+    preset
+        .names_of(&f.name)
+        .iter()
+        .find_map(|n| crate::numbers::total(exp, n, &f.select, copies))
 }
 
-/// [`selection`], and one more family (the canary's sleep gauge).
-pub(crate) fn selection_with(stall: &StallConfig, more: Option<&FamilyKey>) -> Selection {
+/// The families a stall read asks the engine for: the busy gauge and the progress counters,
+/// and for a `_count` name the histogram or summary it may belong to, in every spelling of
+/// the engine.
+pub(crate) fn names(stall: &StallConfig, preset: &Preset) -> Vec<String> {
     let names = std::iter::once(&stall.busy)
         .chain(&stall.progress)
-        .chain(more)
         .map(|f| f.name.as_str());
     let bases = stall
         .progress
         .iter()
         .filter_map(|f| f.name.strip_suffix("_count"));
-    Selection::new(names.chain(bases))
+    names
+        .chain(bases)
+        .flat_map(|n| preset.names_of(n))
+        .collect()
 }
 
 #[cfg(test)]

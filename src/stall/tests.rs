@@ -12,11 +12,7 @@ fn preset(engine: Engine) -> StallConfig {
 
 fn reading(engine: Engine, page: &str, format: Format) -> Reading {
     let p = engine.preset();
-    read(
-        &parsed(page, format, p.keep),
-        &preset(engine),
-        &p.copy_labels(),
-    )
+    read(&parsed(page, format, p.keep), &preset(engine), p)
 }
 
 const VLLM_DP2: &str = "\
@@ -154,8 +150,13 @@ fn a_progress_name_may_be_the_histograms_count() {
         select: vec![("engine".into(), "1".into())],
     }];
     let exp = parsed(VLLM_DP2, Format::Text, &["vllm:"]);
-    assert_eq!(read(&exp, &stall, &[]).progress, Some(30.0));
-    let asked: Vec<String> = selection(&stall).sample_names().collect();
+    assert_eq!(
+        read(&exp, &stall, Engine::Vllm.preset()).progress,
+        Some(30.0)
+    );
+    let names = names(&stall, Engine::Vllm.preset());
+    let selection = crate::expfmt::Selection::new(names.iter().map(String::as_str));
+    let asked: Vec<String> = selection.sample_names().collect();
     for name in [
         "vllm:num_requests_running",
         "vllm:iteration_tokens_total_count",
@@ -170,5 +171,8 @@ fn a_progress_name_may_be_the_histograms_count() {
         select: Vec::new(),
     };
     let exp = parsed(page, Format::Text, &["vllm:"]);
-    assert_eq!(read(&exp, &stall, &[]).progress, Some(4.0));
+    assert_eq!(
+        read(&exp, &stall, Engine::Vllm.preset()).progress,
+        Some(4.0)
+    );
 }

@@ -13,6 +13,7 @@ use crate::model::{Url, routes};
 use crate::scrape::Scraper;
 use crate::telemetry::Telemetry;
 use crate::views::Views;
+use crate::vitals::{Report, Vitals};
 
 /// What the facts are read from: the running configuration's parts and sysport's own metrics.
 #[derive(Debug, Clone, Copy)]
@@ -24,6 +25,8 @@ pub(crate) struct Sources<'a> {
     pub readiness: &'a Readiness,
     pub views: &'a Views,
     pub telemetry: &'a Telemetry,
+    /// The engines' vitals.
+    pub vitals: &'a Vitals,
     /// Where the main port listens, as a URL (`http://0.0.0.0:8081`).
     pub listen: &'a str,
 }
@@ -66,6 +69,13 @@ pub(crate) struct UpstreamFacts {
     /// The configured URL, its password (if any) hidden.
     pub url: String,
     pub engine: &'static str,
+    /// Whether the upstream keeps its engine's own families (the preset's first prefix):
+    /// an LMCache upstream under the vLLM preset does not, and is not shown as vLLM.
+    #[serde(skip)]
+    pub engine_families: bool,
+    /// The family-name prefixes it keeps.
+    #[serde(skip)]
+    pub keep: Vec<String>,
     pub required: bool,
     /// Whether the last scrape succeeded; `None` before the first.
     pub up: Option<bool>,
@@ -83,6 +93,9 @@ pub(crate) struct UpstreamFacts {
     pub health: HealthFacts,
     /// The seconds of the last few minutes that saw scrapes, oldest first.
     pub history: Vec<Point>,
+    /// What the engine is doing over `vitals.window` (see `docs/vitals.md`); `null` when the
+    /// vitals are off.
+    pub vitals: Option<Report>,
 }
 
 /// What the page says an upstream is: one word, the badge.
@@ -187,10 +200,20 @@ impl Facts {
                     name: u.name.clone(),
                     url: hide_password(&u.url).to_string(),
                     engine: u.engine.name(),
+                    engine_families: u.engine.preset().keep.first().is_some_and(|own| {
+                        u.keep
+                            .iter()
+                            .any(|k| k.starts_with(own) || own.starts_with(k.as_str()))
+                    }),
+                    keep: u.keep.clone(),
                     required: u.required,
                     up: s.up,
                     state,
-                    state_since: h.state_since.map(Timestamp),
+                    // Stalled counts from when progress stopped, not from when it came up.
+                    state_since: match stalled.and_then(|st| st.quiet_for) {
+                        Some(quiet) => SystemTime::now().checked_sub(quiet).map(Timestamp),
+                        None => h.state_since.map(Timestamp),
+                    },
                     last_error: s.last_error,
                     last_error_at: h.last_error_at.map(Timestamp),
                     last_scrape: h.last.map(|l| LastScrapeFacts {
@@ -219,6 +242,8 @@ impl Facts {
                         canary_failed,
                     },
                     history: h.points,
+                    // The health checks stamp readings with tokio's clock (paused in tests).
+                    vitals: src.vitals.report(i, tokio::time::Instant::now().into_std()),
                 }
             })
             .collect();

@@ -7,12 +7,16 @@
 //!
 //! - [`history`]: an upstream's last scrape, last failure and last few minutes.
 //! - [`facts`]: gathering the facts; their JSON form.
-//! - `page`: the HTML; `chart`: the SVG of an upstream's last few minutes.
+//! - `page`: the HTML; `chart`: the SVG of an upstream's last few minutes; `vitals`: the
+//!   engine's figures and sparklines (see [`crate::vitals`]); `words`: escaping and spans of
+//!   time, for both.
 
 mod chart;
 pub(crate) mod facts;
 pub(crate) mod history;
 mod page;
+mod vitals;
+mod words;
 
 pub(crate) use facts::{Facts, Sources};
 

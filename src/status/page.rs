@@ -3,38 +3,18 @@
 //! itself. Every text that comes from the configuration or an upstream is escaped: an error
 //! can quote a redirect's `Location` or a Content-Type, which an upstream chooses.
 
-use std::fmt::{self, Display, Write};
+use std::fmt::Write;
 use std::time::{Duration, SystemTime};
 
 use super::chart;
 use super::facts::{Facts, State, Timestamp, UpstreamFacts};
 use super::history::WINDOW_SECONDS;
+use super::words::{Esc, seconds};
 
 /// How often the page reloads itself, in seconds.
 pub(crate) const REFRESH_SECONDS: u32 = 5;
 
 const STYLE: &str = include_str!("page.css");
-
-/// `text`, HTML-escaped for element content and quoted attribute values alike.
-struct Esc<'a>(&'a str);
-
-impl Display for Esc<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut rest = self.0;
-        while let Some(i) = rest.find(['&', '<', '>', '"', '\'']) {
-            f.write_str(&rest[..i])?;
-            f.write_str(match rest.as_bytes()[i] {
-                b'&' => "&amp;",
-                b'<' => "&lt;",
-                b'>' => "&gt;",
-                b'"' => "&quot;",
-                _ => "&#39;",
-            })?;
-            rest = &rest[i + 1..];
-        }
-        f.write_str(rest)
-    }
-}
 
 /// The whole page.
 pub(super) fn render(f: &Facts) -> String {
@@ -77,7 +57,9 @@ pub(super) fn render(f: &Facts) -> String {
             let _ = writeln!(
                 out,
                 "<p class=\"reason bad\" id=\"why\">Not ready: {}</p>",
-                Esc(reason)
+                // The reason names each failing upstream as "X is not ready: why"; after
+                // "Not ready:" once is enough.
+                Esc(&reason.replace(" is not ready: ", ": "))
             );
         }
         None => out.push_str(
@@ -159,8 +141,19 @@ fn card(u: &UpstreamFacts, now: SystemTime, out: &mut String) {
     out.push_str("<dl class=\"props\">");
     let _ = write!(
         out,
-        "<dt>engine</dt><dd>{}</dd><dt>required</dt><dd>{}</dd>",
-        Esc(u.engine),
+        "<dt>{}</dt><dd>{}</dd><dt>required</dt><dd>{}</dd>",
+        if u.engine_families {
+            "engine"
+        } else {
+            "families"
+        },
+        // An upstream that keeps none of its engine preset's own families (LMCache's, kept
+        // under the default vLLM preset) is not that engine: say what it keeps instead.
+        Esc(&if u.engine_families {
+            u.engine.to_owned()
+        } else {
+            u.keep.join(", ")
+        }),
         if u.required {
             "yes, readiness needs it"
         } else {
@@ -208,6 +201,10 @@ fn card(u: &UpstreamFacts, now: SystemTime, out: &mut String) {
         u.response_bytes
             .map_or_else(|| "none yet".to_owned(), bytes),
     );
+    // The vitals are the engine's: not shown for an upstream that keeps none of its families.
+    if let Some(v) = u.vitals.as_ref().filter(|_| u.engine_families) {
+        super::vitals::write(&u.name, v, out);
+    }
     out.push_str("<ul class=\"series\">");
     for &(outcome, n) in &u.series.0 {
         let warn = n > 0 && matches!(outcome, "malformed" | "duplicate" | "conflict");
@@ -216,7 +213,8 @@ fn card(u: &UpstreamFacts, now: SystemTime, out: &mut String) {
             "<li{}><b>{}</b>{}</li>",
             if warn { " class=\"warn\"" } else { "" },
             count(n),
-            Esc(outcome),
+            // `relabel_dropped` reads as two words and stays on one line.
+            Esc(&outcome.replace('_', "\u{a0}")),
         );
     }
     out.push_str("</ul><figure>");
@@ -224,7 +222,11 @@ fn card(u: &UpstreamFacts, now: SystemTime, out: &mut String) {
     out.push_str("<figcaption>");
     let minutes = WINDOW_SECONDS / 60;
     if scale.max_duration.is_none() && scale.failed_seconds == 0 {
-        let _ = write!(out, "no full-page scrape in the last {minutes} min");
+        let _ = write!(
+            out,
+            "no full-page scrape in the last {minutes} min: nothing has read /metrics, and \
+             health checks read selected families only"
+        );
     } else {
         let _ = write!(out, "last {minutes} min:");
         if let Some(max) = scale.max_duration {
@@ -264,21 +266,6 @@ fn time(t: Timestamp, now: SystemTime) -> String {
         _ => format!("{} h ago", ago / 3600),
     };
     format!("<time datetime=\"{exact}\" title=\"{exact}\">{words}</time>")
-}
-
-/// A short span of time: `850 µs`, `12.4 ms`, `1.25 s`, `3 min 20 s`.
-fn seconds(s: f64) -> String {
-    if s < 0.001 {
-        format!("{:.0} µs", s * 1e6)
-    } else if s < 0.01 {
-        format!("{:.2} ms", s * 1e3)
-    } else if s < 1.0 {
-        format!("{:.1} ms", s * 1e3)
-    } else if s < 120.0 {
-        format!("{s:.2} s")
-    } else {
-        format!("{} min {} s", s as u64 / 60, s as u64 % 60)
-    }
 }
 
 /// A long span of time: `45 s`, `12 min 5 s`, `3 h 20 min`, `4 d 2 h`.

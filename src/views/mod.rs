@@ -66,8 +66,9 @@ struct View {
 #[derive(Debug, Clone)]
 struct Wanted {
     family: ViewFamily,
-    /// The other name of a family the engine renamed: read when the page lacks the family's.
-    renamed: Option<String>,
+    /// The family's other names on this engine (renamed, or in its other spelling such as
+    /// `sglang_`): read when the page lacks the family's.
+    others: Vec<String>,
     /// The family's label selection with each value escaped as a page writes it.
     select: Vec<(String, Vec<u8>)>,
 }
@@ -140,7 +141,7 @@ impl Views {
         for (u, families) in self.views[v].families.iter().enumerate() {
             let mut any = false;
             for f in families {
-                for name in std::iter::once(&f.family.key.name).chain(&f.renamed) {
+                for name in std::iter::once(&f.family.key.name).chain(&f.others) {
                     if may_hold(u, name) {
                         any = true;
                         if !names.contains(name) {
@@ -236,7 +237,7 @@ impl Views {
 fn wanted(f: &ViewFamily, preset: &Preset) -> Wanted {
     Wanted {
         family: f.clone(),
-        renamed: preset.renamed(&f.key.name),
+        others: preset.names_of(&f.key.name).split_off(1),
         select: f
             .key
             .select
@@ -272,8 +273,9 @@ fn write_upstream(
         {
             continue;
         }
-        let Some(family) = find_family(exp, &f.family.key.name)
-            .or_else(|| find_family(exp, f.renamed.as_deref()?))
+        let Some(family) = std::iter::once(&f.family.key.name)
+            .chain(&f.others)
+            .find_map(|n| find_family(exp, n))
         else {
             continue;
         };

@@ -201,6 +201,7 @@ pub fn config(upstreams: Vec<UpstreamConfig>) -> Config {
         shutdown: ShutdownConfig {
             drain_delay: Duration::ZERO,
         },
+        vitals: sysport::config::VitalsConfig::default(),
         views: Vec::new(),
         metric_relabel_configs: Vec::new(),
         source: None,

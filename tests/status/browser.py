@@ -5,6 +5,7 @@ refuses connections, and
   - the rendered DOM names both, shows the refused one down with its error in words, the
     healthy one up, links /metrics, /metrics/router, /health, /live and /status, and draws an
     SVG chart for each;
+  - the healthy one's card shows every vitals figure /status reports, and five sparklines;
   - a screenshot is taken and is not blank (its pixels are decoded here, with zlib);
   - /status agrees with /health and /metrics.
 
@@ -25,6 +26,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -245,12 +247,84 @@ upstreams:
         want = {"/metrics", "/metrics/router", "/health", "/live", "/status"}
         self.check("the page links every route", None if want <= links else f"missing {want - links}")
         why = dom.find_all(id="why")
-        self.check("the page says why it is not ready",
-                   None if why and "lmcache is not ready" in why[0].content()
+        self.check("the page says why it is not ready, once",
+                   None if why and "lmcache: " in why[0].content()
+                   and why[0].content().lower().count("not ready") == 1
                    else [w.content() for w in why])
+        props = {dt.content(): dd.content() for dt, dd in zip(lmcache.find_all("dt"), lmcache.find_all("dd"))}
+        self.check("the LMCache upstream is not called vLLM",
+                   None if props.get("families") == "lmcache:" and "engine" not in props else props)
+        pills = [li.content() for li in vllm.find_all("ul", class_="series")[0].find_all("li")] \
+            if vllm.find_all("ul", class_="series") else []
+        self.check("no pill is in snake_case",
+                   None if pills and not any("_" in p for p in pills) else pills)
         external = [e.tag for e in dom.walk()
                     if e.tag in ("script", "link", "img", "iframe") or "src" in e.attrs]
         self.check("the page loads nothing from elsewhere", external or None)
+
+    def check_vitals(self, base):
+        """The figures and sparklines of the vLLM card are those /status reports (read just
+        before and just after the page: a health check may land in between)."""
+        # /status at every reading while the browser loads the page: the page is compared with
+        # the report made from the same readings (`readings_total`).
+        reports, done = {}, threading.Event()
+
+        def poll():
+            while not done.is_set():
+                status = json.loads(get(f"{base}/status")[1])
+                reports.setdefault(status["upstreams"][0]["vitals"]["readings_total"], status)
+                time.sleep(0.1)
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        try:
+            dom = Dom(self.browse(["--dump-dom", f"{base}/"])).root
+        finally:
+            done.set()
+            poller.join()
+        block = dom.find_all(id="vitals-vllm")
+        self.check("the healthy upstream's card shows its vitals", None if block else "no vitals block")
+        if not block:
+            return
+        shown = {d.attrs["data-key"]: d for d in block[0].find_all("div") if "data-key" in d.attrs}
+        want = {"running", "waiting", "kv_cache_usage", "requests_per_second", "prompt_tokens_per_second",
+                "generation_tokens_per_second", "preemptions_per_second", "prefix_cache_hit_rate",
+                "time_to_first_token_seconds.p50", "time_to_first_token_seconds.p99",
+                "inter_token_latency_seconds.p50", "inter_token_latency_seconds.p99",
+                "e2e_request_latency_seconds.p50", "e2e_request_latency_seconds.p99"}
+        self.check("every figure is on the page", None if want <= shown.keys() else sorted(want - shown.keys()))
+
+        def value(status, key):
+            v = status["upstreams"][0]["vitals"]
+            for part in key.split("."):
+                v = v[part]
+            return v
+
+        total = int(block[0].attrs.get("data-readings-total", "-1"))
+        self.check("/status was read at the page's readings", None if total in reports
+                   else f"page at reading {total}, /status at {sorted(reports)}")
+        if total not in reports:
+            return
+        after = reports[total]
+        wrong = []
+        for key in sorted(want & shown.keys()):
+            on_page = shown[key].attrs.get("data-value")
+            page_value = None if on_page == "null" else float(on_page)
+            if page_value != value(after, key):
+                wrong.append(f"{key}: page {on_page}, /status {value(after, key)}")
+            text = shown[key].find_all("dd")[0].content()
+            if (page_value is None) != (text == "–"):
+                wrong.append(f"{key}: shows {text!r} for {on_page}")
+        self.check("the page shows the figures /status reports", wrong or None)
+        live = [k for k in ("running", "generation_tokens_per_second", "time_to_first_token_seconds.p99")
+                if value(after, k) is None]
+        self.check("the simulated engine's vitals are figures, not null", live or None)
+        sparks = {f.attrs.get("data-key"): f for f in block[0].find_all("figure", class_="spark")}
+        self.check("five sparklines", None if set(sparks) == {"running", "waiting", "kv_cache_usage",
+                   "generation_tokens_per_second", "ttft_p99_seconds"} else sorted(sparks))
+        lines = [k for k, f in sparks.items()
+                 if not f.find_all("path") or f.find_all("path")[0].attrs.get("d", "").count("L") < 2]
+        self.check("the sparklines draw the last minutes", lines or None)
 
     def check_screenshot(self, base, keep):
         shot = os.path.join(self.work, "status.png")
@@ -329,6 +403,7 @@ def main():
             get(f"{base}/metrics")
             time.sleep(0.5)
         run.check_dom(base)
+        run.check_vitals(base)
         run.check_screenshot(base, args.screenshot_to)
         run.check_agreement(base)
     finally:

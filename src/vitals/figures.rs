@@ -1,0 +1,164 @@
+//! The figures of one upstream (or one rank, or one process of it) over a window of readings.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::quantile::{Bucket, bucket_quantile};
+use super::rate::{Point, rate};
+use super::read::{Fig, Key, Reading};
+
+/// The quantiles of one latency histogram, in seconds; `null` without observations.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub(crate) struct Quantiles {
+    pub p50: Option<f64>,
+    pub p90: Option<f64>,
+    pub p99: Option<f64>,
+}
+
+/// Every figure; `None` (`null`) where there is too little data, never 0.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Figures {
+    pub running: Option<f64>,
+    pub waiting: Option<f64>,
+    /// 0 to 1; the mean over ranks.
+    pub kv_cache_usage: Option<f64>,
+    pub requests_per_second: Option<f64>,
+    pub prompt_tokens_per_second: Option<f64>,
+    pub generation_tokens_per_second: Option<f64>,
+    pub preemptions_per_second: Option<f64>,
+    /// Prefix-cache hits over queries in the window, 0 to 1.
+    pub prefix_cache_hit_rate: Option<f64>,
+    pub time_to_first_token_seconds: Quantiles,
+    pub inter_token_latency_seconds: Quantiles,
+    pub e2e_request_latency_seconds: Quantiles,
+}
+
+/// Which series a figure is made of.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Group<'a> {
+    All,
+    /// Series whose label `.0` is `.1` (a data-parallel rank, or a process).
+    Label(&'a str, &'a str),
+}
+
+impl Group<'_> {
+    fn holds(&self, key: &Key) -> bool {
+        match self {
+            Group::All => true,
+            Group::Label(name, value) => key.label(name) == Some(value),
+        }
+    }
+}
+
+/// The readings of one window, ending at `end`, and how copies of one number are told apart.
+pub(crate) struct Window<'a> {
+    /// The readings in `(end - range, end]`, oldest first.
+    pub readings: &'a [Reading],
+    pub end: Instant,
+    pub range: Duration,
+    /// Labels whose series are copies of one gauge (processes, replicas of a rank).
+    pub copies: &'a [&'a str],
+}
+
+impl Window<'_> {
+    /// Every figure of the series in `group`.
+    pub(crate) fn figures(&self, group: Group<'_>) -> Figures {
+        let hits = self.rate(Fig::PrefixHits, group);
+        let queries = self.rate(Fig::PrefixQueries, group);
+        Figures {
+            running: self.gauge(Fig::Running, group, false),
+            waiting: self.gauge(Fig::Waiting, group, false),
+            kv_cache_usage: self.gauge(Fig::KvUsage, group, true),
+            requests_per_second: self.rate(Fig::Requests, group),
+            prompt_tokens_per_second: self.rate(Fig::PromptTokens, group),
+            generation_tokens_per_second: self.rate(Fig::GenerationTokens, group),
+            preemptions_per_second: self.rate(Fig::Preemptions, group),
+            prefix_cache_hit_rate: match (hits, queries) {
+                (Some(h), Some(q)) if q > 0.0 => Some(h / q),
+                _ => None,
+            },
+            time_to_first_token_seconds: self.quantiles(Fig::Ttft, group),
+            inter_token_latency_seconds: self.quantiles(Fig::Itl, group),
+            e2e_request_latency_seconds: self.quantiles(Fig::E2e, group),
+        }
+    }
+
+    fn series(&self, fig: Fig, group: Group<'_>) -> impl Iterator<Item = (&Key, f64, &Reading)> {
+        self.readings.iter().flat_map(move |r| {
+            r.series
+                .iter()
+                .filter(move |(k, _)| k.fig == fig && group.holds(k))
+                .map(move |(k, v)| (k, *v, r))
+        })
+    }
+
+    /// A gauge at the last reading: copies of one number count once (their largest), the
+    /// rest add up, or (`mean`) are averaged, as `/metrics/router` combines them.
+    fn gauge(&self, fig: Fig, group: Group<'_>, mean: bool) -> Option<f64> {
+        let last = self.readings.last()?;
+        let mut ranks: BTreeMap<Vec<&(String, String)>, f64> = BTreeMap::new();
+        for (k, v) in last
+            .series
+            .iter()
+            .filter(|(k, _)| k.fig == fig && group.holds(k))
+        {
+            let rest: Vec<&(String, String)> = k
+                .labels
+                .iter()
+                .filter(|(name, _)| !self.copies.contains(&name.as_str()))
+                .collect();
+            let slot = ranks.entry(rest).or_insert(f64::NEG_INFINITY);
+            *slot = slot.max(*v);
+        }
+        if ranks.is_empty() {
+            return None;
+        }
+        let sum: f64 = ranks.values().sum();
+        Some(if mean { sum / ranks.len() as f64 } else { sum })
+    }
+
+    /// `rate()` of every series, by series.
+    fn rates(&self, fig: Fig, group: Group<'_>) -> BTreeMap<&Key, f64> {
+        let mut points: BTreeMap<&Key, Vec<Point>> = BTreeMap::new();
+        for (k, v, r) in self.series(fig, group) {
+            let t = -(self.end.saturating_duration_since(r.at).as_secs_f64());
+            points.entry(k).or_default().push(Point { t, v });
+        }
+        points
+            .into_iter()
+            .filter_map(|(k, p)| Some((k, rate(&p, 0.0, self.range.as_secs_f64())?)))
+            .collect()
+    }
+
+    /// `sum(rate(x[range]))` over the group's series; `None` when no series has two readings.
+    fn rate(&self, fig: Fig, group: Group<'_>) -> Option<f64> {
+        self.rates(fig, group).into_values().reduce(|a, b| a + b)
+    }
+
+    /// `histogram_quantile(q, sum by (le) (rate(x_bucket[range])))` for p50, p90, p99.
+    fn quantiles(&self, fig: Fig, group: Group<'_>) -> Quantiles {
+        let mut by_le: BTreeMap<&str, f64> = BTreeMap::new();
+        for (k, r) in self.rates(fig, group) {
+            if let Some(le) = k.label("le") {
+                *by_le.entry(le).or_default() += r;
+            }
+        }
+        let buckets: Vec<Bucket> = by_le
+            .into_iter()
+            .filter_map(|(le, count)| {
+                Some(Bucket {
+                    le: le.parse::<f64>().ok().filter(|le| !le.is_nan())?,
+                    count,
+                })
+            })
+            .collect();
+        let q = |q: f64| bucket_quantile(q, buckets.clone()).filter(|v| v.is_finite());
+        Quantiles {
+            p50: q(0.5),
+            p90: q(0.9),
+            p99: q(0.99),
+        }
+    }
+}
