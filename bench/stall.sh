@@ -5,7 +5,7 @@
 # the 740 KB registry. The engine's figures do not depend on sysport's build; its CPU does:
 # SYSPORT_BIN (default target/release/sysport, built when missing).
 #
-# Usage: bash bench/stall.sh [OUT_DIR] [SECONDS]     (default bench/out/stall, 20)
+# Usage: bash bench/stall.sh [OUT_DIR] [SECONDS] [--only=I,J,...]  (default bench/out/stall, 20, all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -21,4 +21,4 @@ fi
 BIN=${SYSPORT_BIN:-$ROOT/target/release/sysport}
 [ -x "$BIN" ] || cargo build --release --locked --bin sysport
 echo "load average $(cut -d' ' -f1-3 /proc/loadavg) before the run"
-"$VENV/bin/python" bench/stall/run.py "$BIN" "$OUT" "${2:-20}" | tee "$OUT/results.md"
+"$VENV/bin/python" bench/stall/run.py "$BIN" "$OUT" "${2:-20}" "${@:3}" | tee "$OUT/results.md"

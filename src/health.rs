@@ -9,7 +9,10 @@
 //! An upstream with `stall_after` is also not ready while its engine is stalled (see
 //! [`crate::stall`]); each check feeds its stall [`Watch`]. An upstream with `canary_after` is
 //! not ready while its last canary failed (see [`crate::canary`]); each check feeds its canary
-//! [`Tracker`] and sends the canaries that are due.
+//! [`Tracker`] and sends the canaries that are due. With the vitals on (`vitals.window`), each
+//! check's reading of the engine's vitals families goes to [`crate::vitals`]. One read per
+//! check serves all three: the page a readiness scrape fetched, or a `name[]` read of the
+//! families they need, made while the health URL is asked.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -386,8 +389,9 @@ impl Readiness {
 }
 
 /// Checks every upstream once, concurrently, and records the results as of `at`, when the
-/// check was due: stall detection measures its windows between due times, as Prometheus
-/// stamps a scrape with its scheduled time, so a fetch that answers late does not shorten one.
+/// check was due: stall detection, canaries and the vitals measure their windows between due
+/// times, as Prometheus stamps a scrape with its scheduled time, so a fetch that answers late
+/// does not shorten one.
 pub(crate) async fn check_all(
     scraper: &Scraper,
     readiness: &Readiness,

@@ -3,9 +3,11 @@ sysport: sysport checking a vLLM-like engine every second, with and without stal
 vitals on (the default) or off (`vitals.window: 0s`), with and without a health_url. The engine
 is prometheus_client's own WSGI app over the load test's 740 KB registry
 (bench/load/registry.py), wrapped to count each /metrics request, its bytes and its render
-time; sysport's CPU time is read from /proc for its whole run.
+time; sysport's CPU time and resident memory are read from /proc for its whole run, and at
+its end `/status` (which computes the vitals' figures and five minutes of sparklines) is asked
+for 20 times and timed.
 
-    python run.py SYSPORT_BIN OUT_DIR [SECONDS]
+    python run.py SYSPORT_BIN OUT_DIR [SECONDS] [--only=I,J,...]   (scenarios by row, from 0)
 """
 import os
 import statistics
@@ -13,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -20,8 +23,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../load"))
 import registry  # noqa: E402
 from prometheus_client import make_wsgi_app  # noqa: E402
 
-SYSPORT, OUT = sys.argv[1], sys.argv[2]
-SECONDS = float(sys.argv[3]) if len(sys.argv) > 3 else 20.0
+ARGS = [a for a in sys.argv[1:] if not a.startswith("--only")]
+ONLY = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--only=")), None)
+SYSPORT, OUT = ARGS[0], ARGS[1]
+SECONDS = float(ARGS[2]) if len(ARGS) > 2 else 20.0
 
 
 class Quiet(WSGIRequestHandler):
@@ -61,6 +66,24 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def rss_mib(pid):
+    """Resident set size and its peak (VmRSS, VmHWM) of a process, in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        fields = dict(line.split(":", 1) for line in f if ":" in line)
+    return tuple(int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM"))
+
+
+def status_ms(port, times=20):
+    """Mean milliseconds of a GET /status."""
+    took = []
+    for _ in range(times):
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as r:
+            r.read()
+        took.append(time.perf_counter() - t0)
+    return statistics.mean(took) * 1e3
+
+
 def run(scenario, url, health, stall, port, vitals=True):
     config = os.path.join(OUT, f"{scenario}.yaml")
     with open(config, "w") as f:
@@ -80,6 +103,8 @@ def run(scenario, url, health, stall, port, vitals=True):
     proc = subprocess.Popen([SYSPORT, "--config", config], stderr=subprocess.DEVNULL)
     time.sleep(SECONDS)
     cpu = cpu_seconds(proc.pid)
+    status = status_ms(port)
+    rss, peak = rss_mib(proc.pid)
     proc.terminate()
     proc.wait(timeout=30)
     with app.lock:
@@ -103,6 +128,8 @@ def run(scenario, url, health, stall, port, vitals=True):
         mean(sel, 2, 1e3),
         f"{sum(r[1] for r in log) / checks / 1024:,.1f}",
         f"{cpu / checks * 1e3:,.2f}",
+        f"{status:,.2f}",
+        f"{rss:,.1f} / {peak:,.1f}",
     ]
 
 
@@ -111,21 +138,23 @@ app = Counting(make_wsgi_app(reg))
 server = make_server("127.0.0.1", 0, app, server_class=Threaded, handler_class=Quiet)
 threading.Thread(target=server.serve_forever, daemon=True).start()
 url = f"http://127.0.0.1:{server.server_port}"
-rows = [
-    run("health_url, vitals off, no stall_after", url, True, False, 18181, vitals=False),
-    run("health_url, vitals off, stall_after", url, True, True, 18182, vitals=False),
-    run("health_url, vitals on", url, True, False, 18185),
-    run("health_url, vitals on, stall_after", url, True, True, 18186),
-    run("no health_url, vitals off", url, False, False, 18183, vitals=False),
-    run("no health_url, vitals on, stall_after", url, False, True, 18184),
+SCENARIOS = [
+    ("health_url, vitals off, no stall_after", url, True, False, 18181, False),
+    ("health_url, vitals off, stall_after", url, True, True, 18182, False),
+    ("health_url, vitals on", url, True, False, 18185, True),
+    ("health_url, vitals on, stall_after", url, True, True, 18186, True),
+    ("no health_url, vitals off", url, False, False, 18183, False),
+    ("no health_url, vitals on, stall_after", url, False, True, 18184, True),
 ]
+picked = [int(i) for i in ONLY.split(",")] if ONLY else range(len(SCENARIOS))
+rows = [run(*SCENARIOS[i][:5], vitals=SCENARIOS[i][5]) for i in picked]
 server.shutdown()
 print(f"{SECONDS:.0f} s per scenario, health.interval 1s, the 740 KB page (registry.build(12))\n")
 print(
     "| scenario | checks | full pages / check | selective reads / check | full page bytes (gzip) "
     "| selective bytes (gzip) | full page render ms | selective render ms | engine KiB / check "
-    "| sysport CPU ms / check |"
+    "| sysport CPU ms / check | /status ms | sysport RSS / peak MiB |"
 )
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for r in rows:
     print("| " + " | ".join(r) + " |")

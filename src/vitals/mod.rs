@@ -120,7 +120,7 @@ impl Vitals {
     }
 
     /// Keeps upstream `i`'s reading; readings older than the window (or five minutes) go.
-    pub(crate) fn record(&self, i: usize, reading: Reading) {
+    pub(crate) fn record(&self, i: usize, mut reading: Reading) {
         let Some(u) = self.upstreams.get(i) else {
             return;
         };
@@ -128,6 +128,9 @@ impl Vitals {
         let mut readings = u.readings.lock().expect("vitals lock");
         u.recorded
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(before) = readings.back() {
+            reading.share_keys(before);
+        }
         let at = reading.at;
         // Out of order only if a check finished after a later one: keep time order.
         let pos = readings.partition_point(|r| r.at <= at);

@@ -1,6 +1,7 @@
 //! What one health check reads for the vitals: every series of the engine's vitals families,
 //! as the engine wrote them (histograms by their `_bucket` series).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::expfmt::{Exposition, Kind};
@@ -23,11 +24,13 @@ pub(crate) enum Fig {
     E2e,
 }
 
-/// One series of one reading: its figure and its labels (sorted, values as written).
+/// One series of one reading: its figure and its labels (sorted, values as written). The
+/// labels are shared with the same series of the reading before ([`Reading::share_keys`]), so
+/// five minutes of readings hold each label set once.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct Key {
     pub fig: Fig,
-    pub labels: Vec<(String, String)>,
+    pub labels: Arc<[(String, String)]>,
 }
 
 impl Key {
@@ -46,6 +49,18 @@ pub(crate) struct Reading {
     pub at: Instant,
     /// Sorted by key.
     pub series: Vec<(Key, f64)>,
+}
+
+impl Reading {
+    /// Takes the label sets of series that `before` (an earlier reading of the same upstream)
+    /// has too, so that equal label sets are held once however many readings are kept.
+    pub(crate) fn share_keys(&mut self, before: &Reading) {
+        for (key, _) in &mut self.series {
+            if let Ok(i) = before.series.binary_search_by(|(k, _)| k.cmp(key)) {
+                key.labels = before.series[i].0.labels.clone();
+            }
+        }
+    }
 }
 
 /// A family a figure is read from: a gauge or counter, or a histogram.
@@ -140,7 +155,13 @@ pub(crate) fn read(exp: &Exposition, preset: &Preset, at: Instant) -> Reading {
             if value.is_nan() {
                 continue;
             }
-            series.push((Key { fig, labels }, value));
+            series.push((
+                Key {
+                    fig,
+                    labels: labels.into(),
+                },
+                value,
+            ));
         }
     }
     series.sort_unstable_by(|a, b| a.0.cmp(&b.0));

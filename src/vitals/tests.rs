@@ -299,3 +299,26 @@ fn sparks_cover_five_minutes_one_point_per_reading() {
     let last = s.generation_tokens_per_second[60].1.expect("a rate");
     assert!((last - 75.0).abs() < 1e-9, "{last}");
 }
+
+#[test]
+fn kept_readings_hold_each_label_set_once() {
+    let v = vitals(Engine::Vllm, Duration::from_secs(60));
+    let start = Instant::now();
+    feed(
+        &v,
+        Engine::Vllm,
+        start,
+        (0..3).map(|n| (n, vllm_page(n, false))),
+    );
+    let readings = v.upstreams[0].readings.lock().expect("vitals lock");
+    let (first, last) = (&readings[0], &readings[2]);
+    assert_eq!(first.series.len(), last.series.len());
+    assert!(!first.series.is_empty());
+    for ((a, _), (b, _)) in first.series.iter().zip(&last.series) {
+        assert_eq!(a, b);
+        assert!(
+            std::sync::Arc::ptr_eq(&a.labels, &b.labels),
+            "{a:?} is held twice"
+        );
+    }
+}
