@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::quantile::{Bucket, bucket_quantile};
 use super::rate::{Point, rate};
-use super::read::{Fig, Key, Reading};
+use super::read::{Fig, Key, Reading, SparkPoint};
 
 /// The quantiles of one latency histogram, in seconds; `null` without observations.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -85,11 +85,22 @@ impl Window<'_> {
         }
     }
 
+    /// The figures the sparklines draw, of every series.
+    pub(crate) fn spark(&self) -> SparkPoint {
+        SparkPoint {
+            running: self.gauge(Fig::Running, Group::All, false),
+            waiting: self.gauge(Fig::Waiting, Group::All, false),
+            kv_cache_usage: self.gauge(Fig::KvUsage, Group::All, true),
+            generation_tokens_per_second: self.rate(Fig::GenerationTokens, Group::All),
+            ttft_p99_seconds: self.quantile(Fig::Ttft, Group::All, 0.99),
+        }
+    }
+
     fn series(&self, fig: Fig, group: Group<'_>) -> impl Iterator<Item = (&Key, f64, &Reading)> {
         self.readings.iter().flat_map(move |r| {
-            r.series
+            r.of(fig)
                 .iter()
-                .filter(move |(k, _)| k.fig == fig && group.holds(k))
+                .filter(move |(k, _)| group.holds(k))
                 .map(move |(k, v)| (k, *v, r))
         })
     }
@@ -99,11 +110,7 @@ impl Window<'_> {
     fn gauge(&self, fig: Fig, group: Group<'_>, mean: bool) -> Option<f64> {
         let last = self.readings.last()?;
         let mut ranks: BTreeMap<Vec<&(String, String)>, f64> = BTreeMap::new();
-        for (k, v) in last
-            .series
-            .iter()
-            .filter(|(k, _)| k.fig == fig && group.holds(k))
-        {
+        for (k, v) in last.of(fig).iter().filter(|(k, _)| group.holds(k)) {
             let rest: Vec<&(String, String)> = k
                 .labels
                 .iter()
@@ -119,33 +126,57 @@ impl Window<'_> {
         Some(if mean { sum / ranks.len() as f64 } else { sum })
     }
 
-    /// `rate()` of every series, by series.
-    fn rates(&self, fig: Fig, group: Group<'_>) -> BTreeMap<&Key, f64> {
-        let mut points: BTreeMap<&Key, Vec<Point>> = BTreeMap::new();
+    /// `rate()` of every series. A series is its label set's address: recorded readings
+    /// hold each label set once ([`super::read::Labels`]).
+    fn rates(&self, fig: Fig, group: Group<'_>) -> Vec<(&Key, f64)> {
+        let mut points: BTreeMap<*const (String, String), (&Key, Vec<Point>)> = BTreeMap::new();
         for (k, v, r) in self.series(fig, group) {
             let t = -(self.end.saturating_duration_since(r.at).as_secs_f64());
-            points.entry(k).or_default().push(Point { t, v });
+            points
+                .entry(k.labels.as_ptr())
+                .or_insert_with(|| (k, Vec::with_capacity(self.readings.len())))
+                .1
+                .push(Point { t, v });
         }
         points
-            .into_iter()
+            .into_values()
             .filter_map(|(k, p)| Some((k, rate(&p, 0.0, self.range.as_secs_f64())?)))
             .collect()
     }
 
     /// `sum(rate(x[range]))` over the group's series; `None` when no series has two readings.
     fn rate(&self, fig: Fig, group: Group<'_>) -> Option<f64> {
-        self.rates(fig, group).into_values().reduce(|a, b| a + b)
+        self.rates(fig, group)
+            .into_iter()
+            .map(|(_, r)| r)
+            .reduce(|a, b| a + b)
     }
 
     /// `histogram_quantile(q, sum by (le) (rate(x_bucket[range])))` for p50, p90, p99.
     fn quantiles(&self, fig: Fig, group: Group<'_>) -> Quantiles {
+        let buckets = self.buckets(fig, group);
+        let q = |q: f64| bucket_quantile(q, buckets.clone()).filter(|v| v.is_finite());
+        Quantiles {
+            p50: q(0.5),
+            p90: q(0.9),
+            p99: q(0.99),
+        }
+    }
+
+    /// One quantile, as [`Window::quantiles`] computes it.
+    fn quantile(&self, fig: Fig, group: Group<'_>, q: f64) -> Option<f64> {
+        bucket_quantile(q, self.buckets(fig, group)).filter(|v| v.is_finite())
+    }
+
+    /// `sum by (le) (rate(x_bucket[range]))`.
+    fn buckets(&self, fig: Fig, group: Group<'_>) -> Vec<Bucket> {
         let mut by_le: BTreeMap<&str, f64> = BTreeMap::new();
         for (k, r) in self.rates(fig, group) {
             if let Some(le) = k.label("le") {
                 *by_le.entry(le).or_default() += r;
             }
         }
-        let buckets: Vec<Bucket> = by_le
+        by_le
             .into_iter()
             .filter_map(|(le, count)| {
                 Some(Bucket {
@@ -153,12 +184,6 @@ impl Window<'_> {
                     count,
                 })
             })
-            .collect();
-        let q = |q: f64| bucket_quantile(q, buckets.clone()).filter(|v| v.is_finite());
-        Quantiles {
-            p50: q(0.5),
-            p90: q(0.9),
-            p99: q(0.99),
-        }
+            .collect()
     }
 }

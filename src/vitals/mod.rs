@@ -30,6 +30,8 @@ use serde::Serialize;
 pub(crate) use figures::{Figures, Group, Window};
 pub(crate) use read::{Reading, names, read};
 
+use read::Labels;
+
 use crate::config::Config;
 use crate::model::Preset;
 
@@ -48,9 +50,16 @@ pub(crate) struct Vitals {
 #[derive(Debug)]
 struct Upstream {
     preset: &'static Preset,
-    readings: Mutex<VecDeque<Reading>>,
+    readings: Mutex<Kept>,
     /// Readings recorded so far.
     recorded: std::sync::atomic::AtomicU64,
+}
+
+/// One upstream's readings, oldest first, and their label sets.
+#[derive(Debug, Default)]
+struct Kept {
+    readings: VecDeque<Reading>,
+    labels: Labels,
 }
 
 /// The vitals of one upstream, as `/status` gives them.
@@ -106,7 +115,7 @@ impl Vitals {
                 .iter()
                 .map(|u| Upstream {
                     preset: u.engine.preset(),
-                    readings: Mutex::new(VecDeque::new()),
+                    readings: Mutex::new(Kept::default()),
                     recorded: std::sync::atomic::AtomicU64::new(0),
                 })
                 .collect(),
@@ -125,21 +134,29 @@ impl Vitals {
             return;
         };
         let keep = self.window.max(HISTORY);
-        let mut readings = u.readings.lock().expect("vitals lock");
+        let mut kept = u.readings.lock().expect("vitals lock");
         u.recorded
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if let Some(before) = readings.back() {
-            reading.share_keys(before);
-        }
+        kept.labels.intern(&mut reading);
         let at = reading.at;
-        // Out of order only if a check finished after a later one: keep time order.
+        let readings = &mut kept.readings;
+        // Out of order only if a check finished after a later one: keep time order, and the
+        // later readings' windows now hold this one.
         let pos = readings.partition_point(|r| r.at <= at);
         readings.insert(pos, reading);
+        for later in readings.iter_mut().skip(pos + 1) {
+            later.spark = std::sync::OnceLock::new();
+        }
+        let mut dropped = false;
         while readings
             .front()
             .is_some_and(|r| at.saturating_duration_since(r.at) > keep)
         {
             readings.pop_front();
+            dropped = true;
+        }
+        if dropped {
+            kept.labels.prune();
         }
     }
 
@@ -160,8 +177,8 @@ impl Vitals {
             return None;
         }
         let u = self.upstreams.get(i)?;
-        let mut readings = u.readings.lock().expect("vitals lock");
-        let all: &[Reading] = readings.make_contiguous();
+        let mut kept = u.readings.lock().expect("vitals lock");
+        let all: &[Reading] = kept.readings.make_contiguous();
         let end = self.end(all, now);
         let in_window = in_window(all, end, self.window);
         let copies = u.preset.copy_labels();
@@ -212,7 +229,7 @@ impl Vitals {
 }
 
 /// The last five minutes of time-ordered `readings` as of `now`, one point per reading, each
-/// over the window that ended at it.
+/// over the window that ended at it (computed once per reading).
 fn sparks(all: &[Reading], now: Instant, range: Duration, copies: &[&str]) -> Sparks {
     let mut sparks = Sparks {
         running: Vec::new(),
@@ -226,23 +243,23 @@ fn sparks(all: &[Reading], now: Instant, range: Duration, copies: &[&str]) -> Sp
         if ago > HISTORY || r.at > now {
             continue;
         }
-        let window = Window {
-            readings: in_window(&all[..=n], r.at, range),
-            end: r.at,
-            range,
-            copies,
-        };
-        let f = window.figures(Group::All);
+        let p = r.spark.get_or_init(|| {
+            let window = Window {
+                readings: in_window(&all[..=n], r.at, range),
+                end: r.at,
+                range,
+                copies,
+            };
+            window.spark()
+        });
         let t = -ago.as_secs_f64();
-        sparks.running.push((t, f.running));
-        sparks.waiting.push((t, f.waiting));
-        sparks.kv_cache_usage.push((t, f.kv_cache_usage));
+        sparks.running.push((t, p.running));
+        sparks.waiting.push((t, p.waiting));
+        sparks.kv_cache_usage.push((t, p.kv_cache_usage));
         sparks
             .generation_tokens_per_second
-            .push((t, f.generation_tokens_per_second));
-        sparks
-            .ttft_p99_seconds
-            .push((t, f.time_to_first_token_seconds.p99));
+            .push((t, p.generation_tokens_per_second));
+        sparks.ttft_p99_seconds.push((t, p.ttft_p99_seconds));
     }
     sparks
 }

@@ -1,7 +1,8 @@
 //! What one health check reads for the vitals: every series of the engine's vitals families,
 //! as the engine wrote them (histograms by their `_bucket` series).
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use crate::expfmt::{Exposition, Kind};
@@ -24,9 +25,9 @@ pub(crate) enum Fig {
     E2e,
 }
 
-/// One series of one reading: its figure and its labels (sorted, values as written). The
-/// labels are shared with the same series of the reading before ([`Reading::share_keys`]), so
-/// five minutes of readings hold each label set once.
+/// One series of one reading: its figure and its labels (sorted, values as written). Once
+/// recorded, equal label sets of one upstream are one allocation ([`Labels::intern`]): five
+/// minutes of readings hold each once, and the figures tell series apart by its address.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct Key {
     pub fig: Fig,
@@ -47,19 +48,52 @@ impl Key {
 #[derive(Debug, Clone)]
 pub(crate) struct Reading {
     pub at: Instant,
-    /// Sorted by key.
+    /// Sorted by key (so by figure first).
     pub series: Vec<(Key, f64)>,
+    /// The sparkline point of the window that ends at this reading, once computed: it does
+    /// not change while no older reading arrives after it.
+    pub spark: OnceLock<SparkPoint>,
+}
+
+/// The figures the status page's sparklines draw, at one reading.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct SparkPoint {
+    pub running: Option<f64>,
+    pub waiting: Option<f64>,
+    pub kv_cache_usage: Option<f64>,
+    pub generation_tokens_per_second: Option<f64>,
+    pub ttft_p99_seconds: Option<f64>,
 }
 
 impl Reading {
-    /// Takes the label sets of series that `before` (an earlier reading of the same upstream)
-    /// has too, so that equal label sets are held once however many readings are kept.
-    pub(crate) fn share_keys(&mut self, before: &Reading) {
-        for (key, _) in &mut self.series {
-            if let Ok(i) = before.series.binary_search_by(|(k, _)| k.cmp(key)) {
-                key.labels = before.series[i].0.labels.clone();
+    /// The series of figure `fig`.
+    pub(crate) fn of(&self, fig: Fig) -> &[(Key, f64)] {
+        let from = self.series.partition_point(|(k, _)| k.fig < fig);
+        let to = self.series.partition_point(|(k, _)| k.fig <= fig);
+        &self.series[from..to]
+    }
+}
+
+/// The label sets of one upstream's kept readings, each held once.
+#[derive(Debug, Default)]
+pub(crate) struct Labels(HashSet<Arc<[(String, String)]>>);
+
+impl Labels {
+    /// Makes every label set of `reading` the one already held when there is one.
+    pub(crate) fn intern(&mut self, reading: &mut Reading) {
+        for (key, _) in &mut reading.series {
+            match self.0.get(&*key.labels) {
+                Some(held) => key.labels = held.clone(),
+                None => {
+                    self.0.insert(key.labels.clone());
+                }
             }
         }
+    }
+
+    /// Lets go of the label sets no kept reading has.
+    pub(crate) fn prune(&mut self) {
+        self.0.retain(|labels| Arc::strong_count(labels) > 1);
     }
 }
 
@@ -166,5 +200,9 @@ pub(crate) fn read(exp: &Exposition, preset: &Preset, at: Instant) -> Reading {
     }
     series.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     series.dedup_by(|a, b| a.0 == b.0);
-    Reading { at, series }
+    Reading {
+        at,
+        series,
+        spark: OnceLock::new(),
+    }
 }
