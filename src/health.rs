@@ -411,7 +411,7 @@ pub(crate) async fn check_all(
                 Some(url) => {
                     let (result, page) = tokio::join!(
                         check_url(client, url, u.timeout),
-                        read_families(scraper, i, vitals.enabled())
+                        read_families(scraper, i, vitals.reads(i))
                     );
                     (i, result, page)
                 }
@@ -447,7 +447,7 @@ pub(crate) async fn check_all(
         if readiness.observe_canary(i, at, seen) {
             due.push(i);
         }
-        if let Some(Ok(page)) = page.as_ref().filter(|_| vitals.enabled()) {
+        if let Some(Ok(page)) = page.as_ref().filter(|_| vitals.reads(i)) {
             vitals.record(i, crate::vitals::read(&page.parsed, u.engine.preset(), at));
         }
     }

@@ -305,3 +305,43 @@ async fn a_counter_reset_in_the_window_is_handled_as_prometheus_does() {
         "total requests/s across a reset",
     );
 }
+
+#[tokio::test]
+async fn an_upstream_that_keeps_none_of_its_engines_families_is_not_read_for_them() {
+    // LMCache's own endpoint under the default vLLM preset, keeping `lmcache:` only, next to
+    // the vLLM engine: only the engine is asked for the vitals' families.
+    let lmcache = Upstream::start(Reply::text(
+        "# TYPE lmcache:num_hit_tokens counter\nlmcache:num_hit_tokens_total 5\n",
+    ))
+    .await;
+    let engine = Upstream::start(Reply::text(
+        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3\n",
+    ))
+    .await;
+    let mut upstreams = Vec::new();
+    for (name, up, keep) in [
+        ("lmcache", &lmcache, "lmcache:"),
+        ("vllm", &engine, "vllm:"),
+    ] {
+        let mut u = upstream_config(name, &up.metrics_url(), &[keep]);
+        u.health_url = Some(Url::parse(&up.health_url()).expect("url"));
+        upstreams.push(u);
+    }
+    let mut cfg = config(upstreams);
+    cfg.health.interval = Duration::from_millis(200);
+    let sp = Running::start(cfg).await;
+    eventually(Duration::from_secs(10), "the engine's vitals", || async {
+        let (_, body) = sp.get("/status").await;
+        let status: Value = serde_json::from_str(&body).expect("JSON");
+        status["upstreams"][1]["vitals"]["readings"].as_u64() >= Some(3)
+    })
+    .await;
+    let (_, body) = sp.get("/status").await;
+    let status: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(status["upstreams"][1]["vitals"]["running"], 3.0);
+    assert_eq!(status["upstreams"][0]["vitals"], Value::Null, "{body}");
+    // Its health URL answered every check, and nobody asked it for a page.
+    assert_eq!(lmcache.queries(), Vec::<String>::new());
+    assert!(!engine.queries().is_empty());
+    sp.shutdown().await.expect("clean shutdown");
+}

@@ -50,6 +50,9 @@ pub(crate) struct Vitals {
 #[derive(Debug)]
 struct Upstream {
     preset: &'static Preset,
+    /// Whether the upstream keeps any of its engine's vitals families: an LMCache upstream
+    /// under the vLLM preset keeps none, and is not read for them.
+    keeps: bool,
     readings: Mutex<Kept>,
     /// Readings recorded so far.
     recorded: std::sync::atomic::AtomicU64,
@@ -115,6 +118,9 @@ impl Vitals {
                 .iter()
                 .map(|u| Upstream {
                     preset: u.engine.preset(),
+                    keeps: names(u.engine.preset())
+                        .iter()
+                        .any(|name| u.keep.iter().any(|k| name.starts_with(k.as_str()))),
                     readings: Mutex::new(Kept::default()),
                     recorded: std::sync::atomic::AtomicU64::new(0),
                 })
@@ -122,10 +128,11 @@ impl Vitals {
         }
     }
 
-    /// Whether the vitals are on (`vitals.window` is not 0): the health checks read their
-    /// families only then.
-    pub(crate) fn enabled(&self) -> bool {
-        !self.window.is_zero()
+    /// Whether upstream `i`'s vitals are read: the vitals are on (`vitals.window` is not 0)
+    /// and the upstream keeps some of its engine's vitals families. The health checks read
+    /// them only then.
+    pub(crate) fn reads(&self, i: usize) -> bool {
+        !self.window.is_zero() && self.upstreams.get(i).is_some_and(|u| u.keeps)
     }
 
     /// Keeps upstream `i`'s reading; readings older than the window (or five minutes) go.
@@ -171,9 +178,10 @@ impl Vitals {
         }
     }
 
-    /// Upstream `i`'s vitals as of `now` (its last reading); `None` when the vitals are off.
+    /// Upstream `i`'s vitals as of `now` (its last reading); `None` when they are not read
+    /// ([`Vitals::reads`]).
     pub(crate) fn report(&self, i: usize, now: Instant) -> Option<Report> {
-        if !self.enabled() {
+        if !self.reads(i) {
             return None;
         }
         let u = self.upstreams.get(i)?;
