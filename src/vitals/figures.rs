@@ -109,21 +109,34 @@ impl Window<'_> {
     /// rest add up, or (`mean`) are averaged, as `/metrics/router` combines them.
     fn gauge(&self, fig: Fig, group: Group<'_>, mean: bool) -> Option<f64> {
         let last = self.readings.last()?;
-        let mut ranks: BTreeMap<Vec<&(String, String)>, f64> = BTreeMap::new();
-        for (k, v) in last.of(fig).iter().filter(|(k, _)| group.holds(k)) {
+        let in_group = last.of(fig).iter().filter(|(k, _)| group.holds(k));
+        let numbers = self.without_copies(in_group.map(|(k, v)| (k, *v)));
+        if numbers.is_empty() {
+            return None;
+        }
+        let sum: f64 = numbers.iter().sum();
+        Some(if mean {
+            sum / numbers.len() as f64
+        } else {
+            sum
+        })
+    }
+
+    /// One number per series that is not a copy of another: series that differ only in a
+    /// copy label (a process, a tensor-parallel replica of a rank's scheduler) count once,
+    /// with their largest value.
+    fn without_copies<'k>(&self, series: impl Iterator<Item = (&'k Key, f64)>) -> Vec<f64> {
+        let mut numbers: BTreeMap<Vec<&(String, String)>, f64> = BTreeMap::new();
+        for (k, v) in series {
             let rest: Vec<&(String, String)> = k
                 .labels
                 .iter()
                 .filter(|(name, _)| !self.copies.contains(&name.as_str()))
                 .collect();
-            let slot = ranks.entry(rest).or_insert(f64::NEG_INFINITY);
-            *slot = slot.max(*v);
+            let slot = numbers.entry(rest).or_insert(f64::NEG_INFINITY);
+            *slot = slot.max(v);
         }
-        if ranks.is_empty() {
-            return None;
-        }
-        let sum: f64 = ranks.values().sum();
-        Some(if mean { sum / ranks.len() as f64 } else { sum })
+        numbers.into_values().collect()
     }
 
     /// `rate()` of every series. A series is its label set's address: recorded readings
@@ -144,11 +157,12 @@ impl Window<'_> {
             .collect()
     }
 
-    /// `sum(rate(x[range]))` over the group's series; `None` when no series has two readings.
+    /// `sum(max without (copies) (rate(x[range])))` over the group's series: copies of one
+    /// counter (each tensor-parallel scheduler of SGLang counts the same retractions) count
+    /// once. `None` when no series has two readings.
     fn rate(&self, fig: Fig, group: Group<'_>) -> Option<f64> {
-        self.rates(fig, group)
+        self.without_copies(self.rates(fig, group).into_iter())
             .into_iter()
-            .map(|(_, r)| r)
             .reduce(|a, b| a + b)
     }
 

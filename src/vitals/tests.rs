@@ -94,6 +94,7 @@ fn page_from(t: f64, renamed: bool, base: f64) -> String {
 fn vitals(engine: Engine, window: Duration) -> Vitals {
     let mut config = crate::config::Config::default();
     config.upstreams[0].engine = engine;
+    config.upstreams[0].keep = engine.default_keep();
     config.vitals.window = window;
     Vitals::new(&config)
 }
@@ -327,4 +328,36 @@ fn kept_readings_hold_each_label_set_once() {
             "{a:?} is held twice"
         );
     }
+}
+
+#[test]
+fn counter_copies_count_once_in_a_rate() {
+    // SGLang with every scheduler reporting: each tensor-parallel scheduler of a data-parallel
+    // rank counts the same retractions (rank 0: 1/s, rank 1: 0.5/s).
+    let page = |t: f64| {
+        let mut p = String::from("# TYPE sglang:num_retracted_requests_total counter\n");
+        for (dp, per_s) in [("0", 1.0), ("1", 0.5)] {
+            for tp in ["0", "1"] {
+                p += &format!(
+                    "sglang:num_retracted_requests_total{{dp_rank=\"{dp}\",tp_rank=\"{tp}\"}} {}\n",
+                    per_s * t
+                );
+            }
+        }
+        p
+    };
+    let v = vitals(Engine::Sglang, Duration::from_secs(60));
+    let start = Instant::now();
+    feed(
+        &v,
+        Engine::Sglang,
+        start,
+        (0..=24).map(|n| (n, page(5.0 * n as f64))),
+    );
+    let r = v
+        .report(0, start + Duration::from_secs(120))
+        .expect("a report");
+    close(r.total.preemptions_per_second, 1.5);
+    close(r.ranks[0].figures.preemptions_per_second, 1.0);
+    close(r.ranks[1].figures.preemptions_per_second, 0.5);
 }
