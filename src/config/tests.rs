@@ -1145,3 +1145,23 @@ fn at_most_eight_labels_are_added() {
     let issue = only_issue(&labels(9));
     assert!(issue.contains("labels.l8: at most 8 labels"), "{issue}");
 }
+
+#[test]
+fn vitals_window_defaults_to_a_minute_and_zero_turns_it_off() {
+    assert_eq!(ok("{}\n").vitals.window, Duration::from_secs(60));
+    assert_eq!(
+        ok("vitals: { window: 5m }\n").vitals.window,
+        Duration::from_secs(300)
+    );
+    assert_eq!(ok("vitals: { window: 0s }\n").vitals.window, Duration::ZERO);
+    let issues = problems("vitals:\n  window: 500ms\n  windw: 1m\n", &no_env());
+    assert_eq!(issues.len(), 2, "{issues:#?}");
+    assert_issue(
+        &issues[0],
+        2,
+        11,
+        "vitals.window",
+        "must be 0s (off) or at least 1s",
+    );
+    assert_issue(&issues[1], 3, 3, "vitals.windw", "unknown");
+}
