@@ -620,11 +620,15 @@ async fn under_a_1024_descriptor_limit_a_cap_of_never_readers_leaves_both_probe_
     let engine = common::Upstream::start(common::Reply::text(big_page(15))).await;
     let engine_url = engine.metrics_url();
     let probe_port = common::sidecar::free_port();
+    // No health check after the first: its fetch and parse of the 15 MB page (most of a second
+    // in a debug build on a loaded machine) would be what the probe times measure, not the
+    // connections.
     let sp = Sidecar::launch("never-readers-cap")
         .config(|port| {
             format!(
                 "listen: {{host: 127.0.0.1, port: {port}, probe_port: {probe_port}}}\n\
                  shutdown: {{drain_delay: 0s}}\n\
+                 health: {{interval: 1h}}\n\
                  upstreams:\n  - name: vllm\n    url: {engine_url}\n    keep: [\"vllm:\"]\n    \
                  timeout: 20s\n    required: false\n"
             )
