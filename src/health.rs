@@ -411,7 +411,7 @@ pub(crate) async fn check_all(
                 Some(url) => {
                     let (result, page) = tokio::join!(
                         check_url(client, url, u.timeout),
-                        read_families(scraper, i, vitals.reads(i))
+                        read_families(scraper, i, vitals.names(i))
                     );
                     (i, result, page)
                 }
@@ -457,15 +457,13 @@ pub(crate) async fn check_all(
 }
 
 /// A read of the families stall detection and canaries (see [`canary::names`]) and the vitals
-/// (when `vitals`) need from upstream `i`: the engine's `name[]` selection where it has been
+/// (`vitals`, their names) need from upstream `i`: the engine's `name[]` selection where it has been
 /// shown faithful, else the full page, shared with `/metrics`. `None` when none is wanted or
 /// the scrape gave no result.
-async fn read_families(scraper: &Scraper, i: usize, vitals: bool) -> Option<UpstreamResult> {
+async fn read_families(scraper: &Scraper, i: usize, vitals: &[String]) -> Option<UpstreamResult> {
     let u = &scraper.upstreams()[i];
     let mut names = canary::names(u);
-    if vitals {
-        names.extend(crate::vitals::names(u.engine.preset()));
-    }
+    names.extend_from_slice(vitals);
     if names.is_empty() {
         return None;
     }

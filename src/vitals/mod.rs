@@ -50,9 +50,10 @@ pub(crate) struct Vitals {
 #[derive(Debug)]
 struct Upstream {
     preset: &'static Preset,
-    /// Whether the upstream keeps any of its engine's vitals families: an LMCache upstream
-    /// under the vLLM preset keeps none, and is not read for them.
-    keeps: bool,
+    /// The vitals families a check asks the engine for (every name they may be written
+    /// under); none when the vitals are off or the upstream keeps none of them (an LMCache
+    /// upstream under the vLLM preset).
+    names: Vec<String>,
     readings: Mutex<Kept>,
     /// Readings recorded so far.
     recorded: std::sync::atomic::AtomicU64,
@@ -116,23 +117,32 @@ impl Vitals {
             upstreams: config
                 .upstreams
                 .iter()
-                .map(|u| Upstream {
-                    preset: u.engine.preset(),
-                    keeps: names(u.engine.preset())
-                        .iter()
-                        .any(|name| u.keep.iter().any(|k| name.starts_with(k.as_str()))),
-                    readings: Mutex::new(Kept::default()),
-                    recorded: std::sync::atomic::AtomicU64::new(0),
+                .map(|u| {
+                    let names = names(u.engine.preset());
+                    let read = !config.vitals.window.is_zero()
+                        && names
+                            .iter()
+                            .any(|name| u.keep.iter().any(|k| name.starts_with(k.as_str())));
+                    Upstream {
+                        preset: u.engine.preset(),
+                        names: if read { names } else { Vec::new() },
+                        readings: Mutex::new(Kept::default()),
+                        recorded: std::sync::atomic::AtomicU64::new(0),
+                    }
                 })
                 .collect(),
         }
     }
 
-    /// Whether upstream `i`'s vitals are read: the vitals are on (`vitals.window` is not 0)
-    /// and the upstream keeps some of its engine's vitals families. The health checks read
-    /// them only then.
+    /// The family names a check of upstream `i` asks for its vitals: none when they are not
+    /// read (the vitals are off, or the upstream keeps none of its engine's vitals families).
+    pub(crate) fn names(&self, i: usize) -> &[String] {
+        self.upstreams.get(i).map_or(&[], |u| &u.names)
+    }
+
+    /// Whether upstream `i`'s vitals are read.
     pub(crate) fn reads(&self, i: usize) -> bool {
-        !self.window.is_zero() && self.upstreams.get(i).is_some_and(|u| u.keeps)
+        !self.names(i).is_empty()
     }
 
     /// Keeps upstream `i`'s reading; readings older than the window (or five minutes) go.

@@ -91,11 +91,12 @@ fn page_from(t: f64, renamed: bool, base: f64) -> String {
     page
 }
 
-fn vitals(engine: Engine, window: Duration) -> Vitals {
+/// The vitals of one upstream of `engine`, over a 1 min window.
+fn vitals(engine: Engine) -> Vitals {
     let mut config = crate::config::Config::default();
     config.upstreams[0].engine = engine;
     config.upstreams[0].keep = engine.default_keep();
-    config.vitals.window = window;
+    config.vitals.window = Duration::from_secs(60);
     Vitals::new(&config)
 }
 
@@ -107,12 +108,17 @@ fn feed(v: &Vitals, engine: Engine, start: Instant, pages: impl Iterator<Item = 
     }
 }
 
-/// The vitals of a vLLM upstream over a 1 min window, fed `pages` (step, page; one step is
-/// 5 s), as of `at` seconds after the first step.
-fn vllm_report(pages: impl Iterator<Item = (u64, String)>, at: u64) -> Report {
-    let v = vitals(Engine::Vllm, Duration::from_secs(60));
+/// [`vitals`] fed `pages` (step, page; one step is 5 s), and the time of step 0.
+fn fed(engine: Engine, pages: impl Iterator<Item = (u64, String)>) -> (Vitals, Instant) {
+    let v = vitals(engine);
     let start = Instant::now();
-    feed(&v, Engine::Vllm, start, pages);
+    feed(&v, engine, start, pages);
+    (v, start)
+}
+
+/// The vitals of a vLLM upstream fed `pages`, as of `at` seconds after the first step.
+fn vllm_report(pages: impl Iterator<Item = (u64, String)>, at: u64) -> Report {
+    let (v, start) = fed(Engine::Vllm, pages);
     v.report(0, start + Duration::from_secs(at))
         .expect("a report")
 }
@@ -172,7 +178,7 @@ fn renamed_families_are_read_under_their_old_names() {
 
 #[test]
 fn too_little_data_is_null_never_zero() {
-    let v = vitals(Engine::Vllm, Duration::from_secs(60));
+    let v = vitals(Engine::Vllm);
     let start = Instant::now();
     let r = v.report(0, start).expect("a report");
     assert_eq!(r.readings, 0);
@@ -243,12 +249,8 @@ sglang_token_usage{dp_rank=\"1\",tp_rank=\"0\"} 0.4
 
 #[test]
 fn sglang_in_underscore_spelling_fills_the_vitals() {
-    let v = vitals(Engine::Sglang, Duration::from_secs(60));
-    let start = Instant::now();
-    feed(
-        &v,
+    let (v, start) = fed(
         Engine::Sglang,
-        start,
         std::iter::once((0, SGLANG_UNDERSCORE.to_owned())),
     );
     let r = v.report(0, start).expect("a report");
@@ -283,14 +285,7 @@ fn the_selection_asks_for_every_name_and_spelling() {
 
 #[test]
 fn sparks_cover_five_minutes_one_point_per_reading() {
-    let v = vitals(Engine::Vllm, Duration::from_secs(60));
-    let start = Instant::now();
-    feed(
-        &v,
-        Engine::Vllm,
-        start,
-        (0..=120).map(|n| (n, vllm_page(n, false))),
-    );
+    let (v, start) = fed(Engine::Vllm, (0..=120).map(|n| (n, vllm_page(n, false))));
     let now = start + Duration::from_secs(600);
     let s = v.report(0, now).expect("a report").history;
     // Readings from 300 s to 600 s ago: 61 points, 5 s apart.
@@ -303,18 +298,14 @@ fn sparks_cover_five_minutes_one_point_per_reading() {
 
 #[test]
 fn kept_readings_hold_each_label_set_once() {
-    let v = vitals(Engine::Vllm, Duration::from_secs(60));
-    let start = Instant::now();
     // The middle page lacks rank 1's running gauge: it comes back as the same label set.
     let gap = vllm_page(1, false).replace(
         "vllm:num_requests_running{engine=\"1\",model_name=\"m\"} 1\n",
         "",
     );
     let pages = [vllm_page(0, false), gap, vllm_page(2, false)];
-    feed(
-        &v,
+    let (v, _) = fed(
         Engine::Vllm,
-        start,
         pages.into_iter().enumerate().map(|(n, p)| (n as u64, p)),
     );
     let kept = v.upstreams[0].readings.lock().expect("vitals lock");
@@ -346,14 +337,7 @@ fn counter_copies_count_once_in_a_rate() {
         }
         p
     };
-    let v = vitals(Engine::Sglang, Duration::from_secs(60));
-    let start = Instant::now();
-    feed(
-        &v,
-        Engine::Sglang,
-        start,
-        (0..=24).map(|n| (n, page(5.0 * n as f64))),
-    );
+    let (v, start) = fed(Engine::Sglang, (0..=24).map(|n| (n, page(5.0 * n as f64))));
     let r = v
         .report(0, start + Duration::from_secs(120))
         .expect("a report");
