@@ -93,7 +93,8 @@ pub(crate) fn read(
         Some(Ok(page)) => Ok(EngineReading {
             reading: crate::stall::read(&page.parsed, families, preset),
             asleep: awake_family(u).is_some_and(|a| {
-                crate::stall::total(&page.parsed, &a, preset, &preset.copy_labels()) == Some(0.0)
+                crate::numbers::engine_total(&page.parsed, &a, preset, &preset.copy_labels())
+                    == Some(0.0)
             }),
         }),
         Some(Err(e)) => Err(Unread::Scrape(e.clone())),

@@ -10,7 +10,7 @@ pub(crate) mod testing;
 pub(crate) use combine::{Labels, combine, sample_tail};
 
 use crate::expfmt::{self, Exposition, Family};
-use crate::model::Op;
+use crate::model::{FamilyKey, Op, Preset};
 
 /// The family of `exp` whose text-format name is `name`.
 pub(crate) fn find_family<'a>(exp: &'a Exposition, name: &str) -> Option<&'a Family> {
@@ -20,6 +20,33 @@ pub(crate) fn find_family<'a>(exp: &'a Exposition, name: &str) -> Option<&'a Fam
             && name.as_bytes().starts_with(base)
             && name.as_bytes().ends_with(suffix)
     })
+}
+
+/// The family of `exp` under the first of the names `preset`'s engine writes `name` with
+/// (itself, a renamed family's other name, its other spelling: [`Preset::names_of`]).
+pub(crate) fn find_engine_family<'a>(
+    exp: &'a Exposition,
+    preset: &Preset,
+    name: &str,
+) -> Option<&'a Family> {
+    preset
+        .names_of(name)
+        .iter()
+        .find_map(|n| find_family(exp, n))
+}
+
+/// [`total`] of family `key`, under the first of the names its engine (`preset`) writes it
+/// with that `exp` has.
+pub(crate) fn engine_total(
+    exp: &Exposition,
+    key: &FamilyKey,
+    preset: &Preset,
+    copies: &[&str],
+) -> Option<f64> {
+    preset
+        .names_of(&key.name)
+        .iter()
+        .find_map(|n| total(exp, n, &key.select, copies))
 }
 
 /// The sum of the series of family `name` in `exp` that carry every `select` pair (plain

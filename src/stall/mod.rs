@@ -30,35 +30,21 @@ pub(crate) use watch::{Reading, StallStatus, Unread, Watch};
 
 use crate::config::StallConfig;
 use crate::expfmt::Exposition;
-use crate::model::{FamilyKey, Preset};
+use crate::model::Preset;
 
 /// Reads the stall families of `stall` from one upstream's page, under any name its engine
 /// (`preset`) writes them with (SGLang's `sglang_` spelling too); the preset's copy labels
 /// tell which series are copies of one number.
 pub(crate) fn read(exp: &Exposition, stall: &StallConfig, preset: &Preset) -> Reading {
     let copies = preset.copy_labels();
-    let running = total(exp, &stall.busy, preset, &copies);
+    let running = crate::numbers::engine_total(exp, &stall.busy, preset, &copies);
     let progress = stall
         .progress
         .iter()
-        .filter_map(|f| total(exp, f, preset, &[]))
+        .filter_map(|f| crate::numbers::engine_total(exp, f, preset, &[]))
         .reduce(|a, b| a + b)
         .filter(|p| !p.is_nan());
     Reading { running, progress }
-}
-
-/// The total of family `f` under the first of its names (see [`Preset::names_of`]) that
-/// `exp` has.
-pub(crate) fn total(
-    exp: &Exposition,
-    f: &FamilyKey,
-    preset: &Preset,
-    copies: &[&str],
-) -> Option<f64> {
-    preset
-        .names_of(&f.name)
-        .iter()
-        .find_map(|n| crate::numbers::total(exp, n, &f.select, copies))
 }
 
 /// The families a stall read asks the engine for: the busy gauge and the progress counters,

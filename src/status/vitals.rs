@@ -99,20 +99,22 @@ pub(super) fn write(name: &str, v: &Report, out: &mut String) {
     }
     out.push_str("</dl><div class=\"sparks\">");
     let h = &v.history;
-    let pct_of = |x: f64| pct(x);
     for (key, label, points, show) in [
         ("running", "running", &h.running, &n as Show<'_>),
         ("waiting", "waiting", &h.waiting, &n),
-        ("kv_cache_usage", "KV cache", &h.kv_cache_usage, &pct_of),
+        ("kv_cache_usage", "KV cache", &h.kv_cache_usage, &pct),
         (
             "generation_tokens_per_second",
             "gen tok/s",
             &h.generation_tokens_per_second,
             &rate,
         ),
-        ("ttft_p99_seconds", "TTFT p99", &h.ttft_p99_seconds, &|s| {
-            super::words::seconds(s)
-        }),
+        (
+            "ttft_p99_seconds",
+            "TTFT p99",
+            &h.ttft_p99_seconds,
+            &super::words::seconds,
+        ),
     ] {
         spark(key, label, points, show, out);
     }

@@ -154,11 +154,7 @@ pub(crate) fn read(exp: &Exposition, preset: &Preset, at: Instant) -> Reading {
             Source::Histogram(h) => (h, &[], b"_bucket"),
         };
         // The first name the page has: renamed families and other spellings are read too.
-        let Some(family) = preset
-            .names_of(name)
-            .iter()
-            .find_map(|n| crate::numbers::find_family(exp, n))
-        else {
+        let Some(family) = crate::numbers::find_engine_family(exp, preset, name) else {
             continue;
         };
         let histogram = family.kind == Kind::Histogram;
