@@ -457,9 +457,9 @@ pub(crate) async fn check_all(
 }
 
 /// A read of the families stall detection and canaries (see [`canary::names`]) and the vitals
-/// (`vitals`, their names) need from upstream `i`: the engine's `name[]` selection where it has been
-/// shown faithful, else the full page, shared with `/metrics`. `None` when none is wanted or
-/// the scrape gave no result.
+/// (`vitals`, their names) need from upstream `i`: the engine's `name[]` selection where it
+/// has been shown faithful, else the full page, shared with `/metrics`. `None` when none is
+/// wanted or the scrape gave no result.
 async fn read_families(scraper: &Scraper, i: usize, vitals: &[String]) -> Option<UpstreamResult> {
     let u = &scraper.upstreams()[i];
     let mut names = canary::names(u);
