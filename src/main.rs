@@ -24,8 +24,9 @@ struct Cli {
     /// Port to listen on (also `DYN_SYSTEM_PORT`; default 8081).
     #[arg(long)]
     port: Option<u16>,
-    /// An upstream as NAME=URL; repeatable. Replaces the file's upstream list.
-    #[arg(long = "upstream", value_name = "NAME=URL")]
+    /// An upstream as NAME=URL; repeatable. Replaces the file's upstream list (also for
+    /// `check-config`).
+    #[arg(long = "upstream", value_name = "NAME=URL", global = true)]
     upstreams: Vec<String>,
     /// Web configuration file in Prometheus exporter-toolkit's format: TLS, client
     /// certificates, basic auth (also `SYSPORT_WEB_CONFIG`, `listen.web_config_file`).

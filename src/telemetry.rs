@@ -30,12 +30,15 @@ pub(crate) const SERIES_OUTCOMES: [&str; 7] = [
 ];
 
 /// The `result` values of `canary_requests_total` (the canary module's outcomes).
-pub(crate) const CANARY_RESULTS: [&str; 5] = [
+pub(crate) const CANARY_RESULTS: [&str; 8] = [
     "success",
     "timeout",
     "http_status",
     "bad_answer",
     "connect_error",
+    "too_large",
+    "unauthorized",
+    "cannot_generate",
 ];
 
 /// The sidecar's own metrics.

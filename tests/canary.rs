@@ -33,6 +33,8 @@ enum Mode {
     Hang,
     Fail500,
     NoChoices,
+    /// 401, as vLLM answers `/v1/*` without its `--api-key`.
+    Unauthorized,
 }
 
 /// A stand-in engine: vLLM's page with a busy gauge, a step counter and the sleep gauge, `/health`
@@ -47,6 +49,26 @@ struct Fake {
     generations: Mutex<Vec<(String, String)>>,
     models_asked: AtomicUsize,
     authorization: Mutex<Option<String>>,
+    /// Generations being answered now, and the most at once.
+    in_flight: AtomicU32,
+    most_in_flight: AtomicU32,
+}
+
+/// Counts a generation in flight until its answer is sent or its client is gone.
+struct InFlight<'a>(&'a Fake);
+
+impl<'a> InFlight<'a> {
+    fn new(fake: &'a Fake) -> InFlight<'a> {
+        let now = fake.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        fake.most_in_flight.fetch_max(now, Ordering::SeqCst);
+        InFlight(fake)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 struct Stand {
@@ -65,6 +87,8 @@ impl Stand {
             generations: Mutex::new(Vec::new()),
             models_asked: AtomicUsize::new(0),
             authorization: Mutex::new(None),
+            in_flight: AtomicU32::new(0),
+            most_in_flight: AtomicU32::new(0),
         });
         let e = engine.clone();
         let metrics = move || {
@@ -164,7 +188,9 @@ impl Fake {
             .expect("lock")
             .push((path.to_owned(), body));
         let mode = *self.mode.lock().expect("lock");
+        let _in_flight = InFlight::new(self);
         match mode {
+            Mode::Unauthorized => StatusCode::UNAUTHORIZED.into_response(),
             Mode::Hang => {
                 // Bounded: far past any canary timeout.
                 tokio::time::sleep(Duration::from_secs(30)).await;
@@ -528,9 +554,17 @@ async fn dynamo_env_names_turn_canaries_on_with_upstream_and_no_file() {
     let shown = c.to_string();
     assert!(shown.contains("canary_after: 2s"), "{shown}");
     assert!(shown.contains("/v1/completions"), "{shown}");
-    // Off by default, and a bad value names its variable.
+    // On by default, after Dynamo's 10 s; off where Dynamo's operator says so; and a bad value
+    // names its variable.
     let plain = sysport::config::load(&overrides, &HashMap::new()).expect("loads");
-    assert_eq!(plain.upstreams[0].canary, None);
+    let default = plain.upstreams[0].canary.as_ref().expect("on by default");
+    assert_eq!(default.after, Duration::from_secs(10));
+    assert!(plain.upstreams[0].stall.is_some(), "stall detection too");
+    let off: HashMap<String, String> =
+        [("DYN_HEALTH_CHECK_ENABLED".to_owned(), "false".to_owned())].into();
+    let off = sysport::config::load(&overrides, &off).expect("loads");
+    assert_eq!(off.upstreams[0].canary, None);
+    assert!(off.to_string().contains("canary_after: 0s"));
     let bad: HashMap<String, String> = [
         ("DYN_HEALTH_CHECK_ENABLED", "true"),
         ("DYN_CANARY_WAIT_TIME", "soon"),
@@ -580,4 +614,154 @@ async fn a_canary_that_ends_after_a_reload_removed_its_upstream_leaves_no_series
         .filter(|l| l.starts_with("dynamo_sysport_canary") && l.contains("upstream=\"vllm\""))
         .collect();
     assert!(left.is_empty(), "series of a removed upstream: {left:?}");
+}
+
+#[tokio::test]
+async fn refused_credentials_stop_the_canaries_and_readiness_stays_with_the_health_check() {
+    // vLLM started with --api-key answers /v1/* with 401 to a canary without the key.
+    let stand = Stand::start().await;
+    stand.set(Mode::Unauthorized);
+    let sp = Running::start(vllm_config(&stand)).await;
+    until_ready(&sp).await;
+    until_canary(&stand, CANARY_AFTER + MARGIN).await;
+    // Ready all along, and no canary after the one that was refused.
+    ready_throughout(&sp, CANARY_AFTER * 3).await;
+    assert_eq!(stand.count(), 1, "{:?}", stand.generations());
+    let (_, status) = sp.get("/status").await;
+    let status: serde_json::Value = serde_json::from_str(&status).expect("JSON");
+    let health = &status["upstreams"][0]["health"];
+    let stopped = health["canary_stopped"].as_str().expect("why they stopped");
+    assert!(stopped.contains("HTTP 401"), "{stopped}");
+    assert!(
+        stopped.contains("canary.headers"),
+        "the setting that fixes it: {stopped}"
+    );
+    assert_eq!(health["canary"]["none_because"], "stopped", "{health}");
+    assert_eq!(health["canary_failed"], serde_json::Value::Null);
+    assert_eq!(status["upstreams"][0]["state"], "up");
+    let (_, page) = sp.get("/").await;
+    assert!(
+        page.contains("canaries stopped: answered HTTP 401"),
+        "{page}"
+    );
+    assert_eq!(
+        counter(
+            &sp,
+            "dynamo_sysport_canary_requests_total",
+            &[("result", "unauthorized")]
+        )
+        .await,
+        1.0
+    );
+    assert_eq!(sp.get("/live/engine").await.0, StatusCode::OK);
+    sp.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn a_model_that_cannot_generate_stops_the_canaries_without_failing() {
+    // A pooling or embedding model: vLLM serves no completion route (404).
+    let stand = Stand::start().await;
+    let mut c = vllm_config(&stand);
+    let canary = c.upstreams[0].canary.as_mut().expect("on");
+    canary.url = stand.url("/v1/embeddings-only");
+    let sp = Running::start(c).await;
+    until_ready(&sp).await;
+    eventually(CANARY_AFTER + MARGIN, "a refused canary", || async {
+        counter(
+            &sp,
+            "dynamo_sysport_canary_requests_total",
+            &[("result", "cannot_generate")],
+        )
+        .await
+            == 1.0
+    })
+    .await;
+    ready_throughout(&sp, CANARY_AFTER * 2).await;
+    let (_, body) = health(&sp).await;
+    let stopped = body["upstreams"]["vllm"]["canary"]["stopped"]
+        .as_str()
+        .expect("why");
+    assert!(stopped.contains("HTTP 404"), "{stopped}");
+    sp.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn sighup_every_3s_keeps_one_canary_in_flight_and_the_failure_and_the_gauge_with_health() {
+    // Measured before: with every canary hanging, each reload started the upstream afresh: a
+    // second, third... canary in flight to one engine, /health 200 again after each reload, and
+    // the old configuration's canary writing its readiness into health_ready.
+    let stand = Stand::start().await;
+    stand.set(Mode::Hang);
+    let metrics = stand.url("/metrics");
+    let health_url = stand.url("/health");
+    let sp = common::sidecar::Sidecar::launch("canary-sighup")
+        .config(|port| {
+            format!(
+                "listen: {{host: 127.0.0.1, port: {port}}}\n\
+                 shutdown: {{drain_delay: 0s}}\n\
+                 health: {{interval: 100ms}}\n\
+                 upstreams:\n  - name: vllm\n    url: {metrics}\n    health_url: {health_url}\n    \
+                 keep: [\"vllm:\"]\n    canary_after: 1s\n    canary: {{timeout: 4s, model: m1}}\n"
+            )
+        })
+        .start()
+        .await;
+    let started = Instant::now();
+    let mut last_hup = Instant::now();
+    let mut first_failure: Option<Duration> = None;
+    let mut reads = 0;
+    while started.elapsed() < Duration::from_secs(30) {
+        if last_hup.elapsed() >= Duration::from_secs(3) {
+            sp.signal("-HUP");
+            last_hup = Instant::now();
+        }
+        let gauge = |body: &str| metric(body, "dynamo_sysport_health_ready").value();
+        let before = gauge(&String::from_utf8_lossy(
+            &sp.get("/metrics?name=dynamo_sysport_health_ready", &[])
+                .await
+                .body,
+        ));
+        let code = sp.get("/health", &[]).await.status;
+        let after = gauge(&String::from_utf8_lossy(
+            &sp.get("/metrics?name=dynamo_sysport_health_ready", &[])
+                .await
+                .body,
+        ));
+        if before == after {
+            // Unless readiness changed between the two reads, the gauge says what /health says.
+            assert_eq!(
+                before,
+                f64::from(u8::from(code == 200)),
+                "at {:?}",
+                started.elapsed()
+            );
+            reads += 1;
+        }
+        if code == 503 && first_failure.is_none() {
+            first_failure = Some(started.elapsed());
+        }
+        if let Some(at) = first_failure {
+            assert_eq!(
+                code,
+                503,
+                "not ready from the first failed canary ({at:?}) on, at {:?}",
+                started.elapsed()
+            );
+        }
+        assert!(
+            stand.engine.most_in_flight.load(Ordering::SeqCst) <= 1,
+            "two canaries in flight at {:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let failed = first_failure.expect("the hanging canary failed");
+    assert!(
+        failed < Duration::from_secs(12),
+        "first failure at {failed:?}"
+    );
+    assert!(reads > 50, "{reads} reads agreed");
+    assert!(stand.count() >= 3, "canaries went on: {}", stand.count());
+    let log = sp.stop().await;
+    assert!(log.matches("configuration reloaded").count() >= 8, "{log}");
 }

@@ -513,3 +513,45 @@ fn an_unknown_log_format_is_refused_with_its_variable() {
         "SYSPORT_LOG_FORMAT: unknown log format \"logfmt\": expected text or json\n"
     );
 }
+
+#[test]
+fn check_config_shows_stall_detection_and_canaries_on_by_default_and_dynamo_can_turn_canaries_off()
+{
+    let run = |enabled: Option<&str>| {
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "check-config",
+            "--upstream",
+            "vllm=http://127.0.0.1:8000/metrics",
+        ])
+        .env_remove("SYSPORT_CONFIG")
+        .env_remove("DYN_HEALTH_CHECK_ENABLED");
+        if let Some(enabled) = enabled {
+            cmd.env("DYN_HEALTH_CHECK_ENABLED", enabled);
+        }
+        let out = cmd.output().expect("runs");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let shown = run(None);
+    for line in [
+        "    stall_after: 60s",
+        "      busy: \"vllm:num_requests_running\"",
+        "      waiting: \"vllm:num_requests_waiting\"",
+        "    canary_after: 10s",
+        "      url: \"http://127.0.0.1:8000/v1/completions\"",
+    ] {
+        assert!(shown.lines().any(|l| l == line), "{line:?} in:\n{shown}");
+    }
+    let off = run(Some("false"));
+    assert!(off.lines().any(|l| l == "    canary_after: 0s"), "{off}");
+    assert!(
+        off.lines().any(|l| l == "    stall_after: 60s"),
+        "stall detection stays: {off}"
+    );
+}

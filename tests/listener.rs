@@ -620,9 +620,9 @@ async fn under_a_1024_descriptor_limit_a_cap_of_never_readers_leaves_both_probe_
     let engine = common::Upstream::start(common::Reply::text(big_page(15))).await;
     let engine_url = engine.metrics_url();
     let probe_port = common::sidecar::free_port();
-    // No health check after the first: its fetch and parse of the 15 MB page (most of a second
-    // in a debug build on a loaded machine) would be what the probe times measure, not the
-    // connections.
+    // No health check after the first, and no canary (the stand-in answers every path with the
+    // page): their fetch and parse of the 15 MB page (most of a second in a debug build on a
+    // loaded machine) would be what the probe times measure, not the connections.
     let sp = Sidecar::launch("never-readers-cap")
         .config(|port| {
             format!(
@@ -630,7 +630,7 @@ async fn under_a_1024_descriptor_limit_a_cap_of_never_readers_leaves_both_probe_
                  shutdown: {{drain_delay: 0s}}\n\
                  health: {{interval: 1h}}\n\
                  upstreams:\n  - name: vllm\n    url: {engine_url}\n    keep: [\"vllm:\"]\n    \
-                 timeout: 20s\n    required: false\n"
+                 timeout: 20s\n    required: false\n    canary_after: 0s\n    stall_after: 0s\n"
             )
         })
         .wrapper(&["prlimit", "--nofile=1024:1024"])

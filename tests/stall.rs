@@ -111,7 +111,7 @@ async fn busy_and_frozen_turns_health_and_live_engine_503_until_progress() {
     let body: serde_json::Value = serde_json::from_str(&body).expect("JSON");
     let reason = body["reason"].as_str().expect("a reason");
     assert!(
-        reason.starts_with("engine stalled: vllm: 3 requests running, no progress for"),
+        reason.starts_with("vllm: engine stalled: 3 requests running, no progress for"),
         "{reason}"
     );
     assert_eq!(body["endpoints"]["vllm"], "notready");
@@ -124,6 +124,7 @@ async fn busy_and_frozen_turns_health_and_live_engine_503_until_progress() {
         "no_progress_seconds",
         "progress_age_seconds",
         "unread",
+        "waiting",
     ]
     .map(String::from)
     .into();
@@ -139,7 +140,7 @@ async fn busy_and_frozen_turns_health_and_live_engine_503_until_progress() {
         "{engine_body}"
     );
     assert!(
-        engine_body.contains("engine stalled: vllm"),
+        engine_body.contains("vllm: engine stalled: 3 requests running"),
         "{engine_body}"
     );
     // sysport itself is fine: its own liveness does not follow the engine's.
@@ -159,7 +160,7 @@ async fn busy_and_frozen_turns_health_and_live_engine_503_until_progress() {
     assert_eq!(keys(&vllm["health"]["stall"]), stall_keys, "{vllm}");
     let not_ready = status_json["not_ready_reason"].as_str().expect("a reason");
     assert!(
-        not_ready.starts_with("vllm is stalled: 3 requests running"),
+        not_ready.starts_with("vllm: engine stalled: 3 requests running"),
         "{not_ready}"
     );
     let (_, html) = sp.get("/").await;
@@ -267,7 +268,10 @@ async fn an_engine_that_cannot_be_scraped_is_down_not_stalled() {
         unread.contains("cannot read the stall families"),
         "{unread}"
     );
-    assert!(body.get("reason").is_none(), "down, not stalled: {body}");
+    assert_eq!(
+        body["reason"], "vllm: scrape failed: connection refused",
+        "down, not stalled: {body}"
+    );
 
     // Back with the very same page: the stall clock starts over from the first reading (whose
     // check may have been due a moment before the engine was back: an interval of slack).
@@ -346,5 +350,92 @@ async fn a_reload_that_turns_stall_detection_off_frees_a_stalled_engine() {
         status(&sp, "/health").await == StatusCode::OK
     })
     .await;
+    sp.shutdown().await.expect("clean shutdown");
+}
+
+/// A vLLM page with requests waiting too.
+fn queued_page(running: u32, waiting: u32, steps: u64) -> Reply {
+    let mut reply = page(running, steps);
+    let mut body = String::from_utf8(reply.body).expect("text");
+    body.push_str(&format!(
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{{engine=\"0\",model_name=\"m\"}} {waiting}.0
+"
+    ));
+    reply.body = body.into_bytes();
+    reply
+}
+
+#[tokio::test]
+async fn requests_queued_with_none_running_and_frozen_counters_are_a_stall() {
+    // A scheduler that stopped with requests waiting and none running (vllm-project/vllm PR
+    // #46811: /health 200 for hours, num_requests_running 0) is busy, and stuck.
+    let engine = Upstream::start(queued_page(0, 5, 40)).await;
+    let started = Instant::now();
+    let sp = Running::start(stall_config(&engine, false)).await;
+    eventually(STALL_AFTER + INTERVAL + MARGIN, "a stall", || async {
+        health(&sp).await["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("engine stalled"))
+    })
+    .await;
+    assert!(started.elapsed() >= STALL_AFTER, "{:?}", started.elapsed());
+    let body = health(&sp).await;
+    let reason = body["reason"].as_str().expect("a reason");
+    assert!(
+        reason.starts_with("vllm: engine stalled: 0 requests running, 5 waiting, no progress for"),
+        "{reason}"
+    );
+    assert_eq!(body["upstreams"]["vllm"]["stall"]["waiting"], 5.0);
+    assert_eq!(
+        status(&sp, "/live/engine").await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    // The queue drains: idle, however long the counters stand.
+    engine.set(queued_page(0, 0, 40));
+    until_live_engine(&sp, StatusCode::OK, INTERVAL + MARGIN).await;
+    never_stalls_for(&sp, STALL_AFTER * 2, true).await;
+    sp.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn one_slow_check_does_not_fail_the_engine_liveness() {
+    // A check that times out is the upstream down for that check, not a stall and not a
+    // failed canary: /live/engine (which restarts the engine) needs stall_after of busy checks
+    // without progress, or live_failures canaries in a row.
+    let engine = Upstream::start(page(2, 10)).await;
+    let mut c = stall_config(&engine, false);
+    c.upstreams[0].timeout = Duration::from_millis(300);
+    let sp = Running::start(c).await;
+    eventually(MARGIN, "ready", || async {
+        status(&sp, "/health").await == StatusCode::OK
+    })
+    .await;
+    let mut steps = 10;
+    let mut next = |delay: Duration| {
+        steps += 1;
+        Reply {
+            delay,
+            ..page(2, steps)
+        }
+    };
+    // Progress at every check, then one answer slower than the timeout, then progress again.
+    engine.set(next(Duration::from_millis(700)));
+    let slow_until = Instant::now() + Duration::from_millis(700);
+    let mut saw_down = false;
+    while Instant::now() < slow_until + STALL_AFTER * 2 {
+        assert_eq!(status(&sp, "/live/engine").await, StatusCode::OK);
+        saw_down |= status(&sp, "/health").await == StatusCode::SERVICE_UNAVAILABLE;
+        if Instant::now() >= slow_until {
+            engine.set(next(Duration::ZERO));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        saw_down,
+        "the slow check made the upstream down for a moment"
+    );
+    assert_eq!(status(&sp, "/health").await, StatusCode::OK);
     sp.shutdown().await.expect("clean shutdown");
 }

@@ -212,6 +212,7 @@ async fn status_keeps_its_schema_and_agrees_with_health_and_metrics() {
             keys(&u["health"]),
             set(&[
                 "ready",
+                "reason",
                 "checked",
                 "check",
                 "last_check_at",
@@ -219,7 +220,8 @@ async fn status_keeps_its_schema_and_agrees_with_health_and_metrics() {
                 "stall",
                 "stalled",
                 "canary",
-                "canary_failed"
+                "canary_failed",
+                "canary_stopped"
             ])
         );
     }

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::stall::Reading;
+use crate::model::Reading;
 
 /// How a canary ended: the `result` label of `dynamo_sysport_canary_requests_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,16 +12,25 @@ pub(crate) enum Kind {
     HttpStatus,
     BadAnswer,
     ConnectError,
+    /// The answer was longer than the canary reads (`canary::MAX_ANSWER_BYTES`).
+    TooLarge,
+    /// The engine refused the canary's credentials (401, 403): canaries stop.
+    Unauthorized,
+    /// The engine does not generate on the canary's route (404, 400): canaries stop.
+    CannotGenerate,
 }
 
 impl Kind {
     /// Every result, for the counter's series.
-    pub(crate) const ALL: [Kind; 5] = [
+    pub(crate) const ALL: [Kind; 8] = [
         Kind::Success,
         Kind::Timeout,
         Kind::HttpStatus,
         Kind::BadAnswer,
         Kind::ConnectError,
+        Kind::TooLarge,
+        Kind::Unauthorized,
+        Kind::CannotGenerate,
     ];
 
     /// The `result` label.
@@ -32,7 +41,17 @@ impl Kind {
             Kind::HttpStatus => "http_status",
             Kind::BadAnswer => "bad_answer",
             Kind::ConnectError => "connect_error",
+            Kind::TooLarge => "too_large",
+            Kind::Unauthorized => "unauthorized",
+            Kind::CannotGenerate => "cannot_generate",
         }
+    }
+
+    /// Whether this answer ends the canaries of the upstream: the engine works, but sysport
+    /// cannot ask it to generate (wrong credentials, no generation on that route), so it is
+    /// no reason to call it not ready; readiness stays with the health check.
+    pub(crate) fn stops(self) -> bool {
+        matches!(self, Kind::Unauthorized | Kind::CannotGenerate)
     }
 }
 
@@ -68,6 +87,8 @@ pub(crate) enum Next {
     Asleep,
     Down,
     InFlight,
+    /// Canaries stopped: the engine refused their credentials or cannot generate.
+    Stopped,
 }
 
 /// The state of one upstream's canaries.
@@ -87,6 +108,9 @@ pub(crate) struct Tracker {
     /// Why the upstream is not ready: the last canary failed, and nothing proved otherwise.
     failed: Option<String>,
     last_outcome: Option<Outcome>,
+    /// Why canaries stopped ([`Kind::stops`]), until the engine is seen down and up again or a
+    /// reload changes the canary.
+    stopped: Option<String>,
     next: Next,
     /// The model the engine named (vLLM's `/v1/models`), until a canary fails.
     pub(crate) model: Option<String>,
@@ -102,6 +126,8 @@ pub(crate) struct CanaryStatus {
     pub failures: u32,
     /// `/live/engine` is 503 for it.
     pub dead: bool,
+    /// Why canaries stopped, when they did.
+    pub stopped: Option<String>,
     pub last: Option<Outcome>,
     /// Seconds until the next canary if still idle (0: at the next check), or why none.
     pub next: Next,
@@ -119,6 +145,7 @@ impl Tracker {
             failures: 0,
             failed: None,
             last_outcome: None,
+            stopped: None,
             next: Next::Down,
             model: None,
         }
@@ -127,6 +154,14 @@ impl Tracker {
     /// Feeds the check made at `now`; returns whether a canary is due now (the caller sends it
     /// and reports with [`Tracker::finish`]).
     pub(crate) fn observe(&mut self, now: Instant, seen: Seen) -> bool {
+        if seen == Seen::Down {
+            // A restarted engine may take the canary's credentials, or serve another model.
+            self.stopped = None;
+        }
+        if self.stopped.is_some() {
+            self.next = Next::Stopped;
+            return false;
+        }
         let reading = match seen {
             Seen::Down | Seen::Asleep => {
                 self.idle_since = None;
@@ -183,7 +218,13 @@ impl Tracker {
         // At most one canary per `after` of idleness: the next counts from this one.
         self.idle_since = Some(sent);
         self.next = Next::At(sent + self.after);
-        if outcome.kind == Kind::Success {
+        if outcome.kind.stops() {
+            // Not the engine's failure: the canary has no say in readiness any more.
+            self.failures = 0;
+            self.failed = None;
+            self.stopped = Some(outcome.detail.clone());
+            self.next = Next::Stopped;
+        } else if outcome.kind == Kind::Success {
             self.failures = 0;
             self.failed = None;
         } else {
@@ -193,6 +234,18 @@ impl Tracker {
             self.failed = Some(outcome.detail.clone());
         }
         self.last_outcome = Some(outcome);
+    }
+
+    /// Takes a reload's settings, keeping the schedule, the failures and what is in flight (a
+    /// reload is not a new start); a changed request (`changed`) is tried again even where the
+    /// last one stopped the canaries, and asks the engine for its model again.
+    pub(crate) fn reconfigure(&mut self, after: Duration, live_failures: u32, changed: bool) {
+        self.after = after;
+        self.live_failures = live_failures;
+        if changed {
+            self.stopped = None;
+            self.model = None;
+        }
     }
 
     /// The last canary failed and no progress or passing canary came since.
@@ -211,6 +264,7 @@ impl Tracker {
             failed: self.failed.clone(),
             failures: self.failures,
             dead: self.is_dead(),
+            stopped: self.stopped.clone(),
             last: self.last_outcome.clone(),
             next: self.next,
         }
@@ -233,6 +287,7 @@ mod tests {
         Seen::Read(Reading {
             running: Some(0.0),
             progress: Some(progress),
+            ..Reading::default()
         })
     }
 
@@ -240,6 +295,7 @@ mod tests {
         Seen::Read(Reading {
             running: Some(2.0),
             progress: Some(progress),
+            ..Reading::default()
         })
     }
 
@@ -349,5 +405,40 @@ mod tests {
             outcome(Kind::Success),
         );
         assert!(!t.is_failed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refused_credentials_stop_the_canaries_without_failing_until_the_engine_restarts() {
+        let mut t = Tracker::new(SECOND, 1);
+        while !check(&mut t, idle(1.0)).await {}
+        t.finish(
+            tokio::time::Instant::now().into_std(),
+            outcome(Kind::Timeout),
+        );
+        assert!(t.is_failed() && t.is_dead());
+        while !check(&mut t, idle(1.0)).await {}
+        let mut refused = outcome(Kind::Unauthorized);
+        refused.detail = "answered HTTP 401".into();
+        t.finish(tokio::time::Instant::now().into_std(), refused);
+        assert!(!t.is_failed() && !t.is_dead(), "no say in readiness");
+        assert_eq!(t.status().stopped.as_deref(), Some("answered HTTP 401"));
+        for _ in 0..5 {
+            assert!(!check(&mut t, idle(1.0)).await, "stopped");
+        }
+        assert_eq!(t.status().next, Next::Stopped);
+        // A reload that changes nothing keeps it stopped; one that changes the request retries.
+        t.reconfigure(SECOND, 1, false);
+        assert!(!check(&mut t, idle(1.0)).await);
+        t.reconfigure(SECOND, 1, true);
+        assert!(t.status().stopped.is_none());
+        while !check(&mut t, idle(1.0)).await {}
+        t.finish(
+            tokio::time::Instant::now().into_std(),
+            outcome(Kind::CannotGenerate),
+        );
+        assert!(t.status().stopped.is_some());
+        // Down and up again: the engine restarted, and is asked again.
+        assert!(!check(&mut t, Seen::Down).await);
+        assert!(t.status().stopped.is_none());
     }
 }

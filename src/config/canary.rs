@@ -2,9 +2,15 @@
 //! when an idle engine is sent a one-token request, and which one (the engine preset's unless
 //! given).
 //!
+//! Canaries are on by default for every engine whose preset has a generation route of its own
+//! ([`crate::model::engine::CanaryPreset::on_by_default`]) on an upstream that keeps the
+//! families that tell it idle, after Dynamo's 10 s; `canary_after: 0s` turns them off.
+//!
 //! Dynamo's semantics (ai-dynamo/dynamo `lib/runtime/src/health_check.rs`,
 //! `lib/runtime/src/system_health.rs`, `lib/runtime/src/config.rs`): `DYN_HEALTH_CHECK_ENABLED`
-//! turns canaries on, `DYN_CANARY_WAIT_TIME` is the idle time in seconds before one (10),
+//! turns canaries on (`true`: for every upstream that does not set `canary_after`) or off
+//! (`false`, as Dynamo's operator sets it: for every upstream, whatever the file says),
+//! `DYN_CANARY_WAIT_TIME` is the idle time in seconds before one (10),
 //! `DYN_HEALTH_CHECK_REQUEST_TIMEOUT` the seconds its first answer may take (3), and
 //! `DYN_HEALTH_CHECK_PAYLOAD` the request body.
 
@@ -17,6 +23,7 @@ use super::data::{CanaryConfig, StallConfig, UpstreamConfig};
 use super::env;
 use super::loader::{Loader, Origin};
 use super::raw::{RawCanary, Text};
+use super::stall::unkept;
 use super::units::parse_duration;
 use crate::model::Url;
 
@@ -82,9 +89,8 @@ impl Loader<'_> {
         let at = raw.referenced;
         let raw = raw.value;
         self.unknown_keys(&raw.unknown, &field("canary"), RawCanary::FIELDS);
-        if ok && after.is_none_or(|d| d.is_zero()) {
-            let message = "has no effect without canary_after: set canary_after (like 10s) to \
-                           turn canary requests on";
+        if ok && after.is_some_and(|d| d.is_zero()) {
+            let message = "has no effect: canary_after is 0s (off); remove one of the two";
             self.issue(Origin::File(at), &field("canary"), message);
             ok = false;
         }
@@ -141,15 +147,21 @@ impl Loader<'_> {
         upstream: &UpstreamConfig,
         dynamo: &Dynamo,
     ) -> Option<CanaryConfig> {
-        let after = match file.after {
-            Some(after) => after,
-            None if dynamo.enabled => dynamo.wait,
-            None => Duration::ZERO,
+        let preset = CanaryConfig::preset(upstream, dynamo.wait);
+        // Only where the upstream keeps what tells the engine idle (not LMCache's endpoint).
+        let on = match dynamo.enabled {
+            Some(enabled) => enabled && unkept(&upstream.keep, &preset.idle).is_empty(),
+            None => CanaryConfig::default_for(upstream).is_some(),
+        };
+        let after = match (dynamo.enabled, file.after) {
+            (Some(false), _) => Duration::ZERO,
+            (_, Some(after)) => after,
+            (_, None) if on => dynamo.wait,
+            (_, None) => Duration::ZERO,
         };
         if after.is_zero() {
             return None;
         }
-        let preset = CanaryConfig::preset(upstream, after);
         // The environment over the file, as every DYN_SYSTEM_* name; the payload only where the
         // engine's canary has a body (a GET of /health_generate takes none).
         let body = match &dynamo.payload {
@@ -157,6 +169,7 @@ impl Loader<'_> {
             _ => file.body.or(preset.body),
         };
         Some(CanaryConfig {
+            after,
             url: file.url.unwrap_or(preset.url),
             body,
             headers: file.headers,
@@ -169,9 +182,7 @@ impl Loader<'_> {
 
     /// Dynamo's `DYN_HEALTH_CHECK_*` settings, each problem named after its variable.
     pub(super) fn dynamo(&mut self) -> Dynamo {
-        let enabled = self
-            .env_setting(env::DYN_HEALTH_CHECK_ENABLED, parse_bool)
-            .unwrap_or(false);
+        let enabled = self.env_setting(env::DYN_HEALTH_CHECK_ENABLED, parse_bool);
         let wait = self
             .env_setting(env::DYN_CANARY_WAIT_TIME, parse_seconds)
             .unwrap_or(DEFAULT_WAIT);
@@ -215,13 +226,40 @@ impl Loader<'_> {
 
 /// Dynamo's environment names for canaries.
 pub(super) struct Dynamo {
-    enabled: bool,
+    /// `DYN_HEALTH_CHECK_ENABLED`; `None` when unset.
+    enabled: Option<bool>,
     wait: Duration,
     timeout: Option<Duration>,
     payload: Option<String>,
 }
 
+impl UpstreamConfig {
+    /// This upstream with the health checks a configuration gets when it says nothing of them:
+    /// stall detection and canaries on where its engine's preset has them and the upstream
+    /// keeps their families (see [`UpstreamConfig::stall`], [`UpstreamConfig::canary`]).
+    pub fn with_default_checks(self) -> UpstreamConfig {
+        let u = UpstreamConfig {
+            stall: super::stall::default_stall(self.engine, &self.keep),
+            ..self
+        };
+        UpstreamConfig {
+            canary: CanaryConfig::default_for(&u),
+            ..u
+        }
+    }
+}
+
 impl CanaryConfig {
+    /// The canaries `upstream` gets when nothing says otherwise: its engine's request after
+    /// Dynamo's 10 s of idleness, where the engine has a generation route of its own and the
+    /// upstream keeps the families that tell it idle; else none.
+    pub fn default_for(upstream: &UpstreamConfig) -> Option<CanaryConfig> {
+        let canary = CanaryConfig::preset(upstream, DEFAULT_WAIT);
+        let on = upstream.engine.canary().on_by_default
+            && unkept(&upstream.keep, &canary.idle).is_empty();
+        on.then_some(canary)
+    }
+
     /// The engine preset's canary of `upstream` after `after` of idleness: its request on the
     /// engine's HTTP origin (the health URL's, as Triton generates on its HTTP port and not its
     /// metrics port; else the metrics URL's), a 3 s timeout, `live_failures` 3, and the stall

@@ -9,10 +9,36 @@ use crate::model::Engine;
 use crate::model::engine::CanaryAnswer;
 
 #[test]
-fn canaries_are_off_unless_canary_after_is_above_zero() {
-    let config = ok("upstreams:\n  - name: a\n  - name: b\n    canary_after: 0s\n");
-    assert!(config.upstreams.iter().all(|u| u.canary.is_none()));
+fn canaries_are_on_by_default_where_the_engine_generates_and_0s_turns_them_off() {
+    let config = ok("\
+upstreams:
+  - name: a
+  - name: b
+    canary_after: 0s
+  - name: t
+    engine: triton
+  - name: l
+    engine: llamacpp
+    url: http://127.0.0.1:9090/metrics
+  - name: lmcache
+    keep: [\"lmcache:\"]
+");
+    let c = |i: usize| config.upstreams[i].canary.clone();
+    let a = c(0).expect("on by default");
+    assert_eq!(a.after, Duration::from_secs(10), "Dynamo's wait");
+    assert_eq!(c(1), None);
+    assert_eq!(
+        c(2),
+        None,
+        "Triton's model name is a guess: off unless asked"
+    );
+    let l = c(3).expect("on by default");
+    assert_eq!(l.url.as_str(), "http://127.0.0.1:9090/completion");
+    assert_eq!(l.answer, CanaryAnswer::Content);
+    assert!(l.body.expect("a POST").contains("\"n_predict\": 1"));
+    assert_eq!(c(4), None, "keeps none of the engine's families");
     assert!(config.to_string().contains("    canary_after: 0s"));
+    assert!(config.to_string().contains("    canary_after: 10s"));
 }
 
 #[test]
@@ -37,7 +63,10 @@ upstreams:
     assert!(v.body.expect("a POST").contains("\"max_tokens\": 1"));
     assert_eq!((v.model, v.answer), (None, CanaryAnswer::Choices));
     assert_eq!((v.timeout, v.live_failures), (Duration::from_secs(3), 3));
-    assert_eq!(v.idle, StallConfig::preset(Engine::Vllm, Duration::ZERO));
+    assert_eq!(
+        v.idle,
+        StallConfig::preset(Engine::Vllm, Duration::from_secs(60))
+    );
     let s = c(1);
     assert_eq!(s.url.as_str(), "http://127.0.0.1:30000/health_generate");
     assert_eq!((s.body, s.answer), (None, CanaryAnswer::Status));
@@ -89,10 +118,16 @@ upstreams:
 #[test]
 fn problems_name_their_field() {
     let issues = problems(
-        "upstreams:\n  - name: v\n    canary: { timeout: 2s }\n",
+        "upstreams:\n  - name: v\n    canary_after: 0s\n    canary: { timeout: 2s }\n",
         &no_env(),
     );
-    assert_issue(&issues[0], 3, 13, "upstreams[0].canary", "canary_after");
+    assert_issue(
+        &issues[0],
+        4,
+        13,
+        "upstreams[0].canary",
+        "canary_after is 0s",
+    );
     let issues = problems(
         "upstreams:\n  - name: v\n    canary_after: 5s\n    canary: { body: 'not json', live_failures: -1, color: red }\n",
         &no_env(),
@@ -116,6 +151,8 @@ upstreams:
   - name: s
     engine: sglang
     canary_after: 4s
+  - name: t
+    engine: triton
 ";
     let payload = TempFile::new("{\"model\": \"x\", \"prompt\": \"p\", \"max_tokens\": 1}");
     let at = format!("@{}", payload.0.display());
@@ -137,9 +174,18 @@ upstreams:
     let s = config.upstreams[2].canary.clone().expect("on");
     assert_eq!(s.after, Duration::from_secs(4));
     assert_eq!(s.body, None, "a GET of /health_generate takes no payload");
-    // Not enabled: nothing.
+    assert!(
+        config.upstreams[3].canary.is_some(),
+        "enabled turns Triton's on too"
+    );
+    // Unset: the defaults, waiting DYN_CANARY_WAIT_TIME.
     let config = load_yaml(yaml, &env(&[("DYN_CANARY_WAIT_TIME", "3")])).expect("loads");
-    assert_eq!(config.upstreams[0].canary, None);
+    let v = config.upstreams[0].canary.clone().expect("on by default");
+    assert_eq!(v.after, Duration::from_secs(3));
+    assert_eq!(config.upstreams[3].canary, None);
+    // Dynamo's operator says false: off everywhere, whatever the file says.
+    let config = load_yaml(yaml, &env(&[("DYN_HEALTH_CHECK_ENABLED", "false")])).expect("loads");
+    assert!(config.upstreams.iter().all(|u| u.canary.is_none()));
     // Bad values name their variable.
     let issues = problems(
         yaml,

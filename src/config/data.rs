@@ -118,9 +118,13 @@ pub struct UpstreamConfig {
     pub aliases: bool,
     /// Rules applied to this upstream's series before the top-level ones; default none.
     pub metric_relabel_configs: Vec<Rule>,
-    /// Stall detection (`stall_after` above zero), default off.
+    /// Stall detection (`stall_after` above zero); from a file, the flags or the built-in
+    /// default on for every engine whose families the upstream keeps, off in
+    /// [`UpstreamConfig::new`].
     pub stall: Option<StallConfig>,
-    /// Canary requests while idle (`canary_after` above zero), default off.
+    /// Canary requests while idle (`canary_after` above zero); from a file, the flags or the
+    /// built-in default on for every engine with a generation route whose families the
+    /// upstream keeps, off in [`UpstreamConfig::new`].
     pub canary: Option<CanaryConfig>,
 }
 
@@ -149,14 +153,16 @@ pub struct CanaryConfig {
     pub idle: StallConfig,
 }
 
-/// Stall detection of one upstream: requests running at every check for `after`, and the
-/// progress counters never moving in that time, is a stalled engine.
+/// Stall detection of one upstream: requests running or waiting at every check for `after`, and
+/// the progress counters never moving in that time, is a stalled engine.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StallConfig {
     /// How long requests may run without progress; more than zero.
     pub after: Duration,
     /// The gauge of requests being worked on: busy when a series is above zero.
     pub busy: FamilyKey,
+    /// The gauge of requests waiting: busy too when a series is above zero.
+    pub waiting: FamilyKey,
     /// Counters that move while requests are worked on, summed over every series (a
     /// histogram's or summary's `_count`); never empty.
     pub progress: Vec<FamilyKey>,
@@ -169,6 +175,7 @@ impl StallConfig {
         StallConfig {
             after,
             busy: families.busy.clone(),
+            waiting: families.waiting.clone(),
             progress: families.progress.clone(),
         }
     }
@@ -228,29 +235,6 @@ pub struct ShutdownConfig {
     pub drain_delay: Duration,
 }
 
-impl Default for Config {
-    /// The built-in configuration: every default, scraping vLLM at
-    /// `http://127.0.0.1:8000/metrics`.
-    fn default() -> Self {
-        let preset = Engine::Vllm.preset();
-        let url = |u: &str| Url::parse(u).expect("a preset's URLs are valid");
-        let mut vllm = UpstreamConfig::new("vllm", url(preset.metrics_url));
-        vllm.health_url = Some(url(preset.health_url));
-        Config {
-            listen: Listen::default(),
-            health: HealthConfig::default(),
-            labels: Vec::new(),
-            upstreams: vec![vllm],
-            limits: Limits::default(),
-            shutdown: ShutdownConfig::default(),
-            vitals: VitalsConfig::default(),
-            views: Vec::new(),
-            metric_relabel_configs: Vec::new(),
-            source: None,
-        }
-    }
-}
-
 impl Default for Listen {
     fn default() -> Self {
         Listen {
@@ -289,7 +273,8 @@ impl Default for ShutdownConfig {
 impl UpstreamConfig {
     /// An upstream with the defaults of `--upstream NAME=URL`: vLLM, keep `vllm:` and
     /// `lmcache:`, 2 s timeout, required, no health URL, always fetch, no aliases, no stall
-    /// detection.
+    /// detection and no canaries (the loader turns both on by default; see
+    /// [`UpstreamConfig::stall`]).
     pub fn new(name: impl Into<String>, url: Url) -> Self {
         UpstreamConfig {
             name: name.into(),

@@ -328,9 +328,12 @@ impl Loader<'_> {
         let given = |loader: &mut Self, upstreams: Vec<UpstreamConfig>| {
             upstreams
                 .into_iter()
-                .map(|u| UpstreamConfig {
-                    canary: loader.canary(FileCanary::none(), &u, dynamo),
-                    ..u
+                .map(|u| {
+                    let u = u.with_default_checks();
+                    UpstreamConfig {
+                        canary: loader.canary(FileCanary::none(), &u, dynamo),
+                        ..u
+                    }
                 })
                 .collect()
         };

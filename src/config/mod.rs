@@ -49,6 +49,7 @@
 //! [`Config`]'s `Display` renders the effective configuration in this same schema.
 //! `metric_relabel_configs` values are taken literally (no `${VAR}`): see `relabel`.
 
+mod builtin;
 mod canary;
 #[cfg(test)]
 mod canary_tests;

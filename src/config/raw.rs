@@ -227,6 +227,10 @@ section! {
         /// family key: `vllm:num_requests_running`, or with label values that pick its series,
         /// `'nv_trt_llm_request_metrics{request_type="active"}'`. Default the engine's.
         busy: Text,
+        /// The gauge of requests waiting to be worked on (busy too when any series is above
+        /// zero: a scheduler that stopped with requests queued), as a family key. Default the
+        /// engine's.
+        waiting: Text,
         /// One family key, or a list: counters that move while requests are worked on (a
         /// histogram's or summary's `_count`), summed over every series. Default the engine's.
         progress: Spanned<RawList>,

@@ -144,6 +144,7 @@ impl fmt::Display for Rendered<'_> {
                     writeln!(f, "    stall_after: {}", format_duration(stall.after))?;
                     writeln!(f, "    stall:")?;
                     writeln!(f, "      busy: {}", quoted(&stall.busy.to_string()))?;
+                    writeln!(f, "      waiting: {}", quoted(&stall.waiting.to_string()))?;
                     let progress: Vec<String> = stall
                         .progress
                         .iter()

@@ -1,6 +1,8 @@
 //! An upstream's `stall_after` and `stall:`: how long a busy engine may go without progress, and
 //! the families that tell (the engine preset's unless given), each one the upstream keeps.
 
+use std::time::Duration;
+
 use serde_saphyr::Spanned;
 
 use super::data::StallConfig;
@@ -9,9 +11,33 @@ use super::raw::{RawList, RawStall, Text};
 use super::units::parse_duration;
 use crate::model::{Engine, FamilyKey};
 
+/// `stall_after` when the file does not say: long enough for one long prefill step and for
+/// SGLang's idle gauge (set every 30 s once idle), and Dynamo's `DYN_HEALTH_CHECK_BUSY_STALL`
+/// (docs/readiness.md, "Choosing stall_after").
+pub(super) const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(60);
+
+/// Stall detection with `engine`'s own families after [`DEFAULT_STALL_AFTER`], for an upstream
+/// that keeps them (`None` for one that does not, like LMCache's own endpoint).
+pub(super) fn default_stall(engine: Engine, keep: &[String]) -> Option<StallConfig> {
+    let stall = StallConfig::preset(engine, DEFAULT_STALL_AFTER);
+    unkept(keep, &stall).is_empty().then_some(stall)
+}
+
+/// The families `stall` reads that `keep` leaves out.
+pub(super) fn unkept(keep: &[String], stall: &StallConfig) -> Vec<String> {
+    [&stall.busy, &stall.waiting]
+        .into_iter()
+        .chain(&stall.progress)
+        .filter(|f| !kept(keep, &f.name))
+        .map(FamilyKey::to_string)
+        .collect()
+}
+
 impl Loader<'_> {
     /// The stall detection of upstream `i`: `Some(None)` when off, `None` when a problem was
     /// recorded. `keep` is `None` when the upstream's own was unusable (already reported).
+    /// Without `stall_after`, on after [`DEFAULT_STALL_AFTER`] where the upstream keeps the
+    /// families, else off; `stall_after: 0s` turns it off.
     pub(super) fn stall(
         &mut self,
         i: usize,
@@ -30,20 +56,25 @@ impl Loader<'_> {
                 after
             }
         };
-        let (mut busy, mut progress) = (None, None);
+        let (mut busy, mut waiting, mut progress) = (None, None, None);
+        let mut stall_at = None;
         if let Some(raw) = raw {
             let at = raw.referenced;
+            stall_at = Some(at);
             let raw = raw.value;
             self.unknown_keys(&raw.unknown, &field("stall"), RawStall::FIELDS);
-            if ok && after.as_ref().is_none_or(|(d, _)| d.is_zero()) {
-                let message = "has no effect without stall_after: set stall_after (like 60s) to \
-                               turn stall detection on";
+            if ok && after.as_ref().is_some_and(|(d, _)| d.is_zero()) {
+                let message = "has no effect: stall_after is 0s (off); remove one of the two";
                 self.issue(Origin::File(at), &field("stall"), message);
                 ok = false;
             }
             if let Some(text) = &raw.busy {
                 busy = self.stall_family(text, &field("stall.busy"), keep);
                 ok &= busy.is_some();
+            }
+            if let Some(text) = &raw.waiting {
+                waiting = self.stall_family(text, &field("stall.waiting"), keep);
+                ok &= waiting.is_some();
             }
             if let Some(list) = raw.progress {
                 progress = self.stall_families(list, &field("stall.progress"), keep);
@@ -53,33 +84,40 @@ impl Loader<'_> {
         if !ok {
             return None;
         }
-        let Some((after, at)) = after.filter(|(d, _)| !d.is_zero()) else {
-            return Some(None);
+        let (after, at) = match after {
+            Some((d, _)) if d.is_zero() => return Some(None),
+            Some((d, at)) => (d, Some(at)),
+            None => (DEFAULT_STALL_AFTER, stall_at),
         };
         let defaults = StallConfig::preset(engine, after);
-        let busy = busy.unwrap_or(defaults.busy);
-        let progress = progress.unwrap_or(defaults.progress);
-        // The engine's families under a `keep` that leaves them out would never be read.
-        let keep = keep?;
-        let unkept: Vec<String> = std::iter::once(&busy)
-            .chain(&progress)
-            .filter(|f| !kept(keep, &f.name))
-            .map(FamilyKey::to_string)
-            .collect();
-        if !unkept.is_empty() {
-            let message = format!(
-                "stall detection reads {}, which keep {keep:?} leaves out: add its prefix to keep, \
-                 or name kept families under stall:",
-                unkept.join(", ")
-            );
-            self.issue(Origin::File(at), &field("stall_after"), message);
-            return None;
-        }
-        Some(Some(StallConfig {
+        let stall = StallConfig {
             after,
-            busy,
-            progress,
-        }))
+            busy: busy.unwrap_or(defaults.busy),
+            waiting: waiting.unwrap_or(defaults.waiting),
+            progress: progress.unwrap_or(defaults.progress),
+        };
+        let keep = keep?;
+        let unkept = unkept(keep, &stall);
+        if unkept.is_empty() {
+            return Some(Some(stall));
+        }
+        // The engine's families under a `keep` that leaves them out would never be read: an
+        // error where the file asked for stall detection, off where it is only the default.
+        let Some(at) = at else {
+            return Some(None);
+        };
+        let field_name = if stall_at == Some(at) {
+            "stall"
+        } else {
+            "stall_after"
+        };
+        let message = format!(
+            "stall detection reads {}, which keep {keep:?} leaves out: add its prefix to keep, \
+             name kept families under stall:, or turn it off with stall_after: 0s",
+            unkept.join(", ")
+        );
+        self.issue(Origin::File(at), &field(field_name), message);
+        None
     }
 
     fn stall_families(

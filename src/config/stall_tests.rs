@@ -17,20 +17,30 @@ fn family(name: &str, select: &[(&str, &str)]) -> FamilyKey {
 }
 
 #[test]
-fn stall_detection_is_off_unless_stall_after_is_above_zero() {
+fn stall_detection_is_on_by_default_and_stall_after_0s_turns_it_off() {
     let config = ok("\
 upstreams:
   - name: a
   - name: b
     stall_after: 0s
+  - name: c
+    engine: llamacpp
 ");
-    assert!(config.upstreams.iter().all(|u| u.stall.is_none()));
-    assert!(
-        config
-            .to_string()
-            .lines()
-            .any(|l| l == "    stall_after: 0s")
-    );
+    let a = config.upstreams[0].stall.as_ref().expect("on by default");
+    assert_eq!(a.after, Duration::from_secs(60));
+    assert_eq!(a.waiting, family("vllm:num_requests_waiting", &[]));
+    assert!(config.upstreams[1].stall.is_none());
+    let c = config.upstreams[2].stall.as_ref().expect("on by default");
+    assert_eq!(c.busy, family("llamacpp:requests_processing", &[]));
+    assert_eq!(c.waiting, family("llamacpp:requests_deferred", &[]));
+    let text = config.to_string();
+    for line in [
+        "    stall_after: 0s",
+        "    stall_after: 60s",
+        "      waiting: \"vllm:num_requests_waiting\"",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");
+    }
 }
 
 #[test]
@@ -120,6 +130,7 @@ fn every_stall_problem_is_reported_where_it_is() {
         r#"
 upstreams:
   - name: a
+    stall_after: 0s
     stall: { busy: "vllm:num_requests_running" }
   - name: b
     stall_after: soon
@@ -135,46 +146,46 @@ upstreams:
     assert_eq!(issues.len(), 6, "{issues:#?}");
     assert_issue(
         &issues[0],
-        4,
+        5,
         12,
         "upstreams[0].stall",
-        "has no effect without stall_after",
+        "has no effect: stall_after is 0s",
     );
     assert_issue(
         &issues[1],
-        6,
+        7,
         18,
         "upstreams[1].stall_after",
         "invalid duration",
     );
     assert_issue(
         &issues[2],
-        9,
+        10,
         20,
         "upstreams[2].stall.busy",
         "\"sglang:num_running_reqs\" is not kept by this upstream",
     );
     assert_issue(
         &issues[3],
-        9,
+        10,
         57,
         "upstreams[2].stall.progress",
         "empty list",
     );
     assert_issue(
         &issues[4],
-        9,
+        10,
         61,
         "upstreams[2].stall.speed",
-        "unknown field `speed`, expected one of busy, progress",
+        "unknown field `speed`, expected one of busy, waiting, progress",
     );
     assert_issue(
         &issues[5],
-        12,
+        13,
         18,
         "upstreams[3].stall_after",
-        "stall detection reads vllm:num_requests_running, vllm:iteration_tokens_total, which \
-         keep [\"lmcache:\"] leaves out",
+        "stall detection reads vllm:num_requests_running, vllm:num_requests_waiting, \
+         vllm:iteration_tokens_total, which keep [\"lmcache:\"] leaves out",
     );
     // A list's elements share the list's position (the file gives none of their own).
     let issues = problems(

@@ -146,7 +146,13 @@ fn defaults_without_file_env_or_flags() {
         stall: None,
         canary: None,
     };
-    assert_eq!(config.upstreams, [vllm]);
+    // Stall detection and canaries on, with vLLM's families and request.
+    let stall = config.upstreams[0].stall.clone().expect("on by default");
+    assert_eq!(stall.after, Duration::from_secs(60));
+    let canary = config.upstreams[0].canary.clone().expect("on by default");
+    assert_eq!(canary.after, Duration::from_secs(10));
+    assert_eq!(canary.url.as_str(), "http://127.0.0.1:8000/v1/completions");
+    assert_eq!(config.upstreams, [vllm.with_default_checks()]);
     assert!(config.metric_relabel_configs.is_empty());
 }
 
@@ -172,7 +178,7 @@ fn example_file_loads_to_the_expected_config() {
     vllm.health_url = Some(url("http://127.0.0.1:8000/health"));
     let want = Config {
         labels: vec![("worker_id".to_owned(), "vllm-0".to_owned())],
-        upstreams: vec![vllm],
+        upstreams: vec![vllm.with_default_checks()],
         source: Some(FILE.into()),
         ..Config::default()
     };
@@ -184,10 +190,19 @@ fn upstream_fields_default_when_left_out() {
     let config = ok("upstreams:\n  - name: lmcache\n    url: http://127.0.0.1:8000/metrics\n");
     assert_eq!(
         config.upstreams,
-        [UpstreamConfig::new(
-            "lmcache",
-            url("http://127.0.0.1:8000/metrics")
-        )]
+        [
+            UpstreamConfig::new("lmcache", url("http://127.0.0.1:8000/metrics"))
+                .with_default_checks()
+        ]
+    );
+    // An upstream that keeps none of its engine's families gets neither stall detection nor
+    // canaries (LMCache's own endpoint), and no error.
+    let config = ok(
+        "upstreams:\n  - name: lmcache\n    url: http://127.0.0.1:9/metrics\n    keep: [\"lmcache:\"]\n",
+    );
+    assert_eq!(
+        (&config.upstreams[0].stall, &config.upstreams[0].canary),
+        (&None, &None)
     );
 }
 
@@ -365,8 +380,9 @@ fn upstream_flags_replace_the_file_list_with_flag_defaults() {
     assert_eq!(
         config.upstreams,
         [
-            UpstreamConfig::new("engine", url("http://10.0.0.5:8000/metrics")),
-            UpstreamConfig::new("cache", url("https://10.0.0.5:9000/m?x=1")),
+            UpstreamConfig::new("engine", url("http://10.0.0.5:8000/metrics"))
+                .with_default_checks(),
+            UpstreamConfig::new("cache", url("https://10.0.0.5:9000/m?x=1")).with_default_checks(),
         ]
     );
     let flag = &config.upstreams[0];
@@ -971,6 +987,10 @@ fn display_round_trips_through_load() {
             name: "vllm:num_requests_running".to_owned(),
             select: vec![("engine".to_owned(), "0".to_owned())],
         },
+        waiting: FamilyKey {
+            name: "vllm:num_requests_waiting".to_owned(),
+            select: vec![("engine".to_owned(), "0".to_owned())],
+        },
         progress: vec![
             FamilyKey {
                 name: "vllm:iteration_tokens_total_count".to_owned(),
@@ -982,6 +1002,11 @@ fn display_round_trips_through_load() {
             },
         ],
     });
+    // Canaries tell idle with the stall detection's families.
+    let stall = config.upstreams[0].stall.clone();
+    if let (Some(canary), Some(stall)) = (config.upstreams[0].canary.as_mut(), stall) {
+        canary.idle = stall;
+    }
     config.upstreams.push(upstream);
     config.limits.max_series = 12_345;
     config.limits.max_body_bytes = 1000;

@@ -64,16 +64,18 @@ pub enum Engine {
     Sglang,
     Trtllm,
     Triton,
+    Llamacpp,
 }
 
 /// The name of the built-in view of every engine's router families (`/metrics/router`).
 pub const ROUTER_VIEW: &str = "router";
 
-/// What tells a busy engine from a stuck one: a gauge of requests being worked on, and
-/// counters (or a histogram's `_count`) that move while they are.
+/// What tells a busy engine from a stuck one: gauges of requests being worked on and waiting to
+/// be, and counters (or a histogram's `_count`) that move while they are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StallFamilies {
     pub busy: FamilyKey,
+    pub waiting: FamilyKey,
     pub progress: Vec<FamilyKey>,
 }
 
@@ -159,7 +161,7 @@ fn some(name: &str) -> Option<FamilyKey> {
 }
 
 /// Every preset, `vllm` (the default) first.
-pub static PRESETS: LazyLock<[Preset; 4]> = LazyLock::new(|| {
+pub static PRESETS: LazyLock<[Preset; 5]> = LazyLock::new(|| {
     [
         Preset {
             engine: Engine::Vllm,
@@ -200,6 +202,7 @@ pub static PRESETS: LazyLock<[Preset; 4]> = LazyLock::new(|| {
             ],
             stall: StallFamilies {
                 busy: read("vllm:num_requests_running"),
+                waiting: read("vllm:num_requests_waiting"),
                 progress: vec![read("vllm:iteration_tokens_total")],
             },
             vitals: VitalsFamilies {
@@ -236,6 +239,7 @@ pub static PRESETS: LazyLock<[Preset; 4]> = LazyLock::new(|| {
             renames: &[],
             stall: StallFamilies {
                 busy: read("sglang:num_running_reqs"),
+                waiting: read("sglang:num_queue_reqs"),
                 progress: vec![read("sglang:realtime_tokens_total")],
             },
             vitals: VitalsFamilies {
@@ -271,6 +275,7 @@ pub static PRESETS: LazyLock<[Preset; 4]> = LazyLock::new(|| {
             renames: &[],
             stall: StallFamilies {
                 busy: read("trtllm_num_requests_running"),
+                waiting: read("trtllm_num_requests_waiting"),
                 progress: vec![
                     read("trtllm_kv_cache_gen_alloc_blocks_total"),
                     read("trtllm_num_requests_completed_total"),
@@ -324,6 +329,11 @@ pub static PRESETS: LazyLock<[Preset; 4]> = LazyLock::new(|| {
             renames: &[],
             stall: StallFamilies {
                 busy: FamilyKey::selected("nv_trt_llm_request_metrics", "request_type", "active"),
+                waiting: FamilyKey::selected(
+                    "nv_trt_llm_request_metrics",
+                    "request_type",
+                    "waiting",
+                ),
                 progress: vec![FamilyKey::selected(
                     "nv_trt_llm_general_metrics",
                     "general_type",
@@ -358,6 +368,44 @@ pub static PRESETS: LazyLock<[Preset; 4]> = LazyLock::new(|| {
             },
             spellings: &[],
         },
+        Preset {
+            engine: Engine::Llamacpp,
+            name: "llamacpp",
+            keep: &["llamacpp:"],
+            metrics_url: "http://127.0.0.1:8080/metrics",
+            health_url: "http://127.0.0.1:8080/health",
+            router: vec![
+                family("llamacpp:requests_deferred", Op::Sum),
+                family("llamacpp:requests_processing", Op::Sum),
+            ],
+            process_labels: &[],
+            replica_labels: &[],
+            rank_labels: &[],
+            renames: &[],
+            stall: StallFamilies {
+                busy: read("llamacpp:requests_processing"),
+                waiting: read("llamacpp:requests_deferred"),
+                progress: vec![
+                    read("llamacpp:n_decode_total"),
+                    read("llamacpp:tokens_predicted_total"),
+                ],
+            },
+            vitals: VitalsFamilies {
+                running: read("llamacpp:requests_processing"),
+                waiting: read("llamacpp:requests_deferred"),
+                kv_usage: None,
+                requests: None,
+                prompt_tokens: some("llamacpp:prompt_tokens_total"),
+                generation_tokens: some("llamacpp:tokens_predicted_total"),
+                preemptions: None,
+                prefix_hits: None,
+                prefix_queries: None,
+                ttft: None,
+                itl: None,
+                e2e: None,
+            },
+            spellings: &[],
+        },
     ]
 });
 
@@ -371,6 +419,8 @@ pub enum CanaryAnswer {
     Choices,
     /// A 2xx JSON object with a `text_output` (Triton's generate extension).
     TextOutput,
+    /// A 2xx JSON object with a `content` (llama.cpp's `POST /completion`).
+    Content,
 }
 
 /// The one-token request that proves an idle engine can still generate (see `crate::canary`).
@@ -390,6 +440,9 @@ pub struct CanaryPreset {
     /// The gauge that is 0 while the engine sleeps (neither stalled nor canaried then): its
     /// name and the label value that picks its series ([`CanaryPreset::awake_key`]).
     pub awake: Option<(&'static str, &'static str, &'static str)>,
+    /// Canaries are on unless configured off: the request is the engine's own generation
+    /// route and needs nothing the engine does not say (Triton's model name is a guess).
+    pub on_by_default: bool,
 }
 
 impl CanaryPreset {
@@ -412,7 +465,7 @@ impl CanaryPreset {
 /// - Triton: the generate extension, `POST /v2/models/<model>/generate` with `text_input` and
 ///   parameters, answering `text_output` (`docs/protocol/extension_generate.md` of
 ///   triton-inference-server/server); the TensorRT-LLM backend's model is `ensemble`.
-pub const CANARIES: [CanaryPreset; 4] = [
+pub const CANARIES: [CanaryPreset; 5] = [
     CanaryPreset {
         engine: Engine::Vllm,
         body: Some(r#"{"model": {model}, "prompt": "Test", "max_tokens": 1, "temperature": 0}"#),
@@ -420,6 +473,7 @@ pub const CANARIES: [CanaryPreset; 4] = [
         answer: CanaryAnswer::Choices,
         model: None,
         awake: Some(("vllm:engine_sleep_state", "sleep_state", "awake")),
+        on_by_default: true,
     },
     CanaryPreset {
         engine: Engine::Sglang,
@@ -428,6 +482,7 @@ pub const CANARIES: [CanaryPreset; 4] = [
         answer: CanaryAnswer::Status,
         model: None,
         awake: None,
+        on_by_default: true,
     },
     CanaryPreset {
         engine: Engine::Trtllm,
@@ -436,6 +491,7 @@ pub const CANARIES: [CanaryPreset; 4] = [
         answer: CanaryAnswer::Status,
         model: None,
         awake: None,
+        on_by_default: true,
     },
     CanaryPreset {
         engine: Engine::Triton,
@@ -444,6 +500,16 @@ pub const CANARIES: [CanaryPreset; 4] = [
         answer: CanaryAnswer::TextOutput,
         model: Some("ensemble"),
         awake: None,
+        on_by_default: false,
+    },
+    CanaryPreset {
+        engine: Engine::Llamacpp,
+        body: Some(r#"{"prompt": "Test", "n_predict": 1}"#),
+        path: "/completion",
+        answer: CanaryAnswer::Content,
+        model: None,
+        awake: None,
+        on_by_default: true,
     },
 ];
 

@@ -5,17 +5,20 @@
 //!   combine ([`Op`], [`ViewFamily`]);
 //! - [`engine`]: what sysport knows about each inference engine, as a table of presets;
 //! - [`routes`]: the paths sysport serves;
+//! - [`reading`]: what one health check read of an engine's load and progress;
 //! - [`scrape`]: what a scrape of an upstream left, and the [`Recorder`] interface it is
 //!   recorded through;
 //! - the URL type every configured address is held in ([`Url`]).
 
 pub mod engine;
 pub mod family;
+pub mod reading;
 pub mod routes;
 pub mod scrape;
 
 pub use engine::{Engine, Preset};
 pub use family::{FamilyKey, FamilyKeyError, Op, ViewFamily};
+pub use reading::Reading;
 /// An absolute URL (upstream metrics, health and canary addresses).
 pub use reqwest::Url;
 pub use scrape::{PageSeries, Read, Recorder, ScrapeRecord};

@@ -8,10 +8,9 @@ use tokio::sync::watch;
 
 use super::render::Renders;
 use crate::config::Config;
-use crate::health::{self, Readiness};
+use crate::health::{self, Checks, Families, Health};
 use crate::model::Recorder;
 use crate::scrape::Scraper;
-use crate::stall;
 use crate::status::history::History;
 use crate::telemetry::Telemetry;
 use crate::views::Views;
@@ -29,17 +28,19 @@ pub(super) struct Runtime {
     /// The scrapes' recent history, for the status page (recorded by the scraper).
     pub(super) history: Arc<History>,
     pub(super) views: Views,
-    pub(super) readiness: Arc<Readiness>,
     /// The engines' vitals, recorded by the health checks.
     pub(super) vitals: Arc<Vitals>,
     pub(super) stop_checks: watch::Sender<bool>,
 }
 
 impl Runtime {
+    /// Starts `config`: its scraper, views and vitals, and the health checks of its upstreams,
+    /// whose health `health` keeps (across reloads, for the upstreams a reload keeps).
     pub(super) fn start(
         config: Config,
         client: &reqwest::Client,
         telemetry: &Telemetry,
+        health: &Arc<Health>,
     ) -> Runtime {
         for u in &config.upstreams {
             telemetry.register_upstream(&u.name);
@@ -48,21 +49,19 @@ impl Runtime {
         let history = Arc::new(History::new(config.upstreams.len()));
         let recorders: Vec<Arc<dyn Recorder>> = vec![Arc::new(telemetry.clone()), history.clone()];
         let scraper = Arc::new(Scraper::new(&config, client.clone(), recorders));
-        let readiness = Arc::new(Readiness::new(&config.health, &config.upstreams));
-        telemetry.health_ready.set(readiness.is_ready() as i64);
-        stall::register_gauges(&config.upstreams, telemetry);
-        crate::canary::register_metrics(&config.upstreams, telemetry);
         let vitals = Arc::new(Vitals::new(&config));
+        let checks = Arc::new(Checks {
+            scraper: scraper.clone(),
+            health: health.clone(),
+            board: health.configure(&config),
+            families: (config.upstreams.iter().enumerate())
+                .map(|(i, u)| Families::of(u, vitals.names(i)))
+                .collect(),
+            vitals: vitals.clone(),
+            client: client.clone(),
+        });
         let (stop_checks, stop) = watch::channel(false);
-        tokio::spawn(health::run(
-            scraper.clone(),
-            readiness.clone(),
-            vitals.clone(),
-            client.clone(),
-            telemetry.clone(),
-            config.health.interval,
-            stop,
-        ));
+        tokio::spawn(health::run(checks, config.health.interval, stop));
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Runtime {
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -70,7 +69,6 @@ impl Runtime {
             config,
             scraper,
             history,
-            readiness,
             vitals,
             stop_checks,
         }
@@ -89,6 +87,8 @@ pub(super) struct App {
     pub(super) listen: String,
     pub(super) render: Renders,
     pub(super) telemetry: Telemetry,
+    /// Readiness and each upstream's verdict, across reloads.
+    pub(super) health: Arc<Health>,
     pub(super) client: reqwest::Client,
     pub(super) shutting_down: watch::Sender<bool>,
 }
@@ -128,10 +128,8 @@ impl Handle {
             config,
             &self.app.client,
             &self.app.telemetry,
+            &self.app.health,
         ));
-        if old.readiness.is_shutting_down() {
-            new.readiness.begin_shutdown();
-        }
         *self.app.runtime.write().expect("runtime lock") = new;
         self.app
             .telemetry

@@ -15,7 +15,7 @@ use super::parts::Parts;
 use super::render::{RenderKey, Rendered, Sources};
 use crate::expfmt::{self, Format, MergeOptions, Output, ParseLimits, ParseOptions, Selection};
 use crate::scrape::Scraped;
-use crate::{stall, views};
+use crate::views;
 
 /// Below this, a response is copied into one buffer and sent in one write; above it, its runs
 /// (mostly the upstream bodies themselves) are written as they are.
@@ -71,7 +71,6 @@ pub(super) async fn response(
     // Rendered after the engine merge, so the series counts it sets are this scrape's.
     let own = if wants_own(selection) {
         set_fetch_ages(app, runtime, which, scraped, now);
-        stall::set_gauges(&runtime.readiness.stalls(), &app.telemetry);
         render_own(app, runtime, selection, openmetrics)
     } else {
         no_own(openmetrics)

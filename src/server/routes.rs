@@ -141,36 +141,16 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
                 .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
             r
         }
-        (Some(Route::Live), _) => live(&runtime),
+        (Some(Route::Live), _) => live(&app),
         (Some(Route::LiveEngine), _) => {
-            let stalls = runtime.readiness.stalls();
-            let canaries = runtime.readiness.canaries();
-            let (live, body) = crate::canary::live_engine(&stalls, &canaries);
-            let code = if live {
-                StatusCode::OK
-            } else {
-                StatusCode::SERVICE_UNAVAILABLE
-            };
-            let body = if whole_probe_body(&runtime, &req) {
-                body
-            } else {
-                let mut engines: serde_json::Map<String, serde_json::Value> = stalls
-                    .iter()
-                    .map(|(name, s)| {
-                        let state = if s.stalled { "stalled" } else { "live" };
-                        (name.clone(), state.into())
-                    })
-                    .collect();
-                for (name, c) in &canaries {
-                    if c.dead {
-                        engines.insert(name.clone(), "canary failed".into());
-                    }
-                }
-                serde_json::json!({ "status": body["status"], "endpoints": engines })
-            };
-            json_response(code, body.to_string())
+            let (live, body) = app.health.live_engine(whole_probe_body(&runtime, &req));
+            json_response(code(live), body.to_string())
         }
-        (Some(Route::Health), _) => health(&app, &runtime, whole_probe_body(&runtime, &req)),
+        (Some(Route::Health), _) => {
+            let whole = whole_probe_body(&runtime, &req);
+            let (ready, body) = app.health.report(app.telemetry.uptime_seconds(), whole);
+            json_response(code(ready), body.to_string())
+        }
         (Some(Route::Status), _) => json_response(StatusCode::OK, facts(&app, &runtime).to_json()),
         (Some(Route::Page), _) => html_response(facts(&app, &runtime).to_html()),
         (Some(Route::Metrics), _) => {
@@ -207,8 +187,8 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
     response
 }
 
-fn live(runtime: &Runtime) -> Response {
-    if runtime.readiness.is_shutting_down() {
+fn live(app: &App) -> Response {
+    if app.health.is_shutting_down() {
         json_response(
             StatusCode::SERVICE_UNAVAILABLE,
             r#"{"status":"shutting down"}"#.into(),
@@ -218,19 +198,13 @@ fn live(runtime: &Runtime) -> Response {
     }
 }
 
-fn health(app: &App, runtime: &Runtime, whole: bool) -> Response {
-    let (ready, body) = runtime.readiness.report(app.telemetry.uptime_seconds());
-    let code = if ready {
+/// A probe's status code: 200 when it holds, else 503.
+fn code(holds: bool) -> StatusCode {
+    if holds {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
-    };
-    let body = if whole {
-        body
-    } else {
-        serde_json::json!({ "status": body["status"], "endpoints": body["endpoints"] })
-    };
-    json_response(code, body.to_string())
+    }
 }
 
 /// Whether a probe shows its whole body (upstream detail, error texts, engine numbers): always
@@ -257,7 +231,7 @@ fn facts(app: &App, runtime: &Runtime) -> status::Facts {
         config: &runtime.config,
         scraper: &runtime.scraper,
         history: &runtime.history,
-        readiness: &runtime.readiness,
+        health: &app.health,
         views: &runtime.views,
         telemetry: &app.telemetry,
         vitals: &runtime.vitals,

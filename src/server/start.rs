@@ -136,12 +136,14 @@ impl Sysport {
         let listen = listener
             .local_addr()
             .map_or_else(|_| String::new(), |addr| format!("{scheme}://{addr}"));
-        let runtime = Runtime::start(config, &client, &telemetry);
+        let health = Arc::new(crate::health::Health::new(telemetry.clone()));
+        let runtime = Runtime::start(config, &client, &telemetry, &health);
         let app = Arc::new(App {
             runtime: RwLock::new(Arc::new(runtime)),
             listen,
             render: Default::default(),
             telemetry,
+            health,
             client,
             shutting_down: watch::channel(false).0,
         });
@@ -197,10 +199,8 @@ impl Sysport {
         let drain_app = app.clone();
         let drain = async move {
             let _ = stopping.wait_for(|&s| s).await;
-            let runtime = drain_app.current();
-            runtime.readiness.begin_shutdown();
-            drain_app.telemetry.health_ready.set(0);
-            let delay = runtime.config.shutdown.drain_delay;
+            drain_app.health.begin_shutdown();
+            let delay = drain_app.current().config.shutdown.drain_delay;
             tracing::info!(drain_delay = ?delay, "shutting down: /health is 503, draining");
             tokio::time::sleep(delay).await;
             closed_tx.send_replace(true);

@@ -2,16 +2,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::model::Reading;
 use crate::scrape::ScrapeError;
-
-/// What one check read from an engine's page.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Reading {
-    /// Requests being worked on; `None` when the page has no series of the busy family.
-    pub running: Option<f64>,
-    /// The progress counters' sum; `None` when the page has none of them (or one is NaN).
-    pub progress: Option<f64>,
-}
 
 /// Why a check could not judge an engine: nothing is stalled then, and the watch starts over.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -27,13 +19,6 @@ pub(crate) enum Unread {
     NoProgressCounter,
 }
 
-impl Reading {
-    /// Whether requests are being worked on.
-    pub(crate) fn busy(&self) -> bool {
-        self.running.is_some_and(|n| n > 0.0)
-    }
-}
-
 /// The state of one upstream's stall detection.
 #[derive(Debug, Clone)]
 pub(crate) struct Watch {
@@ -47,8 +32,9 @@ pub(crate) struct Watch {
     moved_at: Option<Instant>,
     /// The last check.
     checked: Option<Instant>,
-    /// Requests running at the last check.
+    /// Requests running and waiting at the last check.
     running: Option<f64>,
+    waiting: Option<f64>,
     /// Why the last check could not judge.
     unread: Option<Unread>,
     stalled: bool,
@@ -63,6 +49,8 @@ pub(crate) struct StallStatus {
     pub after: Duration,
     /// Requests running at the last check; `None` when it could not read them.
     pub running: Option<f64>,
+    /// Requests waiting at the last check; `None` when it could not read them.
+    pub waiting: Option<f64>,
     /// How long requests had been running without progress at the last check; `None` when
     /// idle, unread, or the counters had just moved.
     pub quiet_for: Option<Duration>,
@@ -83,6 +71,7 @@ impl Watch {
             moved_at: None,
             checked: None,
             running: None,
+            waiting: None,
             unread: None,
             stalled: false,
         }
@@ -98,12 +87,14 @@ impl Watch {
                 // Down is not stalled: the run starts over when the page can be read again.
                 self.quiet_since = None;
                 self.running = None;
+                self.waiting = None;
                 self.unread = Some(why);
                 self.stalled = false;
                 return false;
             }
         };
         self.running = reading.running;
+        self.waiting = reading.waiting;
         let moved = match (self.last, reading.progress) {
             (_, None) => false,
             (None, Some(_)) => true,
@@ -129,6 +120,11 @@ impl Watch {
         self.stalled
     }
 
+    /// Takes a reload's `stall_after`, keeping the clock: the next check judges with it.
+    pub(crate) fn set_after(&mut self, after: Duration) {
+        self.after = after;
+    }
+
     /// Whether the last check found the engine stalled.
     pub(crate) fn is_stalled(&self) -> bool {
         self.stalled
@@ -140,6 +136,7 @@ impl Watch {
             stalled: self.stalled,
             after: self.after,
             running: self.running,
+            waiting: self.waiting,
             quiet_for: self
                 .quiet_since
                 .zip(self.checked)
@@ -151,20 +148,22 @@ impl Watch {
 }
 
 impl StallStatus {
-    /// `3 requests running, no progress for 75.0 s (stall_after 60 s)`, for `/health`, logs
-    /// and `/live/engine`.
+    /// `3 requests running, no progress for 75.0 s (stall_after 60 s)`, or `0 requests
+    /// running, 5 waiting, ...`, for `/health`, logs and `/live/engine`.
     pub(crate) fn describe(&self) -> String {
-        let running = self.running.map_or_else(
-            || "running requests unknown".to_owned(),
-            |n| format!("{n} requests running"),
-        );
+        let load = match (self.running, self.waiting) {
+            (Some(r), Some(w)) if w > 0.0 => format!("{r} requests running, {w} waiting"),
+            (Some(r), _) => format!("{r} requests running"),
+            (None, Some(w)) if w > 0.0 => format!("{w} requests waiting"),
+            (None, _) => "running requests unknown".to_owned(),
+        };
         match self.quiet_for {
             Some(quiet) => format!(
-                "{running}, no progress for {:.1} s (stall_after {:.1} s)",
+                "{load}, no progress for {:.1} s (stall_after {:.1} s)",
                 quiet.as_secs_f64(),
                 self.after.as_secs_f64()
             ),
-            None => running,
+            None => load,
         }
     }
 }
@@ -179,6 +178,7 @@ mod tests {
         Ok(Reading {
             running: Some(3.0),
             progress: Some(progress),
+            ..Reading::default()
         })
     }
 
@@ -186,6 +186,7 @@ mod tests {
         Ok(Reading {
             running: Some(0.0),
             progress: Some(progress),
+            ..Reading::default()
         })
     }
 
@@ -312,7 +313,7 @@ mod tests {
         let mut w = Watch::new(SECOND);
         let blind = Ok(Reading {
             running: Some(2.0),
-            progress: None,
+            ..Reading::default()
         });
         let seen = feed(&mut w, start, &vec![blind; 5]);
         assert!(seen.iter().all(|s| !s));
@@ -328,10 +329,39 @@ mod tests {
         // Nor is an engine whose busy gauge is missing busy.
         let mut w = Watch::new(SECOND);
         let unknown = Ok(Reading {
-            running: None,
             progress: Some(1.0),
+            ..Reading::default()
         });
         assert!(feed(&mut w, start, &vec![unknown; 5]).iter().all(|s| !s));
         assert_eq!(w.status(start).describe(), "running requests unknown");
+    }
+
+    #[test]
+    fn requests_waiting_with_none_running_and_frozen_counters_is_a_stall() {
+        // A scheduler that stopped with requests queued (vllm-project/vllm PR #46811): its
+        // running gauge is 0, its waiting gauge is not, and nothing moves.
+        let start = Instant::now();
+        let mut w = Watch::new(2 * SECOND);
+        let queued = Ok(Reading {
+            running: Some(0.0),
+            waiting: Some(5.0),
+            progress: Some(40.0),
+            asleep: false,
+        });
+        let seen = feed(&mut w, start, &vec![queued; 4]);
+        assert_eq!(seen, [false, false, true, true]);
+        assert_eq!(
+            w.status(start + 3 * SECOND).describe(),
+            "0 requests running, 5 waiting, no progress for 3.0 s (stall_after 2.0 s)"
+        );
+        // A sleeping engine is never busy, whatever its gauges kept.
+        let mut w = Watch::new(SECOND);
+        let asleep = Ok(Reading {
+            running: Some(2.0),
+            waiting: Some(1.0),
+            progress: Some(40.0),
+            asleep: true,
+        });
+        assert!(feed(&mut w, start, &vec![asleep; 4]).iter().all(|s| !s));
     }
 }

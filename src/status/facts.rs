@@ -8,7 +8,7 @@ use serde::ser::SerializeMap;
 
 use super::history::{History, Point};
 use crate::config::Config;
-use crate::health::Readiness;
+use crate::health::{Badge, Health, Verdict};
 use crate::model::{Url, routes};
 use crate::scrape::Scraper;
 use crate::telemetry::Telemetry;
@@ -22,7 +22,8 @@ pub(crate) struct Sources<'a> {
     pub scraper: &'a Scraper,
     /// The scrapes' recent history.
     pub history: &'a History,
-    pub readiness: &'a Readiness,
+    /// Readiness and each upstream's verdict.
+    pub health: &'a Health,
     pub views: &'a Views,
     pub telemetry: &'a Telemetry,
     /// The engines' vitals.
@@ -79,7 +80,7 @@ pub(crate) struct UpstreamFacts {
     pub required: bool,
     /// Whether the last scrape succeeded; `None` before the first.
     pub up: Option<bool>,
-    pub state: State,
+    pub state: Badge,
     /// Since when the upstream has been up, or down.
     pub state_since: Option<Timestamp>,
     /// The error of the last failed scrape, kept after the upstream recovers.
@@ -96,22 +97,6 @@ pub(crate) struct UpstreamFacts {
     /// What the engine is doing over `vitals.window` (see `docs/vitals.md`); `null` when the
     /// vitals are off.
     pub vitals: Option<Report>,
-}
-
-/// What the page says an upstream is: one word, the badge.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum State {
-    Up,
-    /// Up, but its engine is stalled (`stall_after`: busy with no progress).
-    Stalled,
-    /// Up, but its last canary failed (`canary_after`: an idle engine that cannot generate).
-    CanaryFailed,
-    /// Up, and the engine says it sleeps (vLLM's sleep mode): neither stalled nor canaried.
-    Sleeping,
-    Down,
-    /// Not scraped since sysport (or its configuration) started.
-    Unknown,
 }
 
 /// The last scrape.
@@ -134,6 +119,9 @@ pub(crate) struct HealthFacts {
     pub check: &'static str,
     pub last_check_at: Option<Timestamp>,
     pub last_error: Option<String>,
+    /// Why the upstream is not ready, in its verdict's words (`engine stalled: ...`,
+    /// `canary failed: ...`, `health check failed: ...`); `null` while ready.
+    pub reason: Option<String>,
     /// With `stall_after`: the stall judgement, as `/health` reports it; `null` without.
     pub stall: Option<serde_json::Value>,
     /// While stalled: what it is, in words.
@@ -142,6 +130,9 @@ pub(crate) struct HealthFacts {
     pub canary: Option<serde_json::Value>,
     /// While its last canary failed: why, in words.
     pub canary_failed: Option<String>,
+    /// Why its canaries stopped (the engine refused their credentials, or does not generate
+    /// on their route), and the setting that fixes it; `null` while they run.
+    pub canary_stopped: Option<String>,
 }
 
 /// `dynamo_sysport_upstream_series` of one upstream, by outcome.
@@ -172,7 +163,7 @@ impl Facts {
     /// Reads the facts; touches no upstream.
     pub(crate) fn gather(src: Sources<'_>) -> Facts {
         let now = Instant::now();
-        let readiness = src.readiness.upstreams();
+        let views = src.health.views();
         let upstreams = src
             .config
             .upstreams
@@ -181,20 +172,10 @@ impl Facts {
             .map(|(i, u)| {
                 let s = src.scraper.status(i);
                 let h = src.history.of(i, now);
-                let check = &readiness[i];
-                let stalled = check.stall.as_ref().filter(|st| st.stalled);
-                let canary_failed = check.canary.as_ref().and_then(|c| c.failed.clone());
-                let asleep = check
-                    .canary
-                    .as_ref()
-                    .is_some_and(|c| c.next == crate::canary::Next::Asleep);
-                let state = match s.up {
-                    Some(true) if stalled.is_some() => State::Stalled,
-                    Some(true) if canary_failed.is_some() => State::CanaryFailed,
-                    Some(true) if asleep => State::Sleeping,
-                    Some(true) => State::Up,
-                    Some(false) => State::Down,
-                    None => State::Unknown,
+                let check = &views[i];
+                let stalled = match &check.verdict {
+                    Verdict::Stalled(stall) => Some(stall),
+                    _ => None,
                 };
                 UpstreamFacts {
                     name: u.name.clone(),
@@ -208,7 +189,7 @@ impl Facts {
                     keep: u.keep.clone(),
                     required: u.required,
                     up: s.up,
-                    state,
+                    state: check.verdict.badge(s.up),
                     // Stalled counts from when progress stopped, not from when it came up.
                     state_since: match stalled.and_then(|st| st.quiet_for) {
                         Some(quiet) => SystemTime::now().checked_sub(quiet).map(Timestamp),
@@ -228,18 +209,23 @@ impl Facts {
                         .last_success
                         .map(|at| now.saturating_duration_since(at).as_secs_f64()),
                     health: HealthFacts {
-                        ready: check.ready,
-                        checked: check.checked,
-                        check: check.check,
+                        ready: check.verdict.ready(),
+                        reason: check.verdict.reason(),
+                        checked: check.checked(),
+                        check: check.check.word(),
                         last_check_at: check.last_check.map(Timestamp),
-                        last_error: check.last_error.as_ref().map(ToString::to_string),
-                        stall: check.stall.as_ref().map(crate::stall::status_json),
+                        last_error: check.last_error.clone(),
+                        stall: check.stall.as_ref().map(crate::health::stall_json),
                         stalled: stalled.map(|st| st.describe()),
                         canary: check
                             .canary
                             .as_ref()
-                            .map(|c| crate::canary::status_json(c, now)),
-                        canary_failed,
+                            .map(|c| crate::health::canary_json(c, now)),
+                        canary_failed: match &check.verdict {
+                            Verdict::CanaryFailed(why) => Some(why.clone()),
+                            _ => None,
+                        },
+                        canary_stopped: check.canary.as_ref().and_then(|c| c.stopped.clone()),
                     },
                     history: h.points,
                     // The health checks stamp readings with tokio's clock (paused in tests).
@@ -251,9 +237,9 @@ impl Facts {
         Facts {
             version: env!("CARGO_PKG_VERSION"),
             uptime_seconds: src.telemetry.uptime_seconds(),
-            ready: src.readiness.is_ready(),
-            not_ready_reason: src.readiness.not_ready_reason(),
-            shutting_down: src.readiness.is_shutting_down(),
+            ready: src.health.is_ready(),
+            not_ready_reason: src.health.not_ready_reason(),
+            shutting_down: src.health.is_shutting_down(),
             listen: src.listen.to_owned(),
             config_file: src.config.source.as_ref().map(|p| p.display().to_string()),
             paths: Paths {

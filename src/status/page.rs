@@ -7,9 +7,10 @@ use std::fmt::Write;
 use std::time::{Duration, SystemTime};
 
 use super::chart;
-use super::facts::{Facts, State, Timestamp, UpstreamFacts};
+use super::facts::{Facts, Timestamp, UpstreamFacts};
 use super::history::WINDOW_SECONDS;
 use super::words::{Esc, seconds};
+use crate::health::Badge as State;
 
 /// How often the page reloads itself, in seconds.
 pub(crate) const REFRESH_SECONDS: u32 = 5;
@@ -114,15 +115,12 @@ fn card(u: &UpstreamFacts, now: SystemTime, out: &mut String) {
         Esc(&u.name),
         Esc(&u.url),
     );
-    if let Some(stalled) = &u.health.stalled {
-        let _ = write!(
-            out,
-            "<p class=\"error\">engine stalled: {}</p>",
-            Esc(stalled)
-        );
+    // Why the engine is not OK, as its verdict words it (down is the scrape's error, below).
+    if let (State::Stalled | State::CanaryFailed, Some(reason)) = (u.state, &u.health.reason) {
+        let _ = write!(out, "<p class=\"error\">{}</p>", Esc(reason));
     }
     if let Some(canary) = &u.health.canary {
-        canary_line(canary, &u.health.canary_failed, out);
+        canary_line(canary, &u.health.canary_stopped, out);
     }
     if let Some(error) = &u.last_error {
         let when = u
@@ -301,10 +299,11 @@ fn count(n: u64) -> String {
     out
 }
 
-/// The canary facts of one upstream: the last result, when, how long, and the next one.
-fn canary_line(c: &serde_json::Value, failed: &Option<String>, out: &mut String) {
-    if let Some(why) = failed {
-        let _ = write!(out, "<p class=\"error\">canary failed: {}</p>", Esc(why));
+/// The canary facts of one upstream: why they stopped, the last result, when, how long, and
+/// the next one.
+fn canary_line(c: &serde_json::Value, stopped: &Option<String>, out: &mut String) {
+    if let Some(why) = stopped {
+        let _ = write!(out, "<p class=\"warn\">canaries stopped: {}</p>", Esc(why));
     }
     let last = match &c["last"] {
         serde_json::Value::Null => "none yet".to_owned(),

@@ -1,8 +1,8 @@
-//! Reading the stall families from pages parsed as the scraper parses them.
+//! Reading the judged families from pages parsed as the scraper parses them.
 
 use super::*;
 use crate::expfmt::Format;
-use crate::model::{Engine, FamilyKey};
+use crate::model::{Engine, FamilyKey, Url};
 use crate::numbers::testing::parsed;
 
 /// The preset's stall families of `engine`.
@@ -10,9 +10,20 @@ fn preset(engine: Engine) -> StallConfig {
     StallConfig::preset(engine, std::time::Duration::from_secs(60))
 }
 
+/// What an upstream of `engine` with `stall` judges.
+fn families(engine: Engine, stall: StallConfig) -> Families {
+    let mut u = UpstreamConfig::new("u", Url::parse("http://127.0.0.1:1/metrics").expect("url"));
+    u.engine = engine;
+    u.keep = engine.default_keep();
+    u.stall = Some(stall);
+    Families::of(&u, &[])
+}
+
 fn reading(engine: Engine, page: &str, format: Format) -> Reading {
     let p = engine.preset();
-    read(&parsed(page, format, p.keep), &preset(engine), p)
+    families(engine, preset(engine))
+        .read(&parsed(page, format, p.keep))
+        .expect("judged")
 }
 
 const VLLM_DP2: &str = "\
@@ -150,15 +161,14 @@ fn a_progress_name_may_be_the_histograms_count() {
         select: vec![("engine".into(), "1".into())],
     }];
     let exp = parsed(VLLM_DP2, Format::Text, &["vllm:"]);
-    assert_eq!(
-        read(&exp, &stall, Engine::Vllm.preset()).progress,
-        Some(30.0)
-    );
-    let names = names(&stall, Engine::Vllm.preset());
-    let selection = crate::expfmt::Selection::new(names.iter().map(String::as_str));
+    let f = families(Engine::Vllm, stall.clone());
+    assert_eq!(f.read(&exp).expect("judged").progress, Some(30.0));
+    let selection = crate::expfmt::Selection::new(f.names().iter().map(String::as_str));
     let asked: Vec<String> = selection.sample_names().collect();
     for name in [
         "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:engine_sleep_state",
         "vllm:iteration_tokens_total_count",
         "vllm:iteration_tokens_total_bucket",
     ] {
@@ -171,8 +181,47 @@ fn a_progress_name_may_be_the_histograms_count() {
         select: Vec::new(),
     };
     let exp = parsed(page, Format::Text, &["vllm:"]);
+    let f = families(Engine::Vllm, stall);
+    assert_eq!(f.read(&exp).expect("judged").progress, Some(4.0));
+}
+
+#[test]
+fn waiting_requests_and_the_sleep_gauge_are_read_with_the_rest() {
+    let page = "\
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine=\"0\"} 0.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine=\"0\"} 5.0
+vllm:num_requests_waiting{engine=\"1\"} 2.0
+# TYPE vllm:iteration_tokens_total histogram
+vllm:iteration_tokens_total_count{engine=\"0\"} 7.0
+# TYPE vllm:engine_sleep_state gauge
+vllm:engine_sleep_state{engine=\"0\",sleep_state=\"awake\"} 1.0
+vllm:engine_sleep_state{engine=\"0\",sleep_state=\"weights_offloaded\"} 0.0
+";
+    let r = reading(Engine::Vllm, page, Format::Text);
     assert_eq!(
-        read(&exp, &stall, Engine::Vllm.preset()).progress,
-        Some(4.0)
+        (r.running, r.waiting, r.asleep),
+        (Some(0.0), Some(7.0), false)
+    );
+    assert!(r.busy(), "queued with none running is busy");
+    let asleep = page.replace("sleep_state=\"awake\"} 1.0", "sleep_state=\"awake\"} 0.0");
+    let r = reading(Engine::Vllm, &asleep, Format::Text);
+    assert!(r.asleep && !r.busy());
+    // llama.cpp: its processing and deferred gauges, and both of its progress counters.
+    let page = "\
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 0
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 3
+# TYPE llamacpp:n_decode_total counter
+llamacpp:n_decode_total 12
+# TYPE llamacpp:tokens_predicted_total counter
+llamacpp:tokens_predicted_total 40
+";
+    let r = reading(Engine::Llamacpp, page, Format::Text);
+    assert_eq!(
+        (r.running, r.waiting, r.progress),
+        (Some(0.0), Some(3.0), Some(52.0))
     );
 }

@@ -1,0 +1,217 @@
+//! Readiness: the verdicts of the current configuration's upstreams put together, the latch that
+//! shutdown closes for good, and `dynamo_sysport_health_ready`, which is set here and nowhere
+//! else, in the same step as the flag `/health` answers from.
+//!
+//! One [`Health`] lives as long as sysport. A reload hands it the new configuration
+//! ([`Health::configure`]), which keeps the health of every upstream it keeps; a canary that
+//! finishes after a reload reports to that same health, and counts only where its upstream is
+//! still configured.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use super::gauges;
+use super::upstream::{CheckError, State, UpstreamHealth};
+use super::verdict::Verdict;
+use crate::canary::Outcome;
+use crate::config::{Config, StartingStatus};
+use crate::model::Reading;
+use crate::stall::Unread;
+use crate::telemetry::Telemetry;
+
+/// The upstreams of one configuration, in its order, and how they start.
+#[derive(Debug)]
+pub(crate) struct Board {
+    pub(super) starting: StartingStatus,
+    pub(super) upstreams: Vec<Arc<UpstreamHealth>>,
+}
+
+impl std::ops::Index<usize> for Board {
+    type Output = Arc<UpstreamHealth>;
+    fn index(&self, i: usize) -> &Arc<UpstreamHealth> {
+        &self.upstreams[i]
+    }
+}
+
+impl Board {
+    /// How many upstreams.
+    pub(crate) fn len(&self) -> usize {
+        self.upstreams.len()
+    }
+
+    /// Each upstream with its state, locked one at a time, in configuration order.
+    pub(super) fn each<T>(&self, mut f: impl FnMut(&UpstreamHealth, &State) -> T) -> Vec<T> {
+        self.upstreams
+            .iter()
+            .map(|u| f(u, &u.state.lock().expect("health lock")))
+            .collect()
+    }
+}
+
+/// sysport's readiness.
+#[derive(Debug)]
+pub(crate) struct Health {
+    board: RwLock<Arc<Board>>,
+    shutting_down: AtomicBool,
+    /// What `/health` answers; written with the gauge, under `recompute`.
+    ready: AtomicBool,
+    recompute: Mutex<()>,
+    telemetry: Telemetry,
+}
+
+impl Health {
+    /// Readiness with no upstream yet: [`Health::configure`] gives it its first configuration.
+    pub(crate) fn new(telemetry: Telemetry) -> Health {
+        Health {
+            board: RwLock::new(Arc::new(Board {
+                starting: StartingStatus::NotReady,
+                upstreams: Vec::new(),
+            })),
+            shutting_down: AtomicBool::new(false),
+            ready: AtomicBool::new(false),
+            recompute: Mutex::new(()),
+            telemetry,
+        }
+    }
+
+    /// Puts `config` in force: its upstreams, keeping the health of each that the last
+    /// configuration had with the same name, URL and engine; their gauges and counters.
+    pub(crate) fn configure(&self, config: &Config) -> Arc<Board> {
+        let old = self.board();
+        let upstreams = config
+            .upstreams
+            .iter()
+            .map(|u| match old.upstreams.iter().find(|h| h.is(u)) {
+                Some(kept) => {
+                    kept.reconfigure(u);
+                    kept.clone()
+                }
+                None => Arc::new(UpstreamHealth::new(u)),
+            })
+            .collect();
+        let board = Arc::new(Board {
+            starting: config.health.starting_status,
+            upstreams,
+        });
+        gauges::register_metrics(&config.upstreams, &self.telemetry);
+        *self.board.write().expect("board lock") = board.clone();
+        for u in &board.upstreams {
+            gauges::set_engine_gauges(
+                u.name(),
+                &u.state.lock().expect("health lock"),
+                &self.telemetry,
+            );
+        }
+        self.recompute();
+        board
+    }
+
+    /// The current configuration's upstreams.
+    pub(crate) fn board(&self) -> Arc<Board> {
+        self.board.read().expect("board lock").clone()
+    }
+
+    /// Whether `/health` answers 200.
+    pub(crate) fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// From now on never ready (SIGTERM).
+    pub(crate) fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+        self.recompute();
+    }
+
+    /// Whether shutdown has begun.
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// Whether `u` is one of the current configuration's upstreams.
+    fn is_current(&self, u: &UpstreamHealth) -> bool {
+        self.board()
+            .upstreams
+            .iter()
+            .any(|c| std::ptr::eq(Arc::as_ptr(c), u))
+    }
+
+    /// Records a check of `u` made at `at`; returns whether a canary is due (the caller sends
+    /// it and calls [`Health::finish_canary`]).
+    pub(crate) fn observe(
+        &self,
+        u: &UpstreamHealth,
+        at: Instant,
+        result: Result<(), CheckError>,
+        reading: Option<Result<Reading, Unread>>,
+    ) -> bool {
+        self.update(u, |state| state.observe(at, result, reading))
+    }
+
+    /// The model `u`'s engine named for its last canary.
+    pub(crate) fn canary_model(&self, u: &UpstreamHealth) -> Option<String> {
+        let state = u.state.lock().expect("health lock");
+        state.canary.as_ref().and_then(|t| t.model.clone())
+    }
+
+    /// Records `u`'s canary sent at `sent`, and counts it where `u` is still configured.
+    pub(crate) fn finish_canary(
+        &self,
+        u: &UpstreamHealth,
+        sent: Instant,
+        outcome: Outcome,
+        model: Option<String>,
+    ) {
+        if self.is_current(u) {
+            gauges::count_canary(&self.telemetry, u.name(), &outcome);
+        }
+        self.update(u, |state| {
+            let Some(tracker) = state.canary.as_mut() else {
+                return;
+            };
+            if outcome.kind.stops() && tracker.status().stopped.is_none() {
+                tracing::warn!(upstream = u.name(), reason = %outcome.detail, "canaries stopped");
+            }
+            tracker.model = model;
+            tracker.finish(sent, outcome);
+        });
+    }
+
+    /// Changes `u`'s state with `change`: logs a changed verdict, sets its gauges, and puts
+    /// readiness together again.
+    fn update<T>(&self, u: &UpstreamHealth, change: impl FnOnce(&mut State) -> T) -> T {
+        let current = self.is_current(u);
+        let starting = self.board().starting;
+        let out = {
+            let mut state = u.state.lock().expect("health lock");
+            let now = Instant::now();
+            let before = Verdict::of(&state, starting, now);
+            let out = change(&mut state);
+            let after = Verdict::of(&state, starting, now);
+            if current {
+                after.log_change(u.name(), &before);
+                gauges::set_engine_gauges(u.name(), &state, &self.telemetry);
+            }
+            out
+        };
+        self.recompute();
+        out
+    }
+
+    /// Puts readiness together: every required upstream of the current configuration ready,
+    /// and not shutting down. Sets the flag `/health` answers from and the gauge together.
+    fn recompute(&self) {
+        let _one_at_a_time = self.recompute.lock().expect("recompute lock");
+        let board = self.board();
+        let now = Instant::now();
+        let all = board
+            .each(|_, state| !state.required || Verdict::of(state, board.starting, now).ready())
+            .into_iter()
+            .all(|ready| ready);
+        let ready = all && !self.is_shutting_down();
+        self.telemetry.health_ready.set(i64::from(ready));
+        if self.ready.swap(ready, Ordering::AcqRel) != ready {
+            tracing::info!(ready, "readiness changed");
+        }
+    }
+}
