@@ -58,9 +58,7 @@ pub(super) fn render(f: &Facts) -> String {
             let _ = writeln!(
                 out,
                 "<p class=\"reason bad\" id=\"why\">Not ready: {}</p>",
-                // The reason names each failing upstream as "X is not ready: why"; after
-                // "Not ready:" once is enough.
-                Esc(&reason.replace(" is not ready: ", ": "))
+                Esc(reason)
             );
         }
         None => out.push_str(
