@@ -89,6 +89,9 @@ pub(super) struct App {
     pub(super) telemetry: Telemetry,
     /// Readiness and each upstream's verdict, across reloads.
     pub(super) health: Arc<Health>,
+    /// The runtime the work of a request runs on (the probes are answered on the front
+    /// thread, see `front`).
+    pub(super) worker: tokio::runtime::Handle,
     pub(super) client: reqwest::Client,
     pub(super) shutting_down: watch::Sender<bool>,
 }

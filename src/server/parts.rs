@@ -9,8 +9,13 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 
+/// The most one frame holds: gzip at its fastest level takes well under a millisecond on it.
+pub(super) const FRAME: usize = 64 << 10;
+
 /// The runs, written in order, with their total length declared up front so the response goes
-/// out with a `Content-Length` and no chunk framing.
+/// out with a `Content-Length` and no chunk framing. A run goes out in frames of at most
+/// [`FRAME`] bytes, each a slice of it (no copy): whatever is done with a frame on the front
+/// thread (gzip, TLS) is done in steps short enough for the probes to go between them.
 #[derive(Debug)]
 pub(super) struct Parts {
     parts: VecDeque<Bytes>,
@@ -33,7 +38,10 @@ impl Body for Parts {
         mut self: Pin<&mut Self>,
         _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        let next = self.parts.pop_front();
+        let next = match self.parts.front_mut() {
+            Some(run) if run.len() > FRAME => Some(run.split_to(FRAME)),
+            _ => self.parts.pop_front(),
+        };
         if let Some(p) = &next {
             self.remaining -= p.len() as u64;
         }
@@ -64,5 +72,20 @@ mod tests {
         assert_eq!(body.size_hint().exact(), Some(5));
         let all = body.collect().await.expect("infallible").to_bytes();
         assert_eq!(&all[..], b"abcde");
+    }
+
+    #[tokio::test]
+    async fn a_long_run_goes_out_in_frames_of_at_most_frame_bytes() {
+        let run = Bytes::from(vec![7u8; FRAME * 2 + 5]);
+        let mut body = Parts::new([run.clone(), Bytes::from_static(b"x")]);
+        let mut lengths = Vec::new();
+        let mut all = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let data = frame.expect("infallible").into_data().expect("data");
+            lengths.push(data.len());
+            all.extend_from_slice(&data);
+        }
+        assert_eq!(lengths, [FRAME, FRAME, 5, 1]);
+        assert_eq!(&all[..run.len()], &run[..]);
     }
 }

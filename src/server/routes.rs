@@ -15,10 +15,12 @@ use tower_http::compression::CompressionLayer;
 use super::app::{App, Runtime};
 use super::negotiate::{budget, content_type, requested_names, wants_openmetrics};
 use super::page::{self, set_age};
+use super::parts::Parts;
 use crate::config::Config;
 use crate::expfmt::Selection;
 use crate::model::routes;
 use crate::{status, web};
+use bytes::Bytes;
 
 /// The routes, behind basic auth and the configured headers when the web configuration has
 /// them (the probes stay open).
@@ -151,8 +153,18 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
             let (ready, body) = app.health.report(app.telemetry.uptime_seconds(), whole);
             json_response(code(ready), body.to_string())
         }
-        (Some(Route::Status), _) => json_response(StatusCode::OK, facts(&app, &runtime).to_json()),
-        (Some(Route::Page), _) => html_response(facts(&app, &runtime).to_html()),
+        // Everything but the probes is worked out on the worker runtime (see `front`).
+        (Some(Route::Status), _) => {
+            let (a, r) = (app.clone(), runtime.clone());
+            worker(&app, async move {
+                json_response(StatusCode::OK, facts(&a, &r).to_json())
+            })
+            .await
+        }
+        (Some(Route::Page), _) => {
+            let (a, r) = (app.clone(), runtime.clone());
+            worker(&app, async move { html_response(facts(&a, &r).to_html()) }).await
+        }
         (Some(Route::Metrics), _) => {
             let names = requested_names(req.uri().query());
             // A query that names anything is a selective read, well-formed or not.
@@ -164,14 +176,23 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
             match names {
                 Ok(names) => {
                     let selection = names.map(|n| Selection::new(n.iter().map(String::as_str)));
-                    metrics(&app, &runtime, selection, read, req.headers(), started).await
+                    let (a, r, headers) = (app.clone(), runtime.clone(), req.headers().clone());
+                    worker(&app, async move {
+                        metrics(&a, &r, selection, read, &headers, started).await
+                    })
+                    .await
                 }
                 Err(msg) => (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response(),
             }
         }
         (Some(Route::View(v)), _) => {
             read = "view";
-            view(&app, &runtime, v, req.headers(), started).await
+            let (a, r, headers) = (app.clone(), runtime.clone(), req.headers().clone());
+            worker(
+                &app,
+                async move { view(&a, &r, v, &headers, started).await },
+            )
+            .await
         }
     };
     let path_label = route.map_or(Cow::Borrowed("other"), |r| r.path(&runtime));
@@ -239,8 +260,18 @@ fn facts(app: &App, runtime: &Runtime) -> status::Facts {
     })
 }
 
+/// `work`'s answer, worked out on the worker runtime; 500 if it failed.
+async fn worker(
+    app: &App,
+    work: impl std::future::Future<Output = Response> + Send + 'static,
+) -> Response {
+    super::front::on_worker(&app.worker, work)
+        .await
+        .unwrap_or_else(|| (StatusCode::INTERNAL_SERVER_ERROR, "internal error\n").into_response())
+}
+
 fn html_response(body: String) -> Response {
-    let mut r = (StatusCode::OK, body).into_response();
+    let mut r = Response::new(Body::new(Parts::new([Bytes::from(body)])));
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/html; charset=utf-8"),
@@ -251,7 +282,8 @@ fn html_response(body: String) -> Response {
 }
 
 fn json_response(code: StatusCode, body: String) -> Response {
-    let mut r = (code, body).into_response();
+    let mut r = Response::new(Body::new(Parts::new([Bytes::from(body)])));
+    *r.status_mut() = code;
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -340,7 +372,7 @@ async fn view(
         .views
         .render(v, scraper, &which, &scraped, openmetrics);
     app.telemetry.openmetrics_dropped.inc_by(dropped);
-    let mut r = Response::new(Body::from(body));
+    let mut r = Response::new(Body::new(Parts::new([Bytes::from(body)])));
     r.headers_mut()
         .insert(header::CONTENT_TYPE, content_type(openmetrics));
     set_age(r.headers_mut(), &scraped, started, Instant::now());

@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::app::{App, Handle, Runtime, SHUTDOWN_GRACE};
+use super::front::Front;
 use super::routes::{is_probe, probes_only, router};
 use crate::config::Config;
 use crate::listener::{self, ListenerMetrics, Slots};
@@ -144,6 +145,7 @@ impl Sysport {
             render: Default::default(),
             telemetry,
             health,
+            worker: tokio::runtime::Handle::current(),
             client,
             shutting_down: watch::channel(false).0,
         });
@@ -219,44 +221,31 @@ impl Sysport {
             .as_ref()
             .and_then(|w| w.tls.as_ref())
             .is_some_and(|t| t.client_auth.verifies());
-        let main = listener::serve(
-            self.listener,
-            router(app.clone(), self.guard),
+        let front = Front {
+            main: self.listener.into_std()?,
+            probes: self.probes.map(TcpListener::into_std).transpose()?,
+            router: router(app.clone(), self.guard),
+            probe_router: Router::new().fallback(probes_only).with_state(app.clone()),
             tls,
             certs_verified,
-            self.slots.clone(),
-            self.limits,
-            closed_rx.clone(),
-        );
-        let probes_closed = closed_rx.clone();
-        let probes = async move {
-            if let Some(probes) = self.probes {
-                let probe_router = Router::new().fallback(probes_only).with_state(app.clone());
-                // A reserve of its own: the main port's connections, however many, never take
-                // the probes' places.
-                let reserve = Slots::reserve(PROBE_CONNECTIONS, self.slots.metrics().clone());
-                listener::serve(
-                    probes,
-                    probe_router,
-                    None,
-                    false,
-                    reserve,
-                    self.limits,
-                    probes_closed,
-                )
-                .await;
-            }
+            // A reserve of its own: the main port's connections, however many, never take
+            // the probes' places.
+            probe_slots: Slots::reserve(PROBE_CONNECTIONS, self.slots.metrics().clone()),
+            slots: self.slots,
+            limits: self.limits,
+            closed: closed_rx.clone(),
         };
-        let server = async {
-            tokio::join!(main, probes);
-        };
-        let mut server = std::pin::pin!(server);
+        let mut front = front.start()?;
         tokio::select! {
-            () = &mut server => return Ok(()),
+            () = front.done() => return Ok(()),
             () = listener::until_set(&mut closed_rx) => {}
         }
-        if tokio::time::timeout(SHUTDOWN_GRACE, server).await.is_err() {
+        if tokio::time::timeout(SHUTDOWN_GRACE, front.done())
+            .await
+            .is_err()
+        {
             tracing::warn!("in-flight requests did not finish in {SHUTDOWN_GRACE:?}; exiting");
+            front.abort().await;
         }
         Ok(())
     }
