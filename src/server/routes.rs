@@ -372,7 +372,7 @@ async fn view(
         .views
         .render(v, scraper, &which, &scraped, openmetrics);
     app.telemetry.openmetrics_dropped.inc_by(dropped);
-    let mut r = Response::new(Body::new(Parts::new([Bytes::from(body)])));
+    let mut r = Response::new(Body::new(Parts::new([body])));
     r.headers_mut()
         .insert(header::CONTENT_TYPE, content_type(openmetrics));
     set_age(r.headers_mut(), &scraped, started, Instant::now());
