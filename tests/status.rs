@@ -84,6 +84,7 @@ fn vitals_schema(vitals: &Value) {
         "time_to_first_token_seconds",
         "inter_token_latency_seconds",
         "e2e_request_latency_seconds",
+        "not_available",
     ];
     let mut want = set(&figures);
     want.extend([
@@ -93,10 +94,13 @@ fn vitals_schema(vitals: &Value) {
         "rank_label",
         "ranks",
         "pids",
+        "left_out",
+        "kept_bytes",
         "history",
     ]);
     assert_eq!(keys(vitals), want, "{vitals}");
-    for q in &figures[8..] {
+    assert_eq!(keys(&vitals["left_out"]), set(&["ranks", "pids", "buckets"]));
+    for q in &figures[8..11] {
         assert_eq!(keys(&vitals[q]), set(&["p50", "p90", "p99"]), "{q}");
     }
     assert_eq!(

@@ -39,6 +39,7 @@ impl Checks {
             (i, result, page)
         });
         let mut due = Vec::new();
+        let mut pages = Vec::new();
         for (i, result, page) in futures_util::future::join_all(checks).await {
             let families = &self.families[i];
             let reading = families.judged().then(|| match &page {
@@ -49,10 +50,24 @@ impl Checks {
             if self.health.observe(&self.board[i], at, result, reading) {
                 due.push(i);
             }
-            if let Some(Ok(page)) = page.as_ref().filter(|_| self.vitals.reads(i)) {
-                let preset = self.scraper.upstreams()[i].engine.preset();
-                self.vitals
-                    .record(i, crate::vitals::read(&page.parsed, preset, at));
+            if self.vitals.reads(i) {
+                pages.push((i, page.and_then(Result::ok)));
+            }
+        }
+        // Summing a page's vitals series takes time in proportion to the page: off the runtime
+        // thread, and done before the next check.
+        if !pages.is_empty() {
+            let vitals = self.vitals.clone();
+            let summed = tokio::task::spawn_blocking(move || {
+                for (i, page) in pages {
+                    match page {
+                        Some(page) => vitals.record(i, &page.parsed, at),
+                        None => vitals.age(i, at),
+                    }
+                }
+            });
+            if let Err(err) = summed.await {
+                tracing::error!(error = %err, "the vitals of a check could not be summed");
             }
         }
         due

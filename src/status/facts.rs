@@ -229,7 +229,7 @@ impl Facts {
                     },
                     history: h.points,
                     // The health checks stamp readings with tokio's clock (paused in tests).
-                    vitals: src.vitals.report(i, tokio::time::Instant::now().into_std()),
+                    vitals: src.vitals.report(i),
                 }
             })
             .collect();

@@ -67,8 +67,9 @@ pub(super) fn write(name: &str, v: &Report, out: &mut String) {
             &pct,
         ),
     ];
+    let why = |key: &str| t.not_available.get(key).map(String::as_str);
     for (key, label, value, show) in items {
-        figure(key, label, value.map(show), value, out);
+        figure(key, label, value.map(show), value, why(key), out);
     }
     for (key, label, q) in [
         (
@@ -88,16 +89,30 @@ pub(super) fn write(name: &str, v: &Report, out: &mut String) {
         ),
     ] {
         for (p, value) in [("p50", q.p50), ("p99", q.p99)] {
+            let key = format!("{key}.{p}");
             figure(
-                &format!("{key}.{p}"),
+                &key,
                 &format!("{label} {p}"),
                 value.map(super::words::seconds),
                 value,
+                why(&key),
                 out,
             );
         }
     }
-    out.push_str("</dl><div class=\"sparks\">");
+    out.push_str("</dl>");
+    if !t.not_available.is_empty() {
+        out.push_str("<ul class=\"vna muted\">");
+        for (key, why) in &t.not_available {
+            let _ = write!(
+                out,
+                "<li data-key=\"{key}\">{key} not available: {}</li>",
+                super::words::escape(why)
+            );
+        }
+        out.push_str("</ul>");
+    }
+    out.push_str("<div class=\"sparks\">");
     let h = &v.history;
     for (key, label, points, show) in [
         ("running", "running", &h.running, &n as Show<'_>),
@@ -124,13 +139,19 @@ pub(super) fn write(name: &str, v: &Report, out: &mut String) {
         let label = v.rank_label.unwrap_or("rank");
         for part in &v.ranks {
             let f = &part.figures;
+            // A dash for too little data, "n/a" for numbers that cannot be figures.
+            let shown = |key: &str, value: Option<f64>, show: Show<'_>| match value {
+                Some(v) => show(v),
+                None if f.not_available.contains_key(key) => "n/a".to_owned(),
+                None => "–".to_owned(),
+            };
             let _ = write!(
                 out,
                 "<span>{label} {}: {} running, {} waiting, KV {}</span> ",
                 super::words::escape(&part.id),
-                f.running.map_or("–".to_owned(), n),
-                f.waiting.map_or("–".to_owned(), n),
-                f.kv_cache_usage.map_or("–".to_owned(), pct),
+                shown("running", f.running, &n),
+                shown("waiting", f.waiting, &n),
+                shown("kv_cache_usage", f.kv_cache_usage, &pct),
             );
         }
         if v.pids.len() > 1 {
@@ -138,16 +159,54 @@ pub(super) fn write(name: &str, v: &Report, out: &mut String) {
         }
         out.push_str("</p>");
     }
+    let left = &v.left_out;
+    if left.ranks + left.pids + left.buckets > 0 {
+        let mut what = Vec::new();
+        if left.ranks > 0 {
+            what.push(format!("{} more ranks", left.ranks));
+        }
+        if left.pids > 0 {
+            what.push(format!("{} more processes", left.pids));
+        }
+        if left.buckets > 0 {
+            what.push(format!("{} bucket bounds", left.buckets));
+        }
+        let _ = write!(
+            out,
+            "<p class=\"vleft muted\" data-key=\"left_out\">not shown apart: {} \
+             (counted in the totals; sysport keeps at most {} ranks, {} processes and {} \
+             buckets per histogram)</p>",
+            what.join(", "),
+            crate::vitals::MAX_RANKS,
+            crate::vitals::MAX_PIDS,
+            crate::vitals::MAX_BUCKETS,
+        );
+    }
     out.push_str("</div>");
 }
 
-/// One figure: its words, or a dash when there is too little data.
-fn figure(key: &str, label: &str, text: Option<String>, value: Option<f64>, out: &mut String) {
+/// One figure: its words; "n/a" with the reason when the engine's numbers cannot be one; a
+/// dash when there is too little data.
+fn figure(
+    key: &str,
+    label: &str,
+    text: Option<String>,
+    value: Option<f64>,
+    not_available: Option<&str>,
+    out: &mut String,
+) {
+    let (text, title) = match (text, not_available) {
+        (Some(text), _) => (text, String::new()),
+        (None, Some(why)) => (
+            "n/a".to_owned(),
+            format!(" title=\"{}\"", super::words::escape(why)),
+        ),
+        (None, None) => ("–".to_owned(), String::new()),
+    };
     let _ = write!(
         out,
-        "<div data-key=\"{key}\" data-value=\"{}\"><dt>{label}</dt><dd>{}</dd></div>",
+        "<div data-key=\"{key}\" data-value=\"{}\"{title}><dt>{label}</dt><dd>{text}</dd></div>",
         value.map_or("null".to_owned(), |v| v.to_string()),
-        text.unwrap_or_else(|| "–".to_owned()),
     );
 }
 

@@ -1,4 +1,5 @@
-//! The figures of one upstream (or one rank, or one process of it) over a window of readings.
+//! The figures of one group (the upstream, one rank, one process) over a window of summed
+//! readings, and the figures a number cannot honestly be given for.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -7,7 +8,7 @@ use serde::Serialize;
 
 use super::quantile::{Bucket, bucket_quantile};
 use super::rate::{Point, rate};
-use super::read::{Fig, Key, Reading, SparkPoint};
+use super::row::{Group, Hist, Plain, Row};
 
 /// The quantiles of one latency histogram, in seconds; `null` without observations.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -17,7 +18,8 @@ pub(crate) struct Quantiles {
     pub p99: Option<f64>,
 }
 
-/// Every figure; `None` (`null`) where there is too little data, never 0.
+/// Every figure; `None` (`null`) where there is too little data, never 0, or where the engine's
+/// numbers cannot be a figure (then `not_available` says why).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Figures {
     pub running: Option<f64>,
@@ -33,171 +35,233 @@ pub(crate) struct Figures {
     pub time_to_first_token_seconds: Quantiles,
     pub inter_token_latency_seconds: Quantiles,
     pub e2e_request_latency_seconds: Quantiles,
+    /// Each figure the engine's numbers cannot be (not finite, a negative count, a usage
+    /// outside 0 to 1), by its key, and why.
+    pub not_available: BTreeMap<&'static str, String>,
 }
 
-/// Which series a figure is made of.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Group<'a> {
-    All,
-    /// Series whose label `.0` is `.1` (a data-parallel rank, or a process).
-    Label(&'a str, &'a str),
+/// The figures the status page's sparklines draw, at one reading.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct SparkPoint {
+    pub running: Option<f64>,
+    pub waiting: Option<f64>,
+    pub kv_cache_usage: Option<f64>,
+    pub generation_tokens_per_second: Option<f64>,
+    pub ttft_p99_seconds: Option<f64>,
 }
 
-impl Group<'_> {
-    fn holds(&self, key: &Key) -> bool {
-        match self {
-            Group::All => true,
-            Group::Label(name, value) => key.label(name) == Some(value),
-        }
-    }
-}
-
-/// The readings of one window, ending at `end`, and how copies of one number are told apart.
+/// The readings of one window, ending at `end`.
 pub(crate) struct Window<'a> {
     /// The readings in `(end - range, end]`, oldest first.
-    pub readings: &'a [Reading],
+    pub rows: &'a [Row],
     pub end: Instant,
     pub range: Duration,
-    /// Labels whose series are copies of one gauge (processes, replicas of a rank).
-    pub copies: &'a [&'a str],
+}
+
+/// What a number must be to be a figure.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// A count of requests: not below zero.
+    Count,
+    /// A fraction: 0 to 1.
+    Fraction,
+    /// A rate: not below zero.
+    Rate,
+    /// A latency in seconds: not below zero.
+    Seconds,
 }
 
 impl Window<'_> {
-    /// Every figure of the series in `group`.
-    pub(crate) fn figures(&self, group: Group<'_>) -> Figures {
-        let hits = self.rate(Fig::PrefixHits, group);
-        let queries = self.rate(Fig::PrefixQueries, group);
-        Figures {
-            running: self.gauge(Fig::Running, group, false),
-            waiting: self.gauge(Fig::Waiting, group, false),
-            kv_cache_usage: self.gauge(Fig::KvUsage, group, true),
-            requests_per_second: self.rate(Fig::Requests, group),
-            prompt_tokens_per_second: self.rate(Fig::PromptTokens, group),
-            generation_tokens_per_second: self.rate(Fig::GenerationTokens, group),
-            preemptions_per_second: self.rate(Fig::Preemptions, group),
-            prefix_cache_hit_rate: match (hits, queries) {
-                (Some(h), Some(q)) if q > 0.0 => Some(h / q),
-                _ => None,
-            },
-            time_to_first_token_seconds: self.quantiles(Fig::Ttft, group),
-            inter_token_latency_seconds: self.quantiles(Fig::Itl, group),
-            e2e_request_latency_seconds: self.quantiles(Fig::E2e, group),
-        }
-    }
-
-    /// The figures the sparklines draw, of every series.
-    pub(crate) fn spark(&self) -> SparkPoint {
-        SparkPoint {
-            running: self.gauge(Fig::Running, Group::All, false),
-            waiting: self.gauge(Fig::Waiting, Group::All, false),
-            kv_cache_usage: self.gauge(Fig::KvUsage, Group::All, true),
-            generation_tokens_per_second: self.rate(Fig::GenerationTokens, Group::All),
-            ttft_p99_seconds: self.quantile(Fig::Ttft, Group::All, 0.99),
-        }
-    }
-
-    fn series(&self, fig: Fig, group: Group<'_>) -> impl Iterator<Item = (&Key, f64, &Reading)> {
-        self.readings.iter().flat_map(move |r| {
-            r.of(fig)
-                .iter()
-                .filter(move |(k, _)| group.holds(k))
-                .map(move |(k, v)| (k, *v, r))
-        })
-    }
-
-    /// A gauge at the last reading: copies of one number count once (their largest), the
-    /// rest add up, or (`mean`) are averaged, as `/metrics/router` combines them.
-    fn gauge(&self, fig: Fig, group: Group<'_>, mean: bool) -> Option<f64> {
-        let last = self.readings.last()?;
-        let in_group = last.of(fig).iter().filter(|(k, _)| group.holds(k));
-        let numbers = self.without_copies(in_group.map(|(k, v)| (k, *v)));
-        if numbers.is_empty() {
-            return None;
-        }
-        let sum: f64 = numbers.iter().sum();
-        Some(if mean {
-            sum / numbers.len() as f64
-        } else {
-            sum
-        })
-    }
-
-    /// One number per series that is not a copy of another: series that differ only in a
-    /// copy label (a process, a tensor-parallel replica of a rank's scheduler) count once,
-    /// with their largest value.
-    fn without_copies<'k>(&self, series: impl Iterator<Item = (&'k Key, f64)>) -> Vec<f64> {
-        let mut numbers: BTreeMap<Vec<&(String, String)>, f64> = BTreeMap::new();
-        for (k, v) in series {
-            let rest: Vec<&(String, String)> = k
-                .labels
-                .iter()
-                .filter(|(name, _)| !self.copies.contains(&name.as_str()))
-                .collect();
-            let slot = numbers.entry(rest).or_insert(f64::NEG_INFINITY);
-            *slot = slot.max(v);
-        }
-        numbers.into_values().collect()
-    }
-
-    /// `rate()` of every series. A series is its label set's address: recorded readings
-    /// hold each label set once ([`super::read::Labels`]).
-    fn rates(&self, fig: Fig, group: Group<'_>) -> Vec<(&Key, f64)> {
-        let mut points: BTreeMap<*const (String, String), (&Key, Vec<Point>)> = BTreeMap::new();
-        for (k, v, r) in self.series(fig, group) {
-            let t = -(self.end.saturating_duration_since(r.at).as_secs_f64());
-            points
-                .entry(k.labels.as_ptr())
-                .or_insert_with(|| (k, Vec::with_capacity(self.readings.len())))
-                .1
-                .push(Point { t, v });
-        }
-        points
-            .into_values()
-            .filter_map(|(k, p)| Some((k, rate(&p, 0.0, self.range.as_secs_f64())?)))
-            .collect()
-    }
-
-    /// `sum(max without (copies) (rate(x[range])))` over the group's series: copies of one
-    /// counter (each tensor-parallel scheduler of SGLang counts the same retractions) count
-    /// once. `None` when no series has two readings.
-    fn rate(&self, fig: Fig, group: Group<'_>) -> Option<f64> {
-        self.without_copies(self.rates(fig, group).into_iter())
-            .into_iter()
-            .reduce(|a, b| a + b)
-    }
-
-    /// `histogram_quantile(q, sum by (le) (rate(x_bucket[range])))` for p50, p90, p99.
-    fn quantiles(&self, fig: Fig, group: Group<'_>) -> Quantiles {
-        let buckets = self.buckets(fig, group);
-        let q = |q: f64| bucket_quantile(q, buckets.clone()).filter(|v| v.is_finite());
-        Quantiles {
-            p50: q(0.5),
-            p90: q(0.9),
-            p99: q(0.99),
-        }
-    }
-
-    /// One quantile, as [`Window::quantiles`] computes it.
-    fn quantile(&self, fig: Fig, group: Group<'_>, q: f64) -> Option<f64> {
-        bucket_quantile(q, self.buckets(fig, group)).filter(|v| v.is_finite())
-    }
-
-    /// `sum by (le) (rate(x_bucket[range]))`.
-    fn buckets(&self, fig: Fig, group: Group<'_>) -> Vec<Bucket> {
-        let mut by_le: BTreeMap<&str, f64> = BTreeMap::new();
-        for (k, r) in self.rates(fig, group) {
-            if let Some(le) = k.label("le") {
-                *by_le.entry(le).or_default() += r;
+    /// Every figure of `group`.
+    pub(crate) fn figures(&self, group: &Group) -> Figures {
+        let mut not_available = BTreeMap::new();
+        let mut check = |key: &'static str, kind: Kind, value: Option<f64>| {
+            value.and_then(|v| match why_not(kind, v) {
+                None => Some(v),
+                Some(why) => {
+                    not_available.insert(key, why);
+                    None
+                }
+            })
+        };
+        let hits = self.rate(group, Plain::PrefixHits);
+        let queries = self.rate(group, Plain::PrefixQueries);
+        let hit_rate = match (hits, queries) {
+            (Some(h), Some(q)) if q > 0.0 => Some(h / q),
+            _ => None,
+        };
+        let running = check("running", Kind::Count, self.gauge(group, Plain::Running));
+        let waiting = check("waiting", Kind::Count, self.gauge(group, Plain::Waiting));
+        let kv_cache_usage = check(
+            "kv_cache_usage",
+            Kind::Fraction,
+            self.gauge(group, Plain::KvUsage),
+        );
+        let mut rate = |key, p| check(key, Kind::Rate, self.rate(group, p));
+        let requests_per_second = rate("requests_per_second", Plain::Requests);
+        let prompt_tokens_per_second = rate("prompt_tokens_per_second", Plain::PromptTokens);
+        let generation_tokens_per_second =
+            rate("generation_tokens_per_second", Plain::GenerationTokens);
+        let preemptions_per_second = rate("preemptions_per_second", Plain::Preemptions);
+        let prefix_cache_hit_rate = check("prefix_cache_hit_rate", Kind::Fraction, hit_rate);
+        let mut quantiles = |keys: [&'static str; 3], h| {
+            let buckets = self.buckets(group, h);
+            let mut q =
+                |key, q: f64| check(key, Kind::Seconds, bucket_quantile(q, buckets.clone()));
+            Quantiles {
+                p50: q(keys[0], 0.5),
+                p90: q(keys[1], 0.9),
+                p99: q(keys[2], 0.99),
             }
+        };
+        let time_to_first_token_seconds = quantiles(
+            [
+                "time_to_first_token_seconds.p50",
+                "time_to_first_token_seconds.p90",
+                "time_to_first_token_seconds.p99",
+            ],
+            Hist::Ttft,
+        );
+        let inter_token_latency_seconds = quantiles(
+            [
+                "inter_token_latency_seconds.p50",
+                "inter_token_latency_seconds.p90",
+                "inter_token_latency_seconds.p99",
+            ],
+            Hist::Itl,
+        );
+        let e2e_request_latency_seconds = quantiles(
+            [
+                "e2e_request_latency_seconds.p50",
+                "e2e_request_latency_seconds.p90",
+                "e2e_request_latency_seconds.p99",
+            ],
+            Hist::E2e,
+        );
+        Figures {
+            running,
+            waiting,
+            kv_cache_usage,
+            requests_per_second,
+            prompt_tokens_per_second,
+            generation_tokens_per_second,
+            preemptions_per_second,
+            prefix_cache_hit_rate,
+            time_to_first_token_seconds,
+            inter_token_latency_seconds,
+            e2e_request_latency_seconds,
+            not_available,
         }
-        by_le
-            .into_iter()
-            .filter_map(|(le, count)| {
+    }
+
+    /// The figures the sparklines draw, of the whole upstream; one that cannot be a figure is
+    /// a gap.
+    pub(crate) fn spark(&self) -> SparkPoint {
+        let all = Group::All;
+        let ok = |kind, v: Option<f64>| v.filter(|&v| why_not(kind, v).is_none());
+        SparkPoint {
+            running: ok(Kind::Count, self.gauge(&all, Plain::Running)),
+            waiting: ok(Kind::Count, self.gauge(&all, Plain::Waiting)),
+            kv_cache_usage: ok(Kind::Fraction, self.gauge(&all, Plain::KvUsage)),
+            generation_tokens_per_second: ok(Kind::Rate, self.rate(&all, Plain::GenerationTokens)),
+            ttft_p99_seconds: ok(
+                Kind::Seconds,
+                bucket_quantile(0.99, self.buckets(&all, Hist::Ttft)),
+            ),
+        }
+    }
+
+    /// A gauge of `group` at the last reading.
+    fn gauge(&self, group: &Group, p: Plain) -> Option<f64> {
+        self.rows.last()?.plain(group, p)
+    }
+
+    /// `rate()` of one running total of `group`, read by `value`.
+    fn rate_of(&self, value: impl Fn(&Row) -> Option<f64>) -> Option<f64> {
+        let points: Vec<Point> = self
+            .rows
+            .iter()
+            .filter_map(|r| {
+                Some(Point {
+                    t: -(self.end.saturating_duration_since(r.at).as_secs_f64()),
+                    v: value(r)?,
+                })
+            })
+            .collect();
+        rate(&points, 0.0, self.range.as_secs_f64())
+    }
+
+    /// `sum(max without (copies) (rate(x[range])))` over the group's series (summed when
+    /// read, see `sum`). `None` when there are fewer than two readings.
+    fn rate(&self, group: &Group, p: Plain) -> Option<f64> {
+        self.rate_of(|r| r.plain(group, p))
+    }
+
+    /// `sum by (le) (rate(x_bucket[range]))`, for every bound the last reading keeps.
+    fn buckets(&self, group: &Group, h: Hist) -> Vec<Bucket> {
+        let Some(last) = self.rows.last() else {
+            return Vec::new();
+        };
+        last.layout.les[h as usize]
+            .iter()
+            .filter_map(|&le| {
                 Some(Bucket {
-                    le: le.parse::<f64>().ok().filter(|le| !le.is_nan())?,
-                    count,
+                    le,
+                    count: self.rate_of(|r| r.bucket(group, h, le))?,
                 })
             })
             .collect()
+    }
+}
+
+/// Why `v` cannot be a figure of `kind`, in words; `None` when it can.
+fn why_not(kind: Kind, v: f64) -> Option<String> {
+    if !v.is_finite() {
+        return Some(format!(
+            "the engine's numbers give {v}, not a finite number"
+        ));
+    }
+    match kind {
+        Kind::Count if v < 0.0 => Some(format!(
+            "the engine reports {v}, and a count of requests cannot be negative"
+        )),
+        Kind::Fraction if !(0.0..=1.0 + 1e-9).contains(&v) => Some(format!(
+            "the engine reports {v}, and a fraction lies between 0 and 1"
+        )),
+        Kind::Rate if v < 0.0 => Some(format!(
+            "the engine's counter gives a rate of {v}, and a rate cannot be negative"
+        )),
+        Kind::Seconds if v < 0.0 => Some(format!(
+            "the engine's histogram gives {v} s, and a latency cannot be negative"
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_that_cannot_be_figures_say_why() {
+        assert!(why_not(Kind::Count, 3.0).is_none());
+        assert!(
+            why_not(Kind::Count, -10.0)
+                .expect("negative")
+                .contains("cannot be negative")
+        );
+        assert!(
+            why_not(Kind::Fraction, -5.0)
+                .expect("below 0")
+                .contains("between 0 and 1")
+        );
+        assert!(why_not(Kind::Fraction, 1.0).is_none());
+        assert!(why_not(Kind::Fraction, 1.5).is_some());
+        assert!(
+            why_not(Kind::Rate, f64::NEG_INFINITY)
+                .expect("infinite")
+                .contains("-inf")
+        );
+        assert!(why_not(Kind::Seconds, f64::INFINITY).is_some());
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! Every health check reads the vitals families of the upstream's engine (see
 //! [`crate::model::engine::VitalsFamilies`]) from the page it fetched, or with a `name[]` read of
-//! them alone, and keeps the reading with the time the check was due. From the readings of
-//! the last `vitals.window`:
+//! them alone, and keeps the reading, summed as the figures sum it ([`sum`]: for the upstream,
+//! each rank and each process shown, never per series), with the time the check was due. From
+//! the readings of the last `vitals.window`:
 //!
 //! - **now**: requests running and waiting, KV cache usage, from the last reading;
 //! - **rates**: Prometheus' `sum(rate(x[window]))` over the family's series ([`rate`]);
@@ -13,30 +14,46 @@
 //!   ([`quantile`]).
 //!
 //! Too little data (fewer than two readings of a series in the window, no observation) is
-//! `None`, never 0. The same figures are given per data-parallel rank (the preset's rank
-//! labels) and per process (`pid`), where the engine has them.
+//! `None`, never 0; so is a number that cannot be a figure (not finite, a negative count, a
+//! usage outside 0 to 1), with the reason in `not_available`. The same figures are given per
+//! data-parallel rank (the preset's rank labels) and per process (`pid`), where the engine has
+//! them.
+//!
+//! What is kept is bounded whatever the page holds (docs/vitals.md, "What it costs"): at most
+//! [`MAX_POINTS`] readings in the window, each of at most 1 + [`sum::MAX_RANKS`] + [`sum::MAX_PIDS`]
+//! groups of at most 9 + 3 × [`sum::MAX_BUCKETS`] numbers, [`MAX_SPARKS`] sparkline points, and the
+//! last value of each series of the last page. The figures are computed when a reading is
+//! recorded (off the runtime thread, by the health check), so `/status` and the status page
+//! only copy them.
 
 mod figures;
 mod quantile;
 mod rate;
-mod read;
+mod row;
+mod sum;
 
-use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-pub(crate) use figures::{Figures, Group, Window};
-pub(crate) use read::{Reading, names, read};
+pub(crate) use figures::{Figures, SparkPoint, Window};
+pub(crate) use sum::{MAX_BUCKETS, MAX_PIDS, MAX_RANKS, names};
 
-use read::Labels;
+use row::{Group, Row};
+use sum::{LeftOut, Summer};
 
 use crate::config::Config;
+use crate::expfmt::Exposition;
 use crate::model::Preset;
 
 /// How long readings are kept at least: the status page's sparklines span five minutes.
 pub(crate) const HISTORY: Duration = Duration::from_secs(300);
+/// Readings kept in a window, at most: when checks come more often than `window / MAX_POINTS`,
+/// the newest reading replaces the one before it until they are that far apart.
+pub(crate) const MAX_POINTS: usize = 120;
+/// Sparkline points kept, at most (one a second over five minutes).
+pub(crate) const MAX_SPARKS: usize = 300;
 
 /// The readings of every upstream.
 #[derive(Debug)]
@@ -54,16 +71,21 @@ struct Upstream {
     /// under); none when the vitals are off or the upstream keeps none of them (an LMCache
     /// upstream under the vLLM preset).
     names: Vec<String>,
-    readings: Mutex<Kept>,
-    /// Readings recorded so far.
-    recorded: std::sync::atomic::AtomicU64,
+    kept: Mutex<Kept>,
+    /// The figures as of the last reading (or of the last check, once readings stop coming).
+    report: Mutex<Report>,
 }
 
-/// One upstream's readings, oldest first, and their label sets.
+/// One upstream's readings, oldest first, and what sums them.
 #[derive(Debug, Default)]
 struct Kept {
-    readings: VecDeque<Reading>,
-    labels: Labels,
+    summer: Summer,
+    rows: Vec<Row>,
+    sparks: Vec<(Instant, SparkPoint)>,
+    rank_label: Option<&'static str>,
+    left_out: LeftOut,
+    /// Readings recorded so far.
+    recorded: u64,
 }
 
 /// The vitals of one upstream, as `/status` gives them.
@@ -82,8 +104,22 @@ pub(crate) struct Report {
     pub rank_label: Option<&'static str>,
     pub ranks: Vec<Part>,
     pub pids: Vec<Part>,
+    /// What the last reading had that is not shown apart (it is in the total): ranks beyond
+    /// the first [`sum::MAX_RANKS`], processes beyond [`sum::MAX_PIDS`], bucket bounds beyond
+    /// [`sum::MAX_BUCKETS`] per histogram.
+    pub left_out: LeftOutFacts,
+    /// The bytes the kept readings and sparkline points hold (docs/vitals.md's formula).
+    pub kept_bytes: usize,
     /// The last five minutes, one point per reading, for the status page's sparklines.
     pub history: Sparks,
+}
+
+/// What a reading had that is not shown apart.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub(crate) struct LeftOutFacts {
+    pub ranks: usize,
+    pub pids: usize,
+    pub buckets: usize,
 }
 
 /// The figures of one rank or process.
@@ -95,11 +131,11 @@ pub(crate) struct Part {
     pub figures: Figures,
 }
 
-/// One point of a sparkline: seconds before now, and the figure then.
+/// One point of a sparkline: seconds before the report's time, and the figure then.
 pub(crate) type Spark = Vec<(f64, Option<f64>)>;
 
 /// The five-minute history the status page draws.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub(crate) struct Sparks {
     pub running: Spark,
     pub waiting: Spark,
@@ -111,23 +147,24 @@ pub(crate) struct Sparks {
 impl Vitals {
     /// Empty readings for every upstream of `config`.
     pub(crate) fn new(config: &Config) -> Vitals {
+        let window = config.vitals.window;
         Vitals {
-            window: config.vitals.window,
+            window,
             interval: config.health.interval,
             upstreams: config
                 .upstreams
                 .iter()
                 .map(|u| {
                     let names = names(u.engine.preset());
-                    let read = !config.vitals.window.is_zero()
+                    let read = !window.is_zero()
                         && names
                             .iter()
                             .any(|name| u.keep.iter().any(|k| name.starts_with(k.as_str())));
                     Upstream {
                         preset: u.engine.preset(),
                         names: if read { names } else { Vec::new() },
-                        readings: Mutex::new(Kept::default()),
-                        recorded: std::sync::atomic::AtomicU64::new(0),
+                        kept: Mutex::new(Kept::default()),
+                        report: Mutex::new(build(&Kept::default(), None, window)),
                     }
                 })
                 .collect(),
@@ -145,131 +182,144 @@ impl Vitals {
         !self.names(i).is_empty()
     }
 
-    /// Keeps upstream `i`'s reading; readings older than the window (or five minutes) go.
-    pub(crate) fn record(&self, i: usize, mut reading: Reading) {
-        let Some(u) = self.upstreams.get(i) else {
+    /// Keeps upstream `i`'s reading of `exp`, made by the check due `at`, and computes the
+    /// figures as of it. Readings older than the window (sparkline points older than five
+    /// minutes) go.
+    pub(crate) fn record(&self, i: usize, exp: &Exposition, at: Instant) {
+        let Some(u) = self.upstreams.get(i).filter(|u| !u.names.is_empty()) else {
             return;
         };
-        let keep = self.window.max(HISTORY);
-        let mut kept = u.readings.lock().expect("vitals lock");
-        u.recorded
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        kept.labels.intern(&mut reading);
-        let at = reading.at;
-        let readings = &mut kept.readings;
-        // Out of order only if a check finished after a later one: keep time order, and the
-        // later readings' windows now hold this one.
-        let pos = readings.partition_point(|r| r.at <= at);
-        readings.insert(pos, reading);
-        for later in readings.iter_mut().skip(pos + 1) {
-            later.spark = std::sync::OnceLock::new();
+        let mut kept = u.kept.lock().expect("vitals lock");
+        let kept = &mut *kept;
+        if kept.rows.last().is_some_and(|last| last.at >= at) {
+            // A check that finished after a later one: its reading is already superseded.
+            return;
         }
-        let mut dropped = false;
-        while readings
-            .front()
-            .is_some_and(|r| at.saturating_duration_since(r.at) > keep)
-        {
-            readings.pop_front();
-            dropped = true;
-        }
-        if dropped {
-            kept.labels.prune();
-        }
-    }
-
-    /// When the window ends: at the last reading while readings come (the check due now may
-    /// still be fetching; ending the window at `now` would count that as the series ending, and
-    /// `rate()` would extrapolate only half a spacing there), else at `now`, so that the figures
-    /// of an upstream that stopped answering age out.
-    fn end(&self, all: &[Reading], now: Instant) -> Instant {
-        match all.last() {
-            Some(last) if last.at <= now && now - last.at <= self.interval * 2 => last.at,
-            _ => now,
-        }
-    }
-
-    /// Upstream `i`'s vitals as of `now` (its last reading); `None` when they are not read
-    /// ([`Vitals::reads`]).
-    pub(crate) fn report(&self, i: usize, now: Instant) -> Option<Report> {
-        if !self.reads(i) {
-            return None;
-        }
-        let u = self.upstreams.get(i)?;
-        let mut kept = u.readings.lock().expect("vitals lock");
-        let all: &[Reading] = kept.readings.make_contiguous();
-        let end = self.end(all, now);
-        let in_window = in_window(all, end, self.window);
-        let copies = u.preset.copy_labels();
-        let window = Window {
-            readings: in_window,
-            end,
+        kept.recorded += 1;
+        let (row, rank_label, left_out) = kept.summer.sum(exp, u.preset, at, kept.rows.last());
+        kept.rank_label = rank_label;
+        kept.left_out = left_out;
+        let spacing = self.window / MAX_POINTS as u32;
+        push_spaced(&mut kept.rows, row, spacing, |r| r.at);
+        let old = kept
+            .rows
+            .partition_point(|r| at.saturating_duration_since(r.at) >= self.window);
+        kept.rows.drain(..old);
+        kept.summer.prune();
+        let point = Window {
+            rows: in_window(&kept.rows, at, self.window),
+            end: at,
             range: self.window,
-            copies: &copies,
+        }
+        .spark();
+        push_spaced(
+            &mut kept.sparks,
+            (at, point),
+            HISTORY / MAX_SPARKS as u32,
+            |s| s.0,
+        );
+        let old = kept
+            .sparks
+            .partition_point(|s| at.saturating_duration_since(s.0) > HISTORY);
+        kept.sparks.drain(..old);
+        let report = build(kept, Some(at), self.window);
+        *u.report.lock().expect("report lock") = report;
+    }
+
+    /// Upstream `i`'s figures as of a check made `now` that brought no reading (the upstream
+    /// did not answer): once no reading has come for two health intervals, the window ends at
+    /// `now`, so that old figures age out.
+    pub(crate) fn age(&self, i: usize, now: Instant) {
+        let Some(u) = self.upstreams.get(i).filter(|u| !u.names.is_empty()) else {
+            return;
         };
-        let last = in_window.last();
-        let rank_label = u
-            .preset
-            .rank_labels
-            .iter()
-            .copied()
-            .find(|l| last.is_some_and(|r| r.series.iter().any(|(k, _)| k.label(l).is_some())));
-        let parts = |label: &str| -> Vec<Part> {
-            let mut ids: Vec<&str> = in_window
-                .iter()
-                .flat_map(|r| r.series.iter().filter_map(|(k, _)| k.label(label)))
-                .collect();
-            ids.sort_unstable_by(|a, b| numeric_first(a, b));
-            ids.dedup();
-            ids.into_iter()
-                .map(|id| Part {
-                    id: id.to_owned(),
-                    figures: window.figures(Group::Label(label, id)),
-                })
-                .collect()
-        };
-        let pids = u
-            .preset
-            .process_labels
-            .first()
-            .map(|l| parts(l))
-            .unwrap_or_default();
-        Some(Report {
-            window_seconds: self.window.as_secs_f64(),
-            readings: in_window.len(),
-            readings_total: u.recorded.load(std::sync::atomic::Ordering::Relaxed),
-            total: window.figures(Group::All),
-            rank_label,
-            ranks: rank_label.map(parts).unwrap_or_default(),
-            pids,
-            history: sparks(all, now, self.window, &copies),
-        })
+        let kept = u.kept.lock().expect("vitals lock");
+        let fresh = kept
+            .rows
+            .last()
+            .is_some_and(|last| last.at <= now && now - last.at <= self.interval * 2);
+        if !fresh {
+            *u.report.lock().expect("report lock") = build(&kept, Some(now), self.window);
+        }
+    }
+
+    /// Upstream `i`'s vitals, as of its last reading; `None` when they are not read
+    /// ([`Vitals::reads`]).
+    pub(crate) fn report(&self, i: usize) -> Option<Report> {
+        let u = self.upstreams.get(i).filter(|u| !u.names.is_empty())?;
+        Some(u.report.lock().expect("report lock").clone())
     }
 }
 
-/// The last five minutes of time-ordered `readings` as of `now`, one point per reading, each
-/// over the window that ended at it (computed once per reading).
-fn sparks(all: &[Reading], now: Instant, range: Duration, copies: &[&str]) -> Sparks {
-    let mut sparks = Sparks {
-        running: Vec::new(),
-        waiting: Vec::new(),
-        kv_cache_usage: Vec::new(),
-        generation_tokens_per_second: Vec::new(),
-        ttft_p99_seconds: Vec::new(),
+/// Appends `item` to time-ordered `items`, or puts it in the place of the last one while that
+/// is closer than `spacing` to the one before it: the items stay `spacing` apart, but for the
+/// newest.
+fn push_spaced<T>(items: &mut Vec<T>, item: T, spacing: Duration, at: impl Fn(&T) -> Instant) {
+    match items.len() {
+        n if n >= 2 && at(&items[n - 1]).saturating_duration_since(at(&items[n - 2])) < spacing => {
+            items[n - 1] = item;
+        }
+        _ => items.push(item),
+    }
+}
+
+/// The figures of `kept` over the window that ends at `end` (`None`: nothing read yet).
+fn build(kept: &Kept, end: Option<Instant>, window: Duration) -> Report {
+    let end = end.unwrap_or_else(Instant::now);
+    let rows = in_window(&kept.rows, end, window);
+    let w = Window {
+        rows,
+        end,
+        range: window,
     };
-    for (n, r) in all.iter().enumerate() {
-        let ago = now.saturating_duration_since(r.at);
-        if ago > HISTORY || r.at > now {
+    // The ranks and processes of the last reading, each over the whole window.
+    let parts = |rank: bool| -> Vec<Part> {
+        let mut parts: Vec<Part> = rows
+            .last()
+            .map(|last| &last.groups[..])
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|(g, _)| match g {
+                Group::Rank(id) if rank => Some((g, id)),
+                Group::Pid(id) if !rank => Some((g, id)),
+                _ => None,
+            })
+            .map(|(g, id)| Part {
+                id: id.to_string(),
+                figures: w.figures(g),
+            })
+            .collect();
+        parts.sort_by(|a, b| sum::numeric_first(a.id.as_bytes(), b.id.as_bytes()));
+        parts
+    };
+    let kept_bytes = kept.rows.iter().map(Row::bytes).sum::<usize>()
+        + kept.sparks.len() * std::mem::size_of::<(Instant, SparkPoint)>();
+    Report {
+        window_seconds: window.as_secs_f64(),
+        readings: rows.len(),
+        readings_total: kept.recorded,
+        total: w.figures(&Group::All),
+        rank_label: kept.rank_label.filter(|_| !rows.is_empty()),
+        ranks: parts(true),
+        pids: parts(false),
+        left_out: LeftOutFacts {
+            ranks: kept.left_out.ranks,
+            pids: kept.left_out.pids,
+            buckets: kept.left_out.buckets,
+        },
+        kept_bytes,
+        history: sparks(&kept.sparks, end),
+    }
+}
+
+/// The sparkline points of the last five minutes before `end`.
+fn sparks(points: &[(Instant, SparkPoint)], end: Instant) -> Sparks {
+    let mut sparks = Sparks::default();
+    for (at, p) in points {
+        let ago = end.saturating_duration_since(*at);
+        if ago > HISTORY || *at > end {
             continue;
         }
-        let p = r.spark.get_or_init(|| {
-            let window = Window {
-                readings: in_window(&all[..=n], r.at, range),
-                end: r.at,
-                range,
-                copies,
-            };
-            window.spark()
-        });
         let t = -ago.as_secs_f64();
         sparks.running.push((t, p.running));
         sparks.waiting.push((t, p.waiting));
@@ -282,19 +332,11 @@ fn sparks(all: &[Reading], now: Instant, range: Duration, copies: &[&str]) -> Sp
     sparks
 }
 
-/// The readings in `(end - range, end]` of time-ordered `readings`.
-fn in_window(readings: &[Reading], end: Instant, range: Duration) -> &[Reading] {
-    let last = readings.partition_point(|r| r.at <= end);
-    let first = readings[..last].partition_point(|r| end.saturating_duration_since(r.at) >= range);
-    &readings[first..last]
-}
-
-/// Rank and process ids in numeric order where they are numbers.
-fn numeric_first(a: &str, b: &str) -> std::cmp::Ordering {
-    match (a.parse::<u64>(), b.parse::<u64>()) {
-        (Ok(x), Ok(y)) => x.cmp(&y),
-        _ => a.cmp(b),
-    }
+/// The readings in `(end - range, end]` of time-ordered `rows`.
+fn in_window(rows: &[Row], end: Instant, range: Duration) -> &[Row] {
+    let last = rows.partition_point(|r| r.at <= end);
+    let first = rows[..last].partition_point(|r| end.saturating_duration_since(r.at) >= range);
+    &rows[first..last]
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use super::*;
 use crate::expfmt::Format;
 use crate::model::Engine;
 use crate::numbers::testing::parsed;
+use crate::vitals::figures::SparkPoint;
 
 /// A vLLM page with two data-parallel ranks at step `n`: rank 0 finishes 1 request/s and makes
 /// 50 generation tokens/s, rank 1 half of that; every first token takes between 0.1 and
@@ -93,10 +94,14 @@ fn page_from(t: f64, renamed: bool, base: f64) -> String {
 
 /// The vitals of one upstream of `engine`, over a 1 min window.
 fn vitals(engine: Engine) -> Vitals {
+    vitals_with(engine, Duration::from_secs(60))
+}
+
+fn vitals_with(engine: Engine, window: Duration) -> Vitals {
     let mut config = crate::config::Config::default();
     config.upstreams[0].engine = engine;
     config.upstreams[0].keep = engine.default_keep();
-    config.vitals.window = Duration::from_secs(60);
+    config.vitals.window = window;
     Vitals::new(&config)
 }
 
@@ -104,7 +109,7 @@ fn feed(v: &Vitals, engine: Engine, start: Instant, pages: impl Iterator<Item = 
     let p = engine.preset();
     for (n, page) in pages {
         let exp = parsed(&page, Format::Text, p.keep);
-        v.record(0, read(&exp, p, start + Duration::from_secs(5 * n)));
+        v.record(0, &exp, start + Duration::from_secs(5 * n));
     }
 }
 
@@ -116,11 +121,16 @@ fn fed(engine: Engine, pages: impl Iterator<Item = (u64, String)>) -> (Vitals, I
     (v, start)
 }
 
+/// The report of `v` after a check at `at` (which ages the figures out once readings stop).
+fn report_at(v: &Vitals, at: Instant) -> Report {
+    v.age(0, at);
+    v.report(0).expect("a report")
+}
+
 /// The vitals of a vLLM upstream fed `pages`, as of `at` seconds after the first step.
 fn vllm_report(pages: impl Iterator<Item = (u64, String)>, at: u64) -> Report {
     let (v, start) = fed(Engine::Vllm, pages);
-    v.report(0, start + Duration::from_secs(at))
-        .expect("a report")
+    report_at(&v, start + Duration::from_secs(at))
 }
 
 fn close(got: Option<f64>, want: f64) {
@@ -180,7 +190,7 @@ fn renamed_families_are_read_under_their_old_names() {
 fn too_little_data_is_null_never_zero() {
     let v = vitals(Engine::Vllm);
     let start = Instant::now();
-    let r = v.report(0, start).expect("a report");
+    let r = report_at(&v, start);
     assert_eq!(r.readings, 0);
     assert_eq!(r.total.running, None);
     feed(
@@ -189,7 +199,7 @@ fn too_little_data_is_null_never_zero() {
         start,
         std::iter::once((0, vllm_page(0, false))),
     );
-    let r = v.report(0, start).expect("a report");
+    let r = report_at(&v, start);
     assert_eq!(r.readings, 1);
     close(r.total.running, 4.0);
     assert_eq!(r.total.requests_per_second, None, "one reading");
@@ -201,15 +211,11 @@ fn too_little_data_is_null_never_zero() {
         start,
         std::iter::once((1, vllm_page(0, false))),
     );
-    let r = v
-        .report(0, start + Duration::from_secs(5))
-        .expect("a report");
+    let r = report_at(&v, start + Duration::from_secs(5));
     assert_eq!(r.total.requests_per_second, Some(0.0));
     assert_eq!(r.total.time_to_first_token_seconds.p50, None);
     // Readings older than the window no longer count.
-    let r = v
-        .report(0, start + Duration::from_secs(200))
-        .expect("a report");
+    let r = report_at(&v, start + Duration::from_secs(200));
     assert_eq!(r.readings, 0);
     assert_eq!(r.total.running, None);
 }
@@ -253,7 +259,7 @@ fn sglang_in_underscore_spelling_fills_the_vitals() {
         Engine::Sglang,
         std::iter::once((0, SGLANG_UNDERSCORE.to_owned())),
     );
-    let r = v.report(0, start).expect("a report");
+    let r = report_at(&v, start);
     // Tensor-parallel copies count once: 5 + 2.
     close(r.total.running, 7.0);
     close(r.total.waiting, 1.0);
@@ -287,38 +293,13 @@ fn the_selection_asks_for_every_name_and_spelling() {
 fn sparks_cover_five_minutes_one_point_per_reading() {
     let (v, start) = fed(Engine::Vllm, (0..=120).map(|n| (n, vllm_page(n, false))));
     let now = start + Duration::from_secs(600);
-    let s = v.report(0, now).expect("a report").history;
+    let s = report_at(&v, now).history;
     // Readings from 300 s to 600 s ago: 61 points, 5 s apart.
     assert_eq!(s.running.len(), 61);
     assert_eq!(s.running[0].0, -300.0);
     assert_eq!(s.running[60], (0.0, Some(4.0)));
     let last = s.generation_tokens_per_second[60].1.expect("a rate");
     assert!((last - 75.0).abs() < 1e-9, "{last}");
-}
-
-#[test]
-fn kept_readings_hold_each_label_set_once() {
-    // The middle page lacks rank 1's running gauge: it comes back as the same label set.
-    let gap = vllm_page(1, false).replace(
-        "vllm:num_requests_running{engine=\"1\",model_name=\"m\"} 1\n",
-        "",
-    );
-    let pages = [vllm_page(0, false), gap, vllm_page(2, false)];
-    let (v, _) = fed(
-        Engine::Vllm,
-        pages.into_iter().enumerate().map(|(n, p)| (n as u64, p)),
-    );
-    let kept = v.upstreams[0].readings.lock().expect("vitals lock");
-    let (first, middle, last) = (&kept.readings[0], &kept.readings[1], &kept.readings[2]);
-    assert_eq!(middle.series.len() + 1, first.series.len());
-    assert_eq!(first.series.len(), last.series.len());
-    for ((a, _), (b, _)) in first.series.iter().zip(&last.series) {
-        assert_eq!(a, b);
-        assert!(
-            std::sync::Arc::ptr_eq(&a.labels, &b.labels),
-            "{a:?} is held twice"
-        );
-    }
 }
 
 #[test]
@@ -338,10 +319,143 @@ fn counter_copies_count_once_in_a_rate() {
         p
     };
     let (v, start) = fed(Engine::Sglang, (0..=24).map(|n| (n, page(5.0 * n as f64))));
-    let r = v
-        .report(0, start + Duration::from_secs(120))
-        .expect("a report");
+    let r = report_at(&v, start + Duration::from_secs(120));
     close(r.total.preemptions_per_second, 1.5);
     close(r.ranks[0].figures.preemptions_per_second, 1.0);
     close(r.ranks[1].figures.preemptions_per_second, 0.5);
+}
+
+/// A vLLM page of `ranks` data-parallel ranks at `t` seconds: each rank runs 2 requests and
+/// makes 10 tokens/s, every first token in (0.1, 0.25]; `extra` is a label added to every
+/// series (one that changes at every check makes every series new).
+fn many_ranks(ranks: usize, t: f64, extra: &str) -> String {
+    let mut p = String::from("# TYPE vllm:num_requests_running gauge\n");
+    for r in 0..ranks {
+        p += &format!("vllm:num_requests_running{{engine=\"{r}\"{extra}}} 2\n");
+    }
+    p += "# TYPE vllm:generation_tokens_total counter\n";
+    for r in 0..ranks {
+        p += &format!(
+            "vllm:generation_tokens_total{{engine=\"{r}\"{extra}}} {}\n",
+            10.0 * t
+        );
+    }
+    p += "# TYPE vllm:time_to_first_token_seconds histogram\n";
+    for r in 0..ranks {
+        for le in ["0.1", "0.25", "+Inf"] {
+            let c = if le == "0.1" { 0.0 } else { t };
+            p += &format!(
+                "vllm:time_to_first_token_seconds_bucket{{engine=\"{r}\",le=\"{le}\"{extra}}} {c}\n"
+            );
+        }
+    }
+    p
+}
+
+#[test]
+fn a_reading_keeps_its_figures_summed_not_its_series() {
+    // 1,000 ranks: the total holds every one; 32 are shown apart, the rest said to be left out.
+    let (v, start) = fed(
+        Engine::Vllm,
+        (0..=12).map(|n| (n, many_ranks(1000, 5.0 * n as f64, ""))),
+    );
+    let r = report_at(&v, start + Duration::from_secs(60));
+    close(r.total.running, 2000.0);
+    close(r.total.generation_tokens_per_second, 10_000.0);
+    assert_eq!(r.ranks.len(), MAX_RANKS);
+    assert_eq!(r.ranks[31].id, "31", "the lowest ids, in numeric order");
+    close(r.ranks[31].figures.generation_tokens_per_second, 10.0);
+    assert_eq!(r.left_out.ranks, 1000 - MAX_RANKS);
+    // A reading holds 1 + 32 groups of 9 + 3 numbers, whatever the page holds.
+    let per_reading = (1 + MAX_RANKS) * (9 + 3) * 8;
+    assert_eq!(
+        r.kept_bytes - r.history.running.len() * SPARK_BYTES,
+        12 * per_reading
+    );
+}
+
+/// What one sparkline point keeps.
+const SPARK_BYTES: usize = std::mem::size_of::<(Instant, SparkPoint)>();
+
+#[test]
+fn a_label_that_changes_at_every_check_costs_nothing_once_summed() {
+    // Every check, every series is new (a label with the check's number): each adds nothing to
+    // the totals, and nothing of it is kept but the sums.
+    let v = vitals(Engine::Vllm);
+    let start = Instant::now();
+    let page = |n: u64| many_ranks(4, 5.0 * n as f64, &format!(",churn=\"{n}\""));
+    feed(&v, Engine::Vllm, start, (0..=80).map(|n| (n, page(n))));
+    let a = report_at(&v, start + Duration::from_secs(400));
+    feed(&v, Engine::Vllm, start, (81..=120).map(|n| (n, page(n))));
+    let b = report_at(&v, start + Duration::from_secs(600));
+    assert_eq!(a.kept_bytes, b.kept_bytes, "flat once the window is full");
+    // New series each time: no increase is ever seen, as Prometheus sees none.
+    close(b.total.generation_tokens_per_second, 0.0);
+    let kept = v.upstreams[0].kept.lock().expect("lock");
+    assert_eq!(kept.summer.series(), 4 * 5, "the last page's series only");
+}
+
+#[test]
+fn readings_in_a_long_window_are_thinned_to_max_points() {
+    // One check a second over a 10 minute window: 600 readings would be in it.
+    let v = vitals_with(Engine::Vllm, Duration::from_secs(600));
+    let start = Instant::now();
+    let p = Engine::Vllm.preset();
+    for s in 0..=900u64 {
+        let exp = parsed(&many_ranks(2, s as f64, ""), Format::Text, p.keep);
+        v.record(0, &exp, start + Duration::from_secs(s));
+    }
+    let r = v.report(0).expect("a report");
+    assert!(r.readings <= MAX_POINTS + 1, "{} readings", r.readings);
+    assert!(r.history.running.len() <= MAX_SPARKS + 1);
+    // Thinned, the rate is still the engine's.
+    close(r.total.generation_tokens_per_second, 20.0);
+}
+
+#[test]
+fn a_histogram_with_too_many_buckets_keeps_an_even_spread_with_its_ends() {
+    let page = |t: f64| {
+        let mut p = String::from("# TYPE vllm:time_to_first_token_seconds histogram\n");
+        for k in 1..=100 {
+            let le = k as f64 / 100.0;
+            let c = if le >= 0.5 { t } else { 0.0 };
+            p += &format!("vllm:time_to_first_token_seconds_bucket{{le=\"{le}\"}} {c}\n");
+        }
+        p += &format!("vllm:time_to_first_token_seconds_bucket{{le=\"+Inf\"}} {t}\n");
+        p
+    };
+    let (v, start) = fed(Engine::Vllm, (0..=12).map(|n| (n, page(5.0 * n as f64))));
+    let r = report_at(&v, start + Duration::from_secs(60));
+    assert_eq!(r.left_out.buckets, 101 - MAX_BUCKETS);
+    // Every observation is in (0.49, 0.5]: the coarser histogram puts the median in the kept
+    // bucket that holds 0.5, between its neighbours' bounds.
+    let p50 = r.total.time_to_first_token_seconds.p50.expect("a median");
+    assert!((0.4..=0.55).contains(&p50), "{p50}");
+}
+
+#[test]
+fn numbers_that_cannot_be_figures_are_not_shown_as_numbers_and_say_why() {
+    let page = "\
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine=\"0\"} -10
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine=\"0\"} +Inf
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine=\"0\"} -5
+";
+    let (v, start) = fed(Engine::Vllm, std::iter::once((0, page.to_owned())));
+    let r = report_at(&v, start);
+    assert_eq!(
+        (r.total.running, r.total.waiting, r.total.kv_cache_usage),
+        (None, None, None)
+    );
+    let why = &r.total.not_available;
+    assert!(why["running"].contains("cannot be negative"), "{why:?}");
+    assert!(why["waiting"].contains("inf"), "{why:?}");
+    assert!(why["kv_cache_usage"].contains("between 0 and 1"), "{why:?}");
+    assert!(r.ranks[0].figures.not_available.contains_key("running"));
+    assert_eq!(
+        r.history.running[0].1, None,
+        "a gap in the sparkline, not a number"
+    );
 }
