@@ -26,6 +26,66 @@ pub(crate) struct Checks {
     pub families: Vec<Families>,
     pub vitals: Arc<Vitals>,
     pub client: reqwest::Client,
+    /// Where each check's pages go to have their vitals summed.
+    pub summing: Summing,
+}
+
+/// One page (or none: the upstream did not answer) to sum the vitals of, for upstream `.0`.
+type Pages = Vec<(usize, Option<Arc<crate::relabel::Page>>)>;
+
+/// The thread that sums each check's vitals, in proportion to the pages, off the runtime
+/// thread: one thread for the life of a configuration, so that its memory (one allocator
+/// arena) serves every check instead of a new one growing on whichever thread of a pool.
+pub(crate) struct Summing {
+    vitals: Arc<Vitals>,
+    /// `None` when no thread could be started: then the runtime thread sums.
+    jobs: Option<std::sync::mpsc::Sender<(Pages, Instant, tokio::sync::oneshot::Sender<()>)>>,
+}
+
+impl Summing {
+    /// Starts the thread for `vitals`; it ends when the last holder of this is gone.
+    pub(crate) fn start(vitals: Arc<Vitals>) -> Summing {
+        let (jobs, queue) =
+            std::sync::mpsc::channel::<(Pages, Instant, tokio::sync::oneshot::Sender<()>)>();
+        let summer = vitals.clone();
+        let started = std::thread::Builder::new()
+            .name("sysport-vitals".into())
+            .spawn(move || {
+                for (pages, at, done) in queue {
+                    sum(&summer, pages, at);
+                    let _ = done.send(());
+                }
+            });
+        let jobs = match started {
+            Ok(_) => Some(jobs),
+            Err(err) => {
+                tracing::warn!(error = %err, "no thread for the vitals: the runtime thread sums them");
+                None
+            }
+        };
+        Summing { vitals, jobs }
+    }
+
+    /// Sums `pages`, read by the check due `at`, and waits until it is done.
+    async fn sum(&self, pages: Pages, at: Instant) {
+        let Some(jobs) = &self.jobs else {
+            return sum(&self.vitals, pages, at);
+        };
+        let (done, finished) = tokio::sync::oneshot::channel();
+        if jobs.send((pages, at, done)).is_ok() {
+            let _ = finished.await;
+        }
+    }
+}
+
+/// Records each page's vitals, or ages the figures of an upstream that gave none.
+fn sum(vitals: &Vitals, pages: Pages, at: Instant) {
+    for (i, page) in pages {
+        match page {
+            Some(page) => vitals.record(i, &page.parsed, at),
+            None => vitals.age(i, at),
+        }
+    }
 }
 
 impl Checks {
@@ -54,21 +114,9 @@ impl Checks {
                 pages.push((i, page.and_then(Result::ok)));
             }
         }
-        // Summing a page's vitals series takes time in proportion to the page: off the runtime
-        // thread, and done before the next check.
+        // Done before the next check.
         if !pages.is_empty() {
-            let vitals = self.vitals.clone();
-            let summed = tokio::task::spawn_blocking(move || {
-                for (i, page) in pages {
-                    match page {
-                        Some(page) => vitals.record(i, &page.parsed, at),
-                        None => vitals.age(i, at),
-                    }
-                }
-            });
-            if let Err(err) = summed.await {
-                tracing::error!(error = %err, "the vitals of a check could not be summed");
-            }
+            self.summing.sum(pages, at).await;
         }
         due
     }

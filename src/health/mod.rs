@@ -28,7 +28,7 @@ mod upstream;
 mod verdict;
 
 pub(crate) use answers::{canary_json, stall_json};
-pub(crate) use check::{Checks, run};
+pub(crate) use check::{Checks, Summing, run};
 pub(crate) use latch::Health;
 pub(crate) use read::Families;
 pub(crate) use verdict::{Badge, Verdict};

@@ -8,7 +8,7 @@ use tokio::sync::watch;
 
 use super::render::Renders;
 use crate::config::Config;
-use crate::health::{self, Checks, Families, Health};
+use crate::health::{self, Checks, Families, Health, Summing};
 use crate::model::Recorder;
 use crate::scrape::Scraper;
 use crate::status::history::History;
@@ -50,6 +50,7 @@ impl Runtime {
         let recorders: Vec<Arc<dyn Recorder>> = vec![Arc::new(telemetry.clone()), history.clone()];
         let scraper = Arc::new(Scraper::new(&config, client.clone(), recorders));
         let vitals = Arc::new(Vitals::new(&config));
+        let summing = Summing::start(vitals.clone());
         let checks = Arc::new(Checks {
             scraper: scraper.clone(),
             health: health.clone(),
@@ -59,6 +60,7 @@ impl Runtime {
                 .collect(),
             vitals: vitals.clone(),
             client: client.clone(),
+            summing,
         });
         let (stop_checks, stop) = watch::channel(false);
         tokio::spawn(health::run(checks, config.health.interval, stop));

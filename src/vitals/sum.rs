@@ -44,6 +44,8 @@ pub(crate) struct LeftOut {
 pub(crate) struct Summer {
     /// The last value of every series of the last page, by its hash.
     last: HashMap<u64, f64>,
+    /// The map the next page's values go into (kept, with its room, between pages).
+    spare: HashMap<u64, f64>,
     layout: Arc<Layout>,
     /// Rank and process ids, each held once while a kept row has it.
     ids: HashMap<Box<str>, Arc<str>>,
@@ -102,8 +104,9 @@ struct Sample<'a> {
     /// The plain figure, or the histogram and bucket bound.
     what: What,
     series: u64,
-    /// The series' hash without its copy labels: equal for copies of one number.
-    copies: u64,
+    /// The series' hash without its copy labels, when it has one: equal for copies of one
+    /// number. `None`: the series is a number of its own.
+    copies: Option<u64>,
     rank: Option<&'a [u8]>,
     pid: Option<&'a [u8]>,
     value: f64,
@@ -115,10 +118,28 @@ enum What {
     Bucket(Hist, f64),
 }
 
+/// The numbers of one group and place, as the series of a page add to them.
+#[derive(Clone, Copy)]
+struct Acc {
+    /// A gauge's sum; a counter's sum of increases.
+    sum: f64,
+    /// A counter's sum of values (a group's start); a gauge's count of numbers (KV's mean).
+    values: f64,
+    seen: bool,
+}
+
+const EMPTY: Acc = Acc {
+    sum: 0.0,
+    values: 0.0,
+    seen: false,
+};
+
 impl Summer {
     /// Sums the vitals families of `exp` (the engine `preset`'s page), read at `at`, after
     /// `before` (the last row kept, for the running totals). Returns the row, the label that
-    /// tells ranks apart on this page, and what was left out.
+    /// tells ranks apart on this page, and what was left out. The page is walked twice (the
+    /// groups and bounds first, then the numbers) and nothing of it is held but the last value
+    /// of each series.
     pub(crate) fn sum(
         &mut self,
         exp: &Exposition,
@@ -135,36 +156,53 @@ impl Summer {
                 .any(|s| exp.label_pairs(s).any(|(k, _)| k == l.as_bytes()))
         });
         let pid_label = preset.process_labels.first().copied();
-        let samples = read(exp, preset, &copies, rank_label, pid_label);
+        let labels = Labels {
+            copies: &copies,
+            rank: rank_label,
+            pid: pid_label,
+        };
+        // First walk: the ranks and processes, and the bucket bounds.
+        let mut rank_ids = std::collections::HashSet::new();
+        let mut pid_ids = std::collections::HashSet::new();
+        let mut les: [Vec<f64>; 3] = Default::default();
+        walk(exp, preset, &labels, |s| {
+            rank_ids.extend(s.rank);
+            pid_ids.extend(s.pid);
+            if let What::Bucket(h, le) = s.what
+                && !les[h as usize].contains(&le)
+            {
+                les[h as usize].push(le);
+            }
+        });
         let mut left_out = LeftOut::default();
-        self.extend_layout(&samples, &mut left_out);
-        let ranks = shown(
-            samples.iter().filter_map(|s| s.rank),
-            MAX_RANKS,
-            &mut left_out.ranks,
-        );
-        let pids = shown(
-            samples.iter().filter_map(|s| s.pid),
-            MAX_PIDS,
-            &mut left_out.pids,
-        );
+        self.extend_layout(les, &mut left_out);
+        let ranks = shown(rank_ids, MAX_RANKS, &mut left_out.ranks);
+        let pids = shown(pid_ids, MAX_PIDS, &mut left_out.pids);
         let mut groups: Vec<Group> = vec![Group::All];
         groups.extend(ranks.iter().map(|r| Group::Rank(self.id(r))));
         groups.extend(pids.iter().map(|p| Group::Pid(self.id(p))));
         let width = self.layout.len();
-        // Per group and place: gauges by copy set (largest), counters by copy set (largest
-        // increase, largest value).
-        let mut gauges: HashMap<(usize, usize, u64), f64> = HashMap::new();
-        let mut counters: HashMap<(usize, usize, u64), (f64, f64)> = HashMap::new();
-        let mut last = HashMap::with_capacity(samples.len());
-        for s in &samples {
+        // Second walk: each series into its groups; copies of one number through `copied`.
+        let mut acc = vec![EMPTY; groups.len() * width];
+        let mut copied: HashMap<(usize, usize, u64), (f64, f64)> = HashMap::new();
+        let mut next = std::mem::take(&mut self.spare);
+        next.clear();
+        let layout = self.layout.clone();
+        walk(exp, preset, &labels, |s| {
             let place = match s.what {
                 What::Plain(p) => Layout::plain(p),
-                What::Bucket(h, le) => match self.layout.bucket(h, le) {
+                What::Bucket(h, le) => match layout.bucket(h, le) {
                     Some(place) => place,
-                    None => continue,
+                    None => return,
                 },
             };
+            let gauge = matches!(s.what, What::Plain(p) if p.is_gauge());
+            let increase = match self.last.get(&s.series) {
+                Some(&before) if s.value >= before => s.value - before,
+                Some(_) => s.value,
+                None => 0.0,
+            };
+            next.insert(s.series, s.value);
             let of = |id: Option<&[u8]>, ids: &[&[u8]], offset: usize| {
                 id.and_then(|id| ids.iter().position(|x| *x == id))
                     .map(|i| i + offset)
@@ -174,62 +212,54 @@ impl Summer {
                 of(s.rank, &ranks, 1),
                 of(s.pid, &pids, 1 + ranks.len()),
             ];
-            let increase = match self.last.get(&s.series) {
-                Some(&before) if s.value >= before => s.value - before,
-                Some(_) => s.value,
-                None => 0.0,
-            };
-            last.insert(s.series, s.value);
             for g in member.into_iter().flatten() {
-                let key = (g, place, s.copies);
-                if matches!(s.what, What::Plain(p) if p.is_gauge()) {
-                    let slot = gauges.entry(key).or_insert(f64::NEG_INFINITY);
-                    *slot = slot.max(s.value);
-                } else {
-                    let slot = counters
-                        .entry(key)
-                        .or_insert((f64::NEG_INFINITY, f64::NEG_INFINITY));
-                    slot.0 = slot.0.max(increase);
-                    slot.1 = slot.1.max(s.value);
+                match s.copies {
+                    Some(set) => {
+                        let slot = copied
+                            .entry((g, place, set))
+                            .or_insert((f64::NEG_INFINITY, f64::NEG_INFINITY));
+                        let (a, b) = if gauge {
+                            (s.value, 0.0)
+                        } else {
+                            (increase, s.value)
+                        };
+                        *slot = (slot.0.max(a), slot.1.max(b));
+                    }
+                    None => add(&mut acc[g * width + place], gauge, s.value, increase),
                 }
             }
+        });
+        for ((g, place, _), (a, b)) in copied {
+            let gauge = place < Plain::ALL.len() && Plain::ALL[place].is_gauge();
+            let (value, increase) = if gauge { (a, 0.0) } else { (b, a) };
+            add(&mut acc[g * width + place], gauge, value, increase);
         }
-        self.last = last;
-        let mut numbers: Vec<Box<[f64]>> = vec![vec![f64::NAN; width].into(); groups.len()];
-        let mut kv_copies = vec![0usize; groups.len()];
-        for ((g, place, _), v) in gauges {
-            let n = &mut numbers[g][place];
-            *n = if n.is_nan() { v } else { *n + v };
-            if place == Layout::plain(Plain::KvUsage) {
-                kv_copies[g] += 1;
+        self.spare = std::mem::replace(&mut self.last, next);
+        let mut rows: Vec<(Group, Box<[f64]>)> = Vec::with_capacity(groups.len());
+        for (g, group) in groups.into_iter().enumerate() {
+            let mut numbers: Box<[f64]> = vec![f64::NAN; width].into();
+            for (place, a) in acc[g * width..(g + 1) * width].iter().enumerate() {
+                if !a.seen {
+                    continue;
+                }
+                numbers[place] = if place == Layout::plain(Plain::KvUsage) {
+                    a.sum / a.values
+                } else if place < Plain::ALL.len() && Plain::ALL[place].is_gauge() {
+                    a.sum
+                } else {
+                    // The running total: the last one plus this page's increases; a group
+                    // seen for the first time starts at the sum of its series' values.
+                    let total = before.and_then(|row| previous(row, &layout, &group, place));
+                    total.map_or(a.values, |total| total + a.sum)
+                };
             }
+            rows.push((group, numbers));
         }
-        for (g, n) in kv_copies.into_iter().enumerate() {
-            let kv = &mut numbers[g][Layout::plain(Plain::KvUsage)];
-            if n > 0 {
-                *kv /= n as f64;
-            }
-        }
-        // Sums of increases and of values, then the running totals.
-        let mut sums: HashMap<(usize, usize), (f64, f64)> = HashMap::new();
-        for ((g, place, _), (increase, value)) in counters {
-            let sum = sums.entry((g, place)).or_insert((0.0, 0.0));
-            sum.0 += increase;
-            sum.1 += value;
-        }
-        for ((g, place), (increase, value)) in sums {
-            let total = before.and_then(|row| previous(row, &self.layout, &groups[g], place));
-            numbers[g][place] = match total {
-                Some(total) => total + increase,
-                None => value,
-            };
-        }
-        let mut groups: Vec<(Group, Box<[f64]>)> = groups.into_iter().zip(numbers).collect();
-        groups.sort_by(|a, b| a.0.cmp(&b.0));
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
         let row = Row {
             at,
-            layout: self.layout.clone(),
-            groups,
+            layout,
+            groups: rows,
         };
         (row, rank_label, left_out)
     }
@@ -256,18 +286,12 @@ impl Summer {
         id
     }
 
-    /// Takes the bucket bounds of `samples` into the layout while there is room (the first
-    /// time a histogram is seen, an even spread of its bounds when it has too many).
-    fn extend_layout(&mut self, samples: &[Sample<'_>], left_out: &mut LeftOut) {
+    /// Takes a page's bucket bounds into the layout while there is room (the first time a
+    /// histogram is seen, an even spread of its bounds when it has too many).
+    fn extend_layout(&mut self, mut les: [Vec<f64>; 3], left_out: &mut LeftOut) {
         let mut layout = (*self.layout).clone();
         for h in Hist::ALL {
-            let mut seen: Vec<f64> = samples
-                .iter()
-                .filter_map(|s| match s.what {
-                    What::Bucket(of, le) if of == h => Some(le),
-                    _ => None,
-                })
-                .collect();
+            let seen = &mut les[h as usize];
             seen.sort_by(f64::total_cmp);
             seen.dedup();
             let kept = &mut layout.les[h as usize];
@@ -277,7 +301,7 @@ impl Summer {
                     .map(|i| seen[i * (n - 1) / (MAX_BUCKETS - 1)])
                     .collect();
             } else {
-                for le in &seen {
+                for le in seen.iter() {
                     if !kept.contains(le) && kept.len() < MAX_BUCKETS {
                         kept.push(*le);
                     }
@@ -290,6 +314,18 @@ impl Summer {
             self.layout = Arc::new(layout);
         }
     }
+}
+
+/// Adds one number to a group's place: a gauge's value, or a counter's increase and value.
+fn add(acc: &mut Acc, gauge: bool, value: f64, increase: f64) {
+    if gauge {
+        acc.sum += value;
+        acc.values += 1.0;
+    } else {
+        acc.sum += increase;
+        acc.values += value;
+    }
+    acc.seen = true;
 }
 
 /// The running total of `place` (in `layout`) for `group` in `row`, whose layout may be older.
@@ -312,13 +348,12 @@ fn previous(row: &Row, layout: &Layout, group: &Group, place: usize) -> Option<f
 /// The ids to show apart: the first `max` in numeric order; how many more there were goes to
 /// `left_out`.
 fn shown<'a>(
-    ids: impl Iterator<Item = &'a [u8]>,
+    ids: std::collections::HashSet<&'a [u8]>,
     max: usize,
     left_out: &mut usize,
 ) -> Vec<&'a [u8]> {
-    let mut ids: Vec<&[u8]> = ids.collect();
+    let mut ids: Vec<&[u8]> = ids.into_iter().collect();
     ids.sort_unstable_by(|a, b| numeric_first(a, b));
-    ids.dedup();
     *left_out = ids.len().saturating_sub(max);
     ids.truncate(max);
     ids
@@ -333,15 +368,20 @@ pub(crate) fn numeric_first(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     }
 }
 
-/// Every vitals series of `exp`.
-fn read<'a>(
+/// The labels that say which number a series is part of.
+struct Labels<'a> {
+    copies: &'a [&'static str],
+    rank: Option<&'static str>,
+    pid: Option<&'static str>,
+}
+
+/// Calls `each` with every vitals series of `exp`.
+fn walk<'a>(
     exp: &'a Exposition,
     preset: &Preset,
-    copies: &[&str],
-    rank_label: Option<&str>,
-    pid_label: Option<&str>,
-) -> Vec<Sample<'a>> {
-    let mut out = Vec::new();
+    labels: &Labels<'_>,
+    mut each: impl FnMut(Sample<'a>),
+) {
     for source in sources(preset) {
         let (name, select, tail): (&str, &[(String, String)], &[u8]) = match source {
             Source::Plain(_, f) => (&f.name, &f.select, b""),
@@ -354,6 +394,10 @@ fn read<'a>(
         if matches!(source, Source::Histogram(..)) != (family.kind == Kind::Histogram) {
             continue;
         }
+        let tag = match source {
+            Source::Plain(p, _) => p as u64,
+            Source::Histogram(h, _) => 100 + h as u64,
+        };
         for s in exp.samples(family) {
             if crate::numbers::sample_tail(exp, family, s) != tail {
                 continue;
@@ -369,24 +413,22 @@ fn read<'a>(
             if !selected {
                 continue;
             }
-            let what_tag = match source {
-                Source::Plain(p, _) => p as u64,
-                Source::Histogram(h, _) => 100 + h as u64,
-            };
             let mut series = std::collections::hash_map::DefaultHasher::new();
             let mut copy_set = std::collections::hash_map::DefaultHasher::new();
-            what_tag.hash(&mut series);
-            what_tag.hash(&mut copy_set);
-            let (mut rank, mut pid, mut le) = (None, None, None);
+            tag.hash(&mut series);
+            tag.hash(&mut copy_set);
+            let (mut rank, mut pid, mut le, mut copy) = (None, None, None, false);
             for (k, v) in exp.label_pairs(s) {
                 (k, v).hash(&mut series);
-                if !copies.iter().any(|c| c.as_bytes() == k) {
+                if labels.copies.iter().any(|c| c.as_bytes() == k) {
+                    copy = true;
+                } else {
                     (k, v).hash(&mut copy_set);
                 }
-                if rank_label.is_some_and(|l| l.as_bytes() == k) {
+                if labels.rank.is_some_and(|l| l.as_bytes() == k) {
                     rank = Some(v);
                 }
-                if pid_label.is_some_and(|l| l.as_bytes() == k) {
+                if labels.pid.is_some_and(|l| l.as_bytes() == k) {
                     pid = Some(v);
                 }
                 if k == b"le" {
@@ -402,15 +444,14 @@ fn read<'a>(
                     None => continue,
                 },
             };
-            out.push(Sample {
+            each(Sample {
                 what,
                 series: series.finish(),
-                copies: copy_set.finish(),
+                copies: copy.then(|| copy_set.finish()),
                 rank,
                 pid,
                 value,
             });
         }
     }
-    out
 }
