@@ -99,7 +99,10 @@ fn vitals_schema(vitals: &Value) {
         "history",
     ]);
     assert_eq!(keys(vitals), want, "{vitals}");
-    assert_eq!(keys(&vitals["left_out"]), set(&["ranks", "pids", "buckets"]));
+    assert_eq!(
+        keys(&vitals["left_out"]),
+        set(&["ranks", "pids", "buckets"])
+    );
     for q in &figures[8..11] {
         assert_eq!(keys(&vitals[q]), set(&["p50", "p90", "p99"]), "{q}");
     }
