@@ -22,4 +22,4 @@ pub use engine::{Engine, Preset};
 pub use family::{FamilyKey, FamilyKeyError, Op, ViewFamily};
 pub use reading::Reading;
 pub use scrape::{PageSeries, Read, Recorder, ScrapeRecord};
-pub use url::{ShownUrl, Url};
+pub use url::{ShownUrl, Url, hide_password_in};
