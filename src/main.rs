@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use sysport::config::{self, Overrides, ProcessEnv};
-use sysport::model::routes;
+use sysport::model::{ShownUrl, routes};
 use sysport::server::{Handle, Sysport};
 
 /// System-port sidecar for LLM inference workers: one /metrics, /health and /live.
@@ -138,7 +138,7 @@ async fn serve(config: config::Config, overrides: Overrides) -> ExitCode {
     let upstreams: Vec<String> = config
         .upstreams
         .iter()
-        .map(|u| format!("{}={}", u.name, u.url))
+        .map(|u| format!("{}={}", u.name, ShownUrl(&u.url)))
         .collect();
     let (sysport, addr) = match bind(config).await {
         Ok(bound) => bound,

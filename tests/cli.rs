@@ -555,3 +555,56 @@ fn check_config_shows_stall_detection_and_canaries_on_by_default_and_dynamo_can_
         "stall detection stays: {off}"
     );
 }
+
+/// An upstream whose `url`, `health_url` and `canary.url` carry the password `s3cret`, none of
+/// which answers.
+const PASSWORDS: &str = "  - name: vllm\n    url: http://u:s3cret@127.0.0.1:1/metrics\n    \
+                         health_url: http://u:s3cret@127.0.0.1:1/health\n    \
+                         required: false\n    canary_after: 10s\n    \
+                         canary: {url: http://u:s3cret@127.0.0.1:1/v1/completions}\n";
+
+#[test]
+fn check_config_shows_url_passwords_as_stars() {
+    let path = temp_file("passwords", &format!("upstreams:\n{PASSWORDS}"));
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg("--config")
+        .arg(&path)
+        .env_remove("DYN_HEALTH_CHECK_ENABLED")
+        .output()
+        .expect("runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("s3cret"), "{text}");
+    for line in [
+        "    url: \"http://u:***@127.0.0.1:1/metrics\"",
+        "    health_url: \"http://u:***@127.0.0.1:1/health\"",
+        "      url: \"http://u:***@127.0.0.1:1/v1/completions\"",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn a_down_upstream_is_logged_without_its_url_password() {
+    let sidecar = Sidecar::launch("log-passwords")
+        .config(|port| {
+            format!(
+                "listen: {{host: 127.0.0.1, port: {port}}}\n\
+                 shutdown: {{drain_delay: 0s}}\n\
+                 upstreams:\n{PASSWORDS}"
+            )
+        })
+        .start()
+        .await;
+    sidecar.get("/metrics", &[]).await;
+    let line = down_line(&sidecar).await;
+    assert!(line.contains("http://u:***@127.0.0.1:1/metrics"), "{line}");
+    let log = sidecar.log();
+    assert!(!log.contains("s3cret"), "{log}");
+}

@@ -494,6 +494,50 @@ async fn basic_auth_guards_the_page_and_no_secret_is_shown() {
 }
 
 #[tokio::test]
+async fn no_url_password_is_shown_on_the_page_or_in_status() {
+    let upstream = Upstream::start(Reply::text(PAGE)).await;
+    let with_password = |url: String| url.replace("http://", "http://u:s3cret@");
+    let (url, health_url) = (
+        with_password(upstream.metrics_url()),
+        with_password(upstream.health_url()),
+    );
+    let path = std::env::temp_dir().join(format!(
+        "sysport-status-{}-passwords.yaml",
+        std::process::id()
+    ));
+    std::fs::write(
+        &path,
+        format!(
+            "listen: {{host: 127.0.0.1, port: 0}}\n\
+             upstreams:\n  - name: vllm\n    url: {url}\n    health_url: {health_url}\n    \
+             keep: [\"vllm:\"]\n    canary_after: 10s\n    \
+             canary: {{url: http://u:s3cret@127.0.0.1:1/v1/completions}}\n"
+        ),
+    )
+    .expect("write the configuration");
+    let config = sysport::config::load_file(&path, &std::collections::HashMap::new());
+    let _ = std::fs::remove_file(&path);
+    let sp = Running::start(config.expect("loads")).await;
+    let (_, page) = sp.get("/").await;
+    let (_, status) = sp.get("/status").await;
+    for shown in [&page, &status] {
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+    let masked = |url: &str| url.replace("s3cret", "***");
+    assert!(
+        status.contains(&format!("\"url\":\"{}\"", masked(&url))),
+        "{status}"
+    );
+    for url in [
+        masked(&url),
+        masked(&health_url),
+        "http://u:***@127.0.0.1:1/v1/completions".to_owned(),
+    ] {
+        assert!(page.contains(&url), "{url} in {page}");
+    }
+}
+
+#[tokio::test]
 async fn the_pages_answer_like_the_other_routes() {
     let upstream = Upstream::start(Reply::text(PAGE)).await;
     let mut config = config(vec![upstream_config(

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::data::{StartingStatus, UpstreamConfig};
 use super::units::{parse_bytes, parse_duration};
 use crate::model::routes;
-use crate::model::{Engine, Url};
+use crate::model::{Engine, Url, hide_password_in};
 
 pub(super) fn parse_engine(text: &str) -> Result<Engine, String> {
     Engine::parse(text).ok_or_else(|| {
@@ -23,13 +23,14 @@ pub(super) fn parse_engine(text: &str) -> Result<Engine, String> {
 }
 
 pub(super) fn parse_flag_upstream(spec: &str) -> Result<UpstreamConfig, String> {
+    let shown = hide_password_in(spec);
     let Some((name, url)) = spec.split_once('=') else {
         return Err(format!(
-            "invalid value {spec:?}: expected NAME=URL, like vllm=http://127.0.0.1:8000/metrics"
+            "invalid value {shown:?}: expected NAME=URL, like vllm=http://127.0.0.1:8000/metrics"
         ));
     };
-    let name = check_upstream_name(name).map_err(|message| format!("{spec:?}: {message}"))?;
-    let url = parse_url(url).map_err(|message| format!("{spec:?}: {message}"))?;
+    let name = check_upstream_name(name).map_err(|message| format!("{shown:?}: {message}"))?;
+    let url = parse_url(url).map_err(|message| format!("{shown:?}: {message}"))?;
     Ok(UpstreamConfig::new(name, url))
 }
 
@@ -82,16 +83,18 @@ pub(super) fn parse_bool(text: &str) -> Result<bool, String> {
     }
 }
 
+/// A URL of the configuration; a problem quotes it with its password hidden.
 pub(super) fn parse_url(text: &str) -> Result<Url, String> {
-    let url = Url::parse(text.trim()).map_err(|err| format!("invalid URL {text:?}: {err}"))?;
+    let shown = hide_password_in(text);
+    let url = Url::parse(text.trim()).map_err(|err| format!("invalid URL {shown:?}: {err}"))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(format!(
-            "invalid URL {text:?}: scheme must be http or https, not {}",
+            "invalid URL {shown:?}: scheme must be http or https, not {}",
             url.scheme()
         ));
     }
     if url.host_str().is_none_or(str::is_empty) {
-        return Err(format!("invalid URL {text:?}: no host"));
+        return Err(format!("invalid URL {shown:?}: no host"));
     }
     Ok(url)
 }

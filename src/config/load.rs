@@ -24,7 +24,7 @@ use super::raw::{
 };
 use super::units::{parse_bytes, parse_count, parse_duration, parse_port};
 use super::web;
-use crate::model::{Engine, Url};
+use crate::model::{Engine, Url, hide_password_in};
 
 /// Command-line flags; each one, when given, wins over the environment and the file.
 #[derive(Debug, Clone, Default)]
@@ -555,7 +555,11 @@ impl Loader<'_> {
         for spec in specs {
             match parse_flag_upstream(spec) {
                 Ok(upstream) if upstreams.iter().any(|u| u.name == upstream.name) => {
-                    let message = format!("{spec:?}: duplicate upstream name {:?}", upstream.name);
+                    let message = format!(
+                        "{:?}: duplicate upstream name {:?}",
+                        hide_password_in(spec),
+                        upstream.name
+                    );
                     self.issue(Origin::Flag("--upstream"), "--upstream", message);
                 }
                 Ok(upstream) => upstreams.push(upstream),

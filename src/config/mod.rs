@@ -77,6 +77,8 @@ mod units;
 mod views;
 mod web;
 mod web_config;
+#[cfg(test)]
+mod web_tests;
 
 pub use data::{
     CanaryConfig, Config, HealthConfig, Limits, Listen, ShutdownConfig, StallConfig,
@@ -91,4 +93,6 @@ pub use env::{
 pub use error::{ConfigError, ConfigIssue};
 pub use load::{Overrides, load, load_file};
 pub use render::Rendered;
-pub use web_config::{ClientAuth, Pem, TlsPlaces, TlsSettings, TlsVersion, WebConfig};
+pub use web_config::{
+    ClientAuth, MAX_BCRYPT_COST, Pem, TlsPlaces, TlsSettings, TlsVersion, WebConfig,
+};

@@ -1,11 +1,15 @@
-//! The effective configuration as YAML in the file's schema (`sysport check-config`); loading
-//! the output gives back the same [`Config`]. Rendering reads nothing but the configuration and
-//! the host facts it is given ([`Rendered::with_connection_cap`]).
+//! The effective configuration as YAML in the file's schema (`sysport check-config`, and the
+//! status page's copy of it); loading the output gives back the same [`Config`], except that a
+//! URL's password is shown as `***` ([`ShownUrl`]) and canary header values are left out: the
+//! operator reads those in the file, or the environment variable they were expanded from.
+//! Rendering reads nothing but the configuration and the host facts it is given
+//! ([`Rendered::with_connection_cap`]).
 
 use std::fmt;
 
 use super::data::Config;
 use super::units::{format_bytes, format_duration};
+use crate::model::{ShownUrl, Url};
 use crate::relabel::Rule;
 
 /// The configuration as `check-config` prints it.
@@ -124,12 +128,12 @@ impl fmt::Display for Rendered<'_> {
         for upstream in upstreams {
             writeln!(f, "  - name: {}", quoted(&upstream.name))?;
             writeln!(f, "    engine: {}", upstream.engine.name())?;
-            writeln!(f, "    url: {}", quoted(upstream.url.as_str()))?;
+            writeln!(f, "    url: {}", shown(&upstream.url))?;
             let keep: Vec<String> = upstream.keep.iter().map(|p| quoted(p)).collect();
             writeln!(f, "    keep: [{}]", keep.join(", "))?;
             writeln!(f, "    timeout: {}", format_duration(upstream.timeout))?;
             if let Some(health_url) = &upstream.health_url {
-                writeln!(f, "    health_url: {}", quoted(health_url.as_str()))?;
+                writeln!(f, "    health_url: {}", shown(health_url))?;
             }
             writeln!(f, "    required: {}", upstream.required)?;
             writeln!(
@@ -253,8 +257,6 @@ fn write_rules(f: &mut fmt::Formatter<'_>, rules: &[Rule], indent: &str) -> fmt:
     Ok(())
 }
 
-/// A YAML double-quoted scalar that reads back as `text`: `$` is doubled because loading expands
-/// `${VAR}` in every value.
 /// `canary_after` and `canary:`. Header values are left out: they hold credentials.
 fn write_canary(
     f: &mut fmt::Formatter<'_>,
@@ -265,7 +267,7 @@ fn write_canary(
     };
     writeln!(f, "    canary_after: {}", format_duration(canary.after))?;
     writeln!(f, "    canary:")?;
-    writeln!(f, "      url: {}", quoted(canary.url.as_str()))?;
+    writeln!(f, "      url: {}", shown(&canary.url))?;
     if let Some(body) = &canary.body {
         writeln!(f, "      body: {}", quoted(body))?;
     }
@@ -285,6 +287,13 @@ fn write_canary(
     Ok(())
 }
 
+/// A configured URL, quoted, its password as `***`.
+fn shown(url: &Url) -> String {
+    quoted(&ShownUrl(url).to_string())
+}
+
+/// A YAML double-quoted scalar that reads back as `text`: `$` is doubled because loading expands
+/// `${VAR}` in every value.
 fn quoted(text: &str) -> String {
     quote(text, true)
 }

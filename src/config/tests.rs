@@ -634,6 +634,48 @@ fn bad_urls_are_rejected_with_their_field() {
 }
 
 #[test]
+fn a_url_refused_for_its_password_s_characters_is_quoted_without_it() {
+    // A password with `#` or `/` not percent-encoded makes a URL that does not parse.
+    let yaml = "upstreams:\n  - name: a\n    url: http://u:pa#ss/w@host/metrics\n  \
+                - name: b\n    url: ftp://u:s3cret@host/metrics\n";
+    let issues = problems(yaml, &no_env());
+    assert_eq!(issues.len(), 2, "{issues:#?}");
+    assert_issue(
+        &issues[0],
+        3,
+        10,
+        "upstreams[0].url",
+        "invalid URL \"http://u:***@host/metrics\"",
+    );
+    assert_issue(
+        &issues[1],
+        5,
+        10,
+        "upstreams[1].url",
+        "invalid URL \"ftp://u:***@host/metrics\": scheme",
+    );
+    let flags = Overrides {
+        upstreams: vec![
+            "vllm=http://u:pa#ss@host:80x/metrics".to_owned(),
+            "vllm=http://u:s3cret@a/m".to_owned(),
+            "vllm=http://u:s3cret@b/m".to_owned(),
+        ],
+        ..Overrides::default()
+    };
+    let err = load(&flags, &no_env()).expect_err("refused");
+    let text = err.to_string();
+    assert_eq!(err.issues.len(), 2, "{text}");
+    assert!(
+        !text.contains("pa#ss") && !text.contains("s3cret"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"vllm=http://u:***@b/m\": duplicate"),
+        "{text}"
+    );
+}
+
+#[test]
 fn duplicate_upstream_names_point_at_the_second() {
     let yaml =
         "upstreams:\n  - name: vllm\n    url: http://a/m\n  - name: vllm\n    url: http://b/m\n";

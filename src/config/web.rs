@@ -1,7 +1,7 @@
 //! The web configuration file (exporter-toolkit's format: `tls_server_config`,
 //! `http_server_config`, `basic_auth_users`), loaded like the main file: every problem with
 //! the web file's name, line and column. Values are taken literally (no `${VAR}`: a bcrypt hash
-//! is full of `$`). Whether the certificate and key load and pair is for the TLS stack to tell:
+//! is full of `$`); a hash of a cost over [`MAX_BCRYPT_COST`] is refused. Whether the certificate and key load and pair is for the TLS stack to tell:
 //! `web::tls::check` does it on the loaded configuration, for `check-config` and start-up alike.
 
 use std::collections::HashMap;
@@ -16,7 +16,9 @@ use super::env::Env;
 use super::error::ConfigIssue;
 use super::loader::{Loader, Origin};
 use super::raw::{RawLabels, Text};
-use super::web_config::{ClientAuth, Pem, TlsPlaces, TlsSettings, TlsVersion, WebConfig};
+use super::web_config::{
+    ClientAuth, MAX_BCRYPT_COST, Pem, TlsPlaces, TlsSettings, TlsVersion, WebConfig,
+};
 
 /// The file as written.
 #[derive(Debug, Default, Deserialize)]
@@ -95,11 +97,25 @@ pub(super) fn load(path: &Path, env: &dyn Env) -> Result<WebConfig, Vec<ConfigIs
     }
     for (user, hash) in raw.basic_auth_users.map(|u| u.0).unwrap_or_default() {
         let field = format!("basic_auth_users.{}", user.value);
-        if let Err(e) = hash.value.parse::<bcrypt::HashParts>() {
-            let message = format!("not a bcrypt hash ({e}): make one with `htpasswd -nBC 10 \"\"`");
-            loader.issue(Origin::File(hash.referenced), &field, message);
-        } else {
-            web.users.push((user.value, hash.value));
+        match hash.value.parse::<bcrypt::HashParts>() {
+            Err(e) => {
+                let message =
+                    format!("not a bcrypt hash ({e}): make one with `htpasswd -nBC 10 \"\"`");
+                loader.issue(Origin::File(hash.referenced), &field, message);
+            }
+            // One login would hold a core for as long as the cost says (a day at 31), and
+            // every other login wait behind it.
+            Ok(parts) if parts.get_cost() > MAX_BCRYPT_COST => {
+                let message = format!(
+                    "bcrypt cost {} is over {MAX_BCRYPT_COST}, the most sysport accepts (a check \
+                     at cost {MAX_BCRYPT_COST} holds a core for about a second, and each step \
+                     doubles it): make a new hash with `htpasswd -nBC 12 {}`",
+                    parts.get_cost(),
+                    user.value
+                );
+                loader.issue(Origin::File(hash.referenced), &field, message);
+            }
+            Ok(_) => web.users.push((user.value, hash.value)),
         }
     }
     if let Some(http) = raw.http_server_config {

@@ -8,17 +8,18 @@
 //! - [`reading`]: what one health check read of an engine's load and progress;
 //! - [`scrape`]: what a scrape of an upstream left, and the [`Recorder`] interface it is
 //!   recorded through;
-//! - the URL type every configured address is held in ([`Url`]).
+//! - [`url`]: the URL type every configured address is held in ([`Url`]), and how one is
+//!   shown ([`ShownUrl`], its password as `***`).
 
 pub mod engine;
 pub mod family;
 pub mod reading;
 pub mod routes;
 pub mod scrape;
+pub mod url;
 
 pub use engine::{Engine, Preset};
 pub use family::{FamilyKey, FamilyKeyError, Op, ViewFamily};
 pub use reading::Reading;
-/// An absolute URL (upstream metrics, health and canary addresses).
-pub use reqwest::Url;
 pub use scrape::{PageSeries, Read, Recorder, ScrapeRecord};
+pub use url::{ShownUrl, Url, hide_password_in};

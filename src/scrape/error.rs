@@ -62,8 +62,10 @@ impl ScrapeError {
         }
     }
 
-    /// Classifies a client error.
+    /// Classifies a client error. Its text never holds the URL: reqwest's would, password
+    /// included, and the error is shown in the log, `/health` and the status page.
     pub fn from_reqwest(err: reqwest::Error, timeout: Duration) -> ScrapeError {
+        let err = err.without_url();
         if err.is_timeout() {
             ScrapeError::Timeout(timeout)
         } else if err.is_connect() && io_kind(&err) == Some(std::io::ErrorKind::ConnectionRefused) {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::shared::{Inner, UpstreamResult, UpstreamState};
 use crate::expfmt::Malformed;
-use crate::model::{PageSeries, Read, Recorder, ScrapeRecord};
+use crate::model::{PageSeries, Read, Recorder, ScrapeRecord, ShownUrl};
 
 /// Records one result of upstream `u` with every recorder, and in the upstream's state here
 /// (with a log line when the upstream goes up or down). `took`: how long the fetch (or the
@@ -45,7 +45,7 @@ pub(super) fn record(
     let mut state = inner.states[u].lock().expect("upstream state lock");
     let error = result.as_ref().err().map(|e| e.to_string());
     if state.up != Some(up) {
-        let url = &inner.upstreams[u].url;
+        let url = ShownUrl(&inner.upstreams[u].url);
         match &error {
             None => tracing::info!(upstream = name, url = %url, "upstream is up"),
             Some(err) => {

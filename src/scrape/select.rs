@@ -8,7 +8,7 @@ use super::flight::fetch;
 use super::shared::{Fetch, Inner};
 use super::slot::{NameSet, Slot, Target};
 use crate::expfmt::{Exposition, Selection};
-use crate::model::Url;
+use crate::model::{ShownUrl, Url};
 
 /// At most this many selected name sets per target keep a slot of their own.
 const MAX_NAME_SETS: usize = 8;
@@ -63,7 +63,7 @@ pub(super) async fn fetch_selected(
             {
                 if !agreed {
                     tracing::warn!(
-                        url = %target.full.url,
+                        url = %ShownUrl(&target.full.url),
                         "the upstream's name[] selection fails or lacks families its full \
                          page has: these selective reads use the full page"
                     );

@@ -9,7 +9,7 @@ use serde::ser::SerializeMap;
 use super::history::{History, Point};
 use crate::config::Config;
 use crate::health::{Badge, Health, Verdict};
-use crate::model::{Url, routes};
+use crate::model::{ShownUrl, routes};
 use crate::scrape::Scraper;
 use crate::telemetry::Telemetry;
 use crate::views::Views;
@@ -47,7 +47,7 @@ pub(crate) struct Facts {
     pub config_file: Option<String>,
     pub paths: Paths,
     pub upstreams: Vec<UpstreamFacts>,
-    /// The effective configuration as `check-config` prints it, with URL passwords hidden.
+    /// The effective configuration as `check-config` prints it (URL passwords as `***`).
     #[serde(skip)]
     pub config: String,
 }
@@ -67,7 +67,7 @@ pub(crate) struct Paths {
 #[derive(Debug, Serialize)]
 pub(crate) struct UpstreamFacts {
     pub name: String,
-    /// The configured URL, its password (if any) hidden.
+    /// The configured URL, its password (if any) as `***`.
     pub url: String,
     pub engine: &'static str,
     /// Whether the upstream keeps its engine's own families (the preset's first prefix):
@@ -179,7 +179,7 @@ impl Facts {
                 };
                 UpstreamFacts {
                     name: u.name.clone(),
-                    url: hide_password(&u.url).to_string(),
+                    url: ShownUrl(&u.url).to_string(),
                     engine: u.engine.name(),
                     engine_families: u.engine.preset().keep.first().is_some_and(|own| {
                         u.keep
@@ -250,7 +250,7 @@ impl Facts {
                 views: src.views.names().map(routes::view).collect(),
             },
             upstreams,
-            config: without_passwords(src.config).to_string(),
+            config: src.config.to_string(),
         }
     }
 
@@ -258,27 +258,6 @@ impl Facts {
     pub(crate) fn to_json(&self) -> String {
         serde_json::to_string(self).expect("the facts are plain data")
     }
-}
-
-/// `url` with its password, if it has one, replaced.
-fn hide_password(url: &Url) -> Url {
-    let mut url = url.clone();
-    if url.password().is_some() {
-        // Only a URL that cannot have a password fails here, and this one has one.
-        let _ = url.set_password(Some("***"));
-    }
-    url
-}
-
-/// `config` with every URL password hidden; the web configuration's hashes and keys are never
-/// part of its rendering.
-fn without_passwords(config: &Config) -> Config {
-    let mut config = config.clone();
-    for u in &mut config.upstreams {
-        u.url = hide_password(&u.url);
-        u.health_url = u.health_url.as_ref().map(hide_password);
-    }
-    config
 }
 
 /// `2026-11-03T12:00:00.123Z`.
@@ -325,16 +304,5 @@ mod tests {
         assert_eq!(at(1_700_000_000, 123), "2023-11-14T22:13:20.123Z");
         assert_eq!(at(4_107_542_399, 999), "2100-02-28T23:59:59.999Z");
         assert_eq!(at(4_107_542_400, 0), "2100-03-01T00:00:00.000Z");
-    }
-
-    #[test]
-    fn url_passwords_are_hidden_and_nothing_else_changes() {
-        let url = Url::parse("http://scraper:hunter2@127.0.0.1:8000/metrics?x=1").expect("url");
-        assert_eq!(
-            hide_password(&url).as_str(),
-            "http://scraper:***@127.0.0.1:8000/metrics?x=1"
-        );
-        let plain = Url::parse("http://127.0.0.1:8000/metrics").expect("url");
-        assert_eq!(hide_password(&plain), plain);
     }
 }

@@ -1,13 +1,14 @@
 //! Basic auth and the configured response headers, as a layer in front of every route except
 //! the probes (the kubelet sends no credentials).
 //!
-//! bcrypt costs tens of milliseconds by design; a scrape every 5 s must not pay it each time,
-//! so a successful check is remembered (under a keyed hash, never the password itself). An
-//! unknown user is checked against a hash of the same cost, so a wrong user costs what a wrong
-//! password does; user names are compared in constant time. Uncached checks run one at a
-//! time off the runtime thread, taken in turn from each client address and user (`gate`): a
-//! flood of guesses waits behind itself, not in front of a second user or another client, and
-//! cannot starve the probes or other scrapes.
+//! bcrypt costs tens of milliseconds by design (about a second at cost 14, the most the web
+//! configuration accepts); a scrape every 5 s must not pay it each time, so a successful check
+//! is remembered (under a keyed hash, never the password itself). An unknown user is checked
+//! against a hash of the same cost, so a wrong user costs what a wrong password does; user
+//! names are compared in constant time. Uncached checks run one at a time off the runtime
+//! thread, taken in turn from each client address and user (`gate`): a flood of guesses waits
+//! behind itself, not in front of a second user or another client, and cannot starve the
+//! probes or other scrapes.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
