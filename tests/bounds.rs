@@ -1,0 +1,401 @@
+//! Bounded whatever the engine sends: the real binary's resident memory with the vitals of a
+//! 1,000-rank engine against the same without them, and with a label that changes at every
+//! check; `/live` and the other probes while four clients read the status page without pause;
+//! a canary answered with an endless, a huge or a trickling body.
+
+mod common;
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use common::sidecar::Sidecar;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A stand-in engine whose page is made again every second by `page` (given the seconds since
+/// it started), with `/health` 200 and the routes of `extra`.
+struct Engine {
+    addr: std::net::SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl Engine {
+    async fn start(page: impl Fn(u64) -> String + Send + Sync + 'static, extra: Router) -> Engine {
+        let current = Arc::new(RwLock::new(Bytes::from(page(0))));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (made, done) = (current.clone(), stop.clone());
+        tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            // Bounded: the test stops it, and it stops by itself after ten minutes.
+            while !done.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(600) {
+                std::thread::sleep(Duration::from_secs(1));
+                let next = Bytes::from(page(started.elapsed().as_secs()));
+                *made.write().expect("page lock") = next;
+            }
+        });
+        let serving = current.clone();
+        let app = extra
+            .route(
+                "/metrics",
+                get(move || {
+                    let page = serving.read().expect("page lock").clone();
+                    async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], page) }
+                }),
+            )
+            .route("/health", get(|| async { StatusCode::OK }));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Engine { addr, stop }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A vLLM page of `ranks` data-parallel ranks `t` seconds in: every vitals family, three
+/// histograms of 20 buckets; `extra` is one more label on every series.
+fn ranks_page(ranks: usize, t: u64, extra: &str) -> String {
+    use std::fmt::Write;
+    let t = t as f64;
+    let mut p = String::with_capacity(ranks * 6000);
+    let gauge = |p: &mut String, name: &str, value: &dyn Fn(usize) -> f64| {
+        let _ = writeln!(p, "# TYPE {name} gauge");
+        for r in 0..ranks {
+            let _ = writeln!(
+                p,
+                "{name}{{engine=\"{r}\",model_name=\"m\"{extra}}} {}",
+                value(r)
+            );
+        }
+    };
+    gauge(&mut p, "vllm:num_requests_running", &|r| (r % 7) as f64);
+    gauge(&mut p, "vllm:num_requests_waiting", &|r| (r % 3) as f64);
+    gauge(&mut p, "vllm:kv_cache_usage_perc", &|r| {
+        (r % 10) as f64 / 10.0
+    });
+    for (name, per_s) in [
+        ("vllm:request_success", 1.0),
+        ("vllm:prompt_tokens", 100.0),
+        ("vllm:generation_tokens", 50.0),
+        ("vllm:num_preemptions", 0.1),
+        ("vllm:prefix_cache_queries", 80.0),
+        ("vllm:prefix_cache_hits", 20.0),
+    ] {
+        let _ = writeln!(p, "# TYPE {name} counter");
+        for r in 0..ranks {
+            let _ = writeln!(
+                p,
+                "{name}_total{{engine=\"{r}\",model_name=\"m\"{extra}}} {}",
+                1000.0 + per_s * t
+            );
+        }
+    }
+    for name in [
+        "vllm:time_to_first_token_seconds",
+        "vllm:inter_token_latency_seconds",
+        "vllm:e2e_request_latency_seconds",
+    ] {
+        let _ = writeln!(p, "# TYPE {name} histogram");
+        for r in 0..ranks {
+            let count = 1000.0 + t;
+            for k in 1..20 {
+                let le = 0.01 * f64::from(k) * f64::from(k);
+                let c = (count * f64::from(k) / 20.0).floor();
+                let _ = writeln!(
+                    p,
+                    "{name}_bucket{{engine=\"{r}\",le=\"{le}\",model_name=\"m\"{extra}}} {c}"
+                );
+            }
+            let _ = writeln!(
+                p,
+                "{name}_bucket{{engine=\"{r}\",le=\"+Inf\",model_name=\"m\"{extra}}} {count}"
+            );
+        }
+    }
+    p
+}
+
+/// sysport's configuration for one engine, checks every second.
+fn config(port: u16, engine: &Engine, vitals: &str) -> String {
+    format!(
+        "listen: {{host: 127.0.0.1, port: {port}}}\n\
+         shutdown: {{drain_delay: 0s}}\n\
+         health: {{interval: 1s}}\n\
+         vitals: {{window: {vitals}}}\n\
+         upstreams:\n  - name: vllm\n    url: {}\n    health_url: {}\n    timeout: 5s\n    \
+         canary_after: 0s\n",
+        engine.url("/metrics"),
+        engine.url("/health"),
+    )
+}
+
+/// Resident memory of `pid` now, in MiB.
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("a VmRSS line");
+    kib / 1024.0
+}
+
+async fn status(sp: &Sidecar) -> serde_json::Value {
+    serde_json::from_slice(&sp.get("/status", &[]).await.body).expect("JSON")
+}
+
+/// One probe on a fresh connection, as the kubelet makes it: the time to the whole answer.
+async fn probe(port: u16, path: &str) -> (u16, Duration) {
+    let started = Instant::now();
+    let mut tcp = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    tcp.write_all(request.as_bytes()).await.expect("send");
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer).await.expect("read");
+    let text = String::from_utf8_lossy(&answer);
+    let code = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vitals_of_a_thousand_ranks_cost_a_few_mib_and_never_delay_a_probe() {
+    let engine = Engine::start(|t| ranks_page(1000, t, ""), Router::new()).await;
+    let churn = Engine::start(
+        |t| ranks_page(100, t, &format!(",request_id=\"{t}\"")),
+        Router::new(),
+    )
+    .await;
+    let on = Sidecar::launch("bounds-on")
+        .config(|port| config(port, &engine, "1m"))
+        .start()
+        .await;
+    let off = Sidecar::launch("bounds-off")
+        .config(|port| config(port, &engine, "0s"))
+        .start()
+        .await;
+    let churning = Sidecar::launch("bounds-churn")
+        .config(|port| config(port, &churn, "1m"))
+        .start()
+        .await;
+    // Two minutes of checks every second; the churning page's RSS is taken after the first.
+    let started = Instant::now();
+    let mut churn_after_a_minute = None;
+    while started.elapsed() < Duration::from_secs(120) {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        if churn_after_a_minute.is_none() && started.elapsed() >= Duration::from_secs(60) {
+            churn_after_a_minute = Some(rss_mib(churning.pid()));
+        }
+    }
+    let (rss_on, rss_off) = (rss_mib(on.pid()), rss_mib(off.pid()));
+    let churn_late = rss_mib(churning.pid());
+    let churn_early = churn_after_a_minute.expect("taken");
+    println!(
+        "after 2 min of 1 s checks of 1,000 ranks: RSS {rss_on:.1} MiB with the vitals, \
+         {rss_off:.1} MiB without; a label changing at every check: {churn_early:.1} MiB at \
+         1 min, {churn_late:.1} MiB at 2 min"
+    );
+    let s = status(&on).await;
+    let vitals = &s["upstreams"][0]["vitals"];
+    assert!(
+        vitals["readings_total"].as_u64().expect("readings") >= 30,
+        "{vitals}"
+    );
+    assert_eq!(vitals["ranks"].as_array().expect("ranks").len(), 32);
+    assert_eq!(vitals["left_out"]["ranks"], 968);
+    assert!(vitals["running"].as_f64().expect("running") > 0.0);
+    assert!(
+        rss_on - rss_off <= 24.0,
+        "the vitals cost {:.1} MiB",
+        rss_on - rss_off
+    );
+    let churned = &status(&churning).await["upstreams"][0]["vitals"];
+    assert!(
+        churned["readings_total"].as_u64().expect("readings") >= 30,
+        "{churned}"
+    );
+    // Before, each reading held every series it read: a churning label grew RSS by about
+    // 3 MiB a second. Now the second minute adds allocator slack only (about 2 MiB, flat
+    // after the third).
+    assert!(
+        churn_late - churn_early <= 6.0,
+        "RSS grew {:.1} MiB in the second minute of a churning label",
+        churn_late - churn_early
+    );
+    drop(off);
+    drop(churning);
+    drop(churn);
+
+    // Four clients read the status page and /status without pause; the probes answer within
+    // 100 ms all the while.
+    let reading = Arc::new(AtomicBool::new(true));
+    let reads = Arc::new(AtomicU64::new(0));
+    let mut clients = Vec::new();
+    for k in 0..4 {
+        let url = on.url(if k % 2 == 0 { "/status" } else { "/" });
+        let (reading, reads) = (reading.clone(), reads.clone());
+        clients.push(tokio::spawn(async move {
+            let client = common::client();
+            while reading.load(Ordering::Relaxed) {
+                if let Ok(r) = client.get(&url).send().await {
+                    let _ = r.bytes().await;
+                    reads.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    let mut worst = Duration::ZERO;
+    let mut probes = 0;
+    let watch = Instant::now();
+    while watch.elapsed() < Duration::from_secs(20) {
+        for path in ["/live", "/health", "/live/engine"] {
+            let (code, took) = probe(on.port, path).await;
+            assert!(code == 200 || code == 503, "{path}: {code}");
+            worst = worst.max(took);
+            probes += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    reading.store(false, Ordering::Relaxed);
+    for c in clients {
+        let _ = c.await;
+    }
+    let reads = reads.load(Ordering::Relaxed);
+    println!("{probes} probes, the slowest {worst:?}, while {reads} status pages were read");
+    assert!(reads >= 20, "the clients read {reads} pages");
+    assert!(worst < Duration::from_millis(100), "a probe took {worst:?}");
+    drop(engine);
+}
+
+/// A vLLM stand-in, idle, whose completions answer with `answer`.
+async fn canary_engine(answer: fn() -> Response) -> Engine {
+    let page = |_| {
+        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n\
+         # TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n\
+         # TYPE vllm:iteration_tokens_total histogram\n\
+         vllm:iteration_tokens_total_bucket{le=\"+Inf\"} 5\nvllm:iteration_tokens_total_count 5\n"
+            .to_owned()
+    };
+    let routes = Router::new()
+        .route(
+            "/v1/models",
+            get(|| async { r#"{"data":[{"id":"m"}]}"#.to_owned() }),
+        )
+        .route("/v1/completions", post(move || async move { answer() }));
+    Engine::start(page, routes).await
+}
+
+/// An answer that never ends: 64 KiB chunks as fast as they are taken.
+fn endless() -> Response {
+    let chunk = Bytes::from(vec![b' '; 64 << 10]);
+    let stream = futures_util::stream::repeat_with(move || Ok::<_, Infallible>(chunk.clone()));
+    Body::from_stream(stream).into_response()
+}
+
+/// An answer that says it holds 4 GiB, and sends them.
+fn four_gib() -> Response {
+    let mut r = endless();
+    r.headers_mut().insert(
+        header::CONTENT_LENGTH,
+        (4u64 << 30).to_string().parse().expect("value"),
+    );
+    r
+}
+
+/// An answer of one byte a second.
+fn trickle() -> Response {
+    let stream = futures_util::stream::unfold((), |()| async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Some((Ok::<_, Infallible>(Bytes::from_static(b" ")), ()))
+    });
+    Body::from_stream(stream).into_response()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_reads_a_bounded_answer_within_its_timeout() {
+    for (answer, what, result) in [
+        (
+            endless as fn() -> Response,
+            "an endless answer",
+            "too_large",
+        ),
+        (four_gib, "a 4 GiB answer", "too_large"),
+        (trickle, "a trickling answer", "timeout"),
+    ] {
+        let engine = canary_engine(answer).await;
+        let sp = Sidecar::launch("bounds-canary")
+            .config(|port| {
+                format!(
+                    "listen: {{host: 127.0.0.1, port: {port}}}\n\
+                     shutdown: {{drain_delay: 0s}}\n\
+                     health: {{interval: 200ms}}\n\
+                     upstreams:\n  - name: vllm\n    url: {}\n    health_url: {}\n    \
+                     canary_after: 1s\n    canary: {{timeout: 3s, live_failures: 0}}\n",
+                    engine.url("/metrics"),
+                    engine.url("/health"),
+                )
+            })
+            .start()
+            .await;
+        let before = rss_mib(sp.pid());
+        let started = Instant::now();
+        let mut worst = Duration::ZERO;
+        let last = loop {
+            let (code, took) = probe(sp.port, "/live").await;
+            assert_eq!(code, 200);
+            worst = worst.max(took);
+            let s = status(&sp).await;
+            let last = s["upstreams"][0]["health"]["canary"]["last"].clone();
+            if !last.is_null() {
+                break last;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{what}: no canary ended"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let grew = rss_mib(sp.pid()) - before;
+        println!("{what}: {last}; RSS +{grew:.1} MiB; slowest /live {worst:?}");
+        assert_eq!(last["result"], result, "{what}: {last}");
+        let took = last["duration_seconds"].as_f64().expect("duration");
+        assert!(
+            took <= 3.5,
+            "{what}: the canary took {took} s, its timeout is 3 s"
+        );
+        assert!(grew < 64.0, "{what}: RSS grew {grew:.1} MiB");
+        assert!(
+            worst < Duration::from_millis(100),
+            "{what}: /live took {worst:?}"
+        );
+        if result == "too_large" {
+            let error = last["error"].as_str().expect("why");
+            assert!(error.contains("8 MiB"), "{error}");
+            let (code, _) = probe(sp.port, "/health").await;
+            assert_eq!(code, 503, "a failed canary: not ready");
+        }
+    }
+}
