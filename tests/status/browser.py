@@ -6,6 +6,8 @@ refuses connections, and
     healthy one up, links /metrics, /metrics/router, /health, /live and /status, and draws an
     SVG chart for each;
   - the healthy one's card shows every vitals figure /status reports, and five sparklines;
+  - an engine whose gauges say -10 requests running, +Inf waiting and a KV cache usage of
+    -500 % gets "n/a" with the reason for each on its card, never a number;
   - a screenshot is taken and is not blank (its pixels are decoded here, with zlib);
   - /status agrees with /health and /metrics.
 
@@ -32,6 +34,7 @@ import urllib.error
 import urllib.request
 import zlib
 from html.parser import HTMLParser
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -374,6 +377,72 @@ upstreams:
             self.check(f"{name}: /status series kept agrees with /metrics",
                        None if kept == u["series"]["kept"] else f"{u['series']['kept']} vs {kept}")
 
+    def check_impossible_figures(self):
+        """An engine whose gauges cannot be figures: none is shown as a number."""
+        page = (b"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running -10\n"
+                b"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting +Inf\n"
+                b"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc -5\n")
+
+        class Engine(BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = page if self.path.startswith("/metrics") else b"ok"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Engine)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            port = free_port()
+            path = os.path.join(self.work, "impossible.yaml")
+            engine = f"http://127.0.0.1:{server.server_address[1]}"
+            with open(path, "w") as f:
+                f.write(f"""listen: {{ host: 127.0.0.1, port: {port} }}
+health: {{ interval: 1s }}
+upstreams:
+  - name: vllm
+    url: {engine}/metrics
+    health_url: {engine}/health
+    canary_after: 0s
+""")
+            proc = self.start(["--config", path], "impossible.log")
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.time() + 20
+            while time.time() < deadline:
+                try:
+                    status = json.loads(get(f"{base}/status", timeout=1)[1])
+                    if status["upstreams"][0]["vitals"]["readings_total"] >= 1:
+                        break
+                except (OSError, ValueError, KeyError, TypeError):
+                    pass
+                time.sleep(0.2)
+            dom = Dom(self.browse(["--dump-dom", f"{base}/"])).root
+            figures = {d.attrs.get("data-key"): d for d in dom.find_all("div")
+                       if d.attrs.get("data-key")}
+            for key in ("running", "waiting", "kv_cache_usage"):
+                shown = figures[key].content() if key in figures else None
+                self.check(f"an impossible {key} is not shown as a number",
+                           None if shown and "n/a" in shown and not any(c.isdigit() for c in
+                                                                         shown.replace(key, ""))
+                           else repr(shown))
+                why = figures.get(key).attrs.get("title", "") if key in figures else ""
+                self.check(f"the page says why {key} is not available", None if why else "no reason")
+            text = " ".join(e.content() for e in dom.find_all("dd"))
+            self.check("no figure reads inf or a negative number",
+                       None if "inf" not in text.lower() and "-1" not in text and "-5" not in text
+                       else text)
+            reasons = [li.content() for li in dom.find_all("li") if "not available" in li.content()]
+            self.check("the reasons are listed under the figures",
+                       None if len(reasons) == 3 else reasons)
+            proc.terminate()
+        finally:
+            server.shutdown()
+
     def stop(self):
         for p in self.procs:
             if p.poll() is None:
@@ -404,6 +473,7 @@ def main():
             time.sleep(0.5)
         run.check_dom(base)
         run.check_vitals(base)
+        run.check_impossible_figures()
         run.check_screenshot(base, args.screenshot_to)
         run.check_agreement(base)
     finally:
