@@ -89,6 +89,7 @@ fn vitals_schema(vitals: &Value) {
     let mut want = set(&figures);
     want.extend([
         "window_seconds",
+        "as_of_unix_seconds",
         "readings",
         "readings_total",
         "rank_label",

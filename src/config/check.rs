@@ -99,6 +99,14 @@ pub(super) fn parse_url(text: &str) -> Result<Url, String> {
     Ok(url)
 }
 
+/// `health_url`: a URL, or `none` (readiness follows scrapes of the metrics URL).
+pub(super) fn parse_health_url(text: &str) -> Result<Option<Url>, String> {
+    match text.trim() {
+        "none" => Ok(None),
+        url => parse_url(url).map(Some),
+    }
+}
+
 pub(super) fn positive_duration(text: &str) -> Result<Duration, String> {
     match parse_duration(text)? {
         Duration::ZERO => Err(format!("invalid duration {text:?}: must be greater than 0")),

@@ -77,14 +77,59 @@ upstreams:
     let s = &config.upstreams[0];
     assert_eq!(s.url, url("http://10.0.0.5:31000/metrics"));
     assert_eq!(s.keep, ["sglang:", "custom_"]);
-    // The preset's health URL belongs with its URL: next to another one it is left out.
-    assert_eq!(s.health_url, None);
+    // The engine is named: its health endpoint on the metrics URL's origin.
+    assert_eq!(s.health_url, Some(url("http://10.0.0.5:31000/health")));
     assert!(s.aliases);
     let t = &config.upstreams[1];
     assert_eq!(
         t.health_url,
         Some(url("http://127.0.0.1:9000/v2/health/ready"))
     );
+}
+
+#[test]
+fn a_named_engine_with_its_own_url_is_checked_on_that_url_s_origin_unless_told_otherwise() {
+    let config = ok("\
+upstreams:
+  - name: v
+    engine: vllm
+    url: https://scraper:pw@10.0.0.7:9000/metrics?x=1
+  - name: l
+    engine: llamacpp
+    url: http://127.0.0.1:18080/metrics
+  - name: t
+    engine: triton
+    url: http://10.0.0.8:18002/metrics
+  - name: off
+    engine: vllm
+    url: http://127.0.0.1:8000/metrics
+    health_url: none
+  - name: lmcache
+    url: http://127.0.0.1:8000/metrics
+    keep: [\"lmcache:\"]
+");
+    let health: Vec<Option<&str>> = config
+        .upstreams
+        .iter()
+        .map(|u| u.health_url.as_ref().map(Url::as_str))
+        .collect();
+    assert_eq!(
+        health,
+        [
+            Some("https://scraper:pw@10.0.0.7:9000/health"),
+            Some("http://127.0.0.1:18080/health"),
+            // Triton's metrics port serves nothing else: its HTTP port.
+            Some("http://10.0.0.8:8000/v2/health/ready"),
+            None,
+            // No engine named: a metrics URL of something else; readiness follows scrapes.
+            None,
+        ]
+    );
+    let text = config.to_string();
+    assert!(text.contains("    health_url: \"http://127.0.0.1:18080/health\""), "{text}");
+    assert!(text.contains("    health_url: none"), "check-config shows it off: {text}");
+    // `none` round-trips.
+    assert!(!text.contains("pw@"), "{text}");
 }
 
 #[test]

@@ -10,7 +10,7 @@ use serde_saphyr::Spanned;
 use super::canary::{Dynamo, FileCanary};
 use super::check::{
     check_label_name, check_upstream_name, keep_prefix, nonzero, parse_bool, parse_engine,
-    parse_flag_upstream, parse_ip, parse_route, parse_starting_status, parse_url,
+    parse_flag_upstream, parse_health_url, parse_ip, parse_route, parse_starting_status, parse_url,
     positive_duration, request_head_size,
 };
 use super::data::{
@@ -492,12 +492,14 @@ impl Loader<'_> {
         );
         let canary = self.file_canary(i, raw.canary_after.as_ref(), raw.canary);
         let timeout = self.file_value(raw.timeout.as_ref(), &field("timeout"), positive_duration);
-        // The preset's health URL goes with its metrics URL: next to another URL it may be wrong.
         let health_url = match (&raw.health_url, &raw.url) {
             (Some(text), _) => self
-                .file_value(Some(text), &field("health_url"), parse_url)
-                .map(|(url, _)| url),
+                .file_value(Some(text), &field("health_url"), parse_health_url)
+                .and_then(|(url, _)| url),
             (None, None) => Some(preset_url(preset.health_url)),
+            // With the engine named, its own health endpoint on the metrics URL's origin (a URL
+            // of something else, like LMCache's, names no engine: readiness follows scrapes).
+            (None, Some(_)) if raw.engine.is_some() => url.as_ref().map(|u| preset.health_url_of(u)),
             (None, Some(_)) => None,
         };
         let required = self.file_value(raw.required.as_ref(), &field("required"), parse_bool);

@@ -132,8 +132,9 @@ impl fmt::Display for Rendered<'_> {
             let keep: Vec<String> = upstream.keep.iter().map(|p| quoted(p)).collect();
             writeln!(f, "    keep: [{}]", keep.join(", "))?;
             writeln!(f, "    timeout: {}", format_duration(upstream.timeout))?;
-            if let Some(health_url) = &upstream.health_url {
-                writeln!(f, "    health_url: {}", shown(health_url))?;
+            match &upstream.health_url {
+                Some(health_url) => writeln!(f, "    health_url: {}", shown(health_url))?,
+                None => writeln!(f, "    health_url: none")?,
             }
             writeln!(f, "    required: {}", upstream.required)?;
             writeln!(

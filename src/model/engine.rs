@@ -32,6 +32,15 @@
 //!   iteration stats), `/health`; families from `tensorrt_llm/metrics/collector.py`.
 //! - Triton with the TensorRT-LLM backend: metrics on 8002 at `/metrics`, readiness at
 //!   `/v2/health/ready` on the HTTP port 8000; `nv_trt_llm_*` families of the backend.
+//! - llama.cpp's `llama-server`: port 8080; `/metrics` only with `--metrics`, `/health` (503
+//!   while the model loads, answered on the HTTP thread), `/completion`
+//!   (`tools/server/server.cpp`, the routes; `tools/server/server-context.cpp`, their
+//!   handlers); its families in `tools/server/server-task.cpp`: no labels, no histograms, the
+//!   slots being processed and the requests deferred (waiting for a slot), and counters of
+//!   prompt and predicted tokens and of decode calls. Its two throughput gauges
+//!   (`prompt_tokens_seconds`, `predicted_tokens_seconds`) average over the time since the
+//!   last read of `/metrics` by anyone (`get_metrics` resets that bucket), so sysport's own
+//!   reads shorten them for every other reader: the vitals take throughput from the counters.
 //!
 //! The router families are the ones the Gateway API Inference Extension's endpoint picker and
 //! llm-d's read for each engine type (their `engineConfigs` defaults).
@@ -52,6 +61,13 @@
 //! - Triton's TensorRT-LLM backend: `nv_trt_llm_request_metrics{request_type="active"}`, and
 //!   `nv_trt_llm_general_metrics{general_type="iteration_counter"}`, the executor's iteration
 //!   number (a gauge that only counts up), from the backend's metrics documentation.
+//! - llama.cpp: `llamacpp:requests_processing`, and `llamacpp:n_decode_total` (one per decode
+//!   call of the inference loop) and `llamacpp:tokens_predicted_total`.
+//!
+//! Each engine's waiting gauge (requests queued, none of them running yet) makes it busy too:
+//! vLLM `num_requests_waiting`, SGLang `num_queue_reqs`, trtllm-serve
+//! `trtllm_num_requests_waiting`, Triton `request_type="waiting"`, llama.cpp
+//! `requests_deferred`.
 
 use std::sync::LazyLock;
 
@@ -465,6 +481,9 @@ impl CanaryPreset {
 /// - Triton: the generate extension, `POST /v2/models/<model>/generate` with `text_input` and
 ///   parameters, answering `text_output` (`docs/protocol/extension_generate.md` of
 ///   triton-inference-server/server); the TensorRT-LLM backend's model is `ensemble`.
+/// - llama.cpp: `POST /completion` with `prompt` and `n_predict`, answering a JSON object with
+///   the generated `content` (`tools/server/server.cpp`, `post_completions` in
+///   `tools/server/server-context.cpp`).
 pub const CANARIES: [CanaryPreset; 5] = [
     CanaryPreset {
         engine: Engine::Vllm,
@@ -551,6 +570,23 @@ impl Engine {
 }
 
 impl Preset {
+    /// Where the engine whose metrics are at `metrics` says whether it is ready: its health
+    /// path on the same origin (credentials included); Triton's on its HTTP port, 8000, as
+    /// its metrics port (8002) serves nothing else.
+    pub fn health_url_of(&self, metrics: &reqwest::Url) -> reqwest::Url {
+        let preset = |u: &str| reqwest::Url::parse(u).expect("a preset's URLs are valid");
+        let (default_metrics, default_health) = (preset(self.metrics_url), preset(self.health_url));
+        let mut url = metrics.clone();
+        url.set_path(default_health.path());
+        url.set_query(None);
+        url.set_fragment(None);
+        if default_metrics.port() != default_health.port() {
+            // Only a URL that cannot have a port fails here, and an http(s) URL can.
+            let _ = url.set_port(default_health.port());
+        }
+        url
+    }
+
     /// The labels whose series are copies of one number: processes, then replicas of a rank.
     pub fn copy_labels(&self) -> Vec<&'static str> {
         self.process_labels

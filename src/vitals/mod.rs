@@ -92,6 +92,9 @@ struct Kept {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Report {
     pub window_seconds: f64,
+    /// When the window ends (the last reading's due time, or the check that aged the figures
+    /// out), as Unix seconds: the time to evaluate the same PromQL at.
+    pub as_of_unix_seconds: f64,
     /// Readings in the window.
     pub readings: usize,
     /// Readings recorded since sysport (or its configuration) started: the figures are as of
@@ -294,8 +297,14 @@ fn build(kept: &Kept, end: Option<Instant>, window: Duration) -> Report {
     };
     let kept_bytes = kept.rows.iter().map(Row::bytes).sum::<usize>()
         + kept.sparks.len() * std::mem::size_of::<(Instant, SparkPoint)>();
+    let ago = Instant::now().saturating_duration_since(end);
+    let as_of = std::time::SystemTime::now()
+        .checked_sub(ago)
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0.0, |d| d.as_secs_f64());
     Report {
         window_seconds: window.as_secs_f64(),
+        as_of_unix_seconds: as_of,
         readings: rows.len(),
         readings_total: kept.recorded,
         total: w.figures(&Group::All),
