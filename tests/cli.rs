@@ -17,6 +17,25 @@ fn temp_file(name: &str, contents: &str) -> PathBuf {
     path
 }
 
+/// What `sysport check-config ARGS` prints, with `env` set (or, with `None`, removed): it must
+/// succeed.
+fn shown_config(args: &[&str], env: &[(&str, Option<&str>)]) -> String {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("check-config")
+        .args(args)
+        .env_remove("SYSPORT_CONFIG");
+    for (key, value) in env {
+        match value {
+            Some(value) => cmd.env(key, value),
+            None => cmd.env_remove(key),
+        };
+    }
+    let out = cmd.output().expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn check_config_reports_every_problem_with_file_line_and_field() {
     let path = temp_file(
@@ -125,20 +144,8 @@ fn check_config_prints_the_effective_configuration() {
         "good",
         "upstreams:\n  - name: vllm\n    url: http://127.0.0.1:8000/metrics\n",
     );
-    let out = Command::new(BIN)
-        .arg("check-config")
-        .arg("--config")
-        .arg(&path)
-        .env("DYN_SYSTEM_PORT", "9123")
-        .output()
-        .expect("runs");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let path = path.display().to_string();
+    let text = shown_config(&["--config", &path], &[("DYN_SYSTEM_PORT", Some("9123"))]);
     assert!(
         text.contains("port: 9123"),
         "environment overrides the file: {text}"
@@ -518,25 +525,8 @@ fn an_unknown_log_format_is_refused_with_its_variable() {
 fn check_config_shows_stall_detection_and_canaries_on_by_default_and_dynamo_can_turn_canaries_off()
 {
     let run = |enabled: Option<&str>| {
-        let mut cmd = Command::new(BIN);
-        cmd.args([
-            "check-config",
-            "--upstream",
-            "vllm=http://127.0.0.1:8000/metrics",
-        ])
-        .env_remove("SYSPORT_CONFIG")
-        .env_remove("DYN_HEALTH_CHECK_ENABLED");
-        if let Some(enabled) = enabled {
-            cmd.env("DYN_HEALTH_CHECK_ENABLED", enabled);
-        }
-        let out = cmd.output().expect("runs");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let upstream = ["--upstream", "vllm=http://127.0.0.1:8000/metrics"];
+        shown_config(&upstream, &[("DYN_HEALTH_CHECK_ENABLED", enabled)])
     };
     let shown = run(None);
     for line in [
@@ -566,20 +556,8 @@ const PASSWORDS: &str = "  - name: vllm\n    url: http://u:s3cret@127.0.0.1:1/me
 #[test]
 fn check_config_shows_url_passwords_as_stars() {
     let path = temp_file("passwords", &format!("upstreams:\n{PASSWORDS}"));
-    let out = Command::new(BIN)
-        .arg("check-config")
-        .arg("--config")
-        .arg(&path)
-        .env_remove("DYN_HEALTH_CHECK_ENABLED")
-        .output()
-        .expect("runs");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let path = path.display().to_string();
+    let text = shown_config(&["--config", &path], &[("DYN_HEALTH_CHECK_ENABLED", None)]);
     assert!(!text.contains("s3cret"), "{text}");
     for line in [
         "    url: \"http://u:***@127.0.0.1:1/metrics\"",

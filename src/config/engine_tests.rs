@@ -126,8 +126,14 @@ upstreams:
         ]
     );
     let text = config.to_string();
-    assert!(text.contains("    health_url: \"http://127.0.0.1:18080/health\""), "{text}");
-    assert!(text.contains("    health_url: none"), "check-config shows it off: {text}");
+    assert!(
+        text.contains("    health_url: \"http://127.0.0.1:18080/health\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("    health_url: none"),
+        "check-config shows it off: {text}"
+    );
     // `none` round-trips.
     assert!(!text.contains("pw@"), "{text}");
 }

@@ -499,7 +499,9 @@ impl Loader<'_> {
             (None, None) => Some(preset_url(preset.health_url)),
             // With the engine named, its own health endpoint on the metrics URL's origin (a URL
             // of something else, like LMCache's, names no engine: readiness follows scrapes).
-            (None, Some(_)) if raw.engine.is_some() => url.as_ref().map(|u| preset.health_url_of(u)),
+            (None, Some(_)) if raw.engine.is_some() => {
+                url.as_ref().map(|u| preset.health_url_of(u))
+            }
             (None, Some(_)) => None,
         };
         let required = self.file_value(raw.required.as_ref(), &field("required"), parse_bool);

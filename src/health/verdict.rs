@@ -79,16 +79,16 @@ impl Verdict {
 
     /// Why it is not ready, in words (`None` while ready).
     pub(crate) fn reason(&self) -> Option<String> {
-        if self.ready() {
-            return None;
+        match self {
+            Verdict::Up | Verdict::Asleep => None,
+            Verdict::Unchecked(StartingStatus::Ready) => None,
+            Verdict::Unchecked(starting) => {
+                Some(format!("not checked yet (starting status {starting})"))
+            }
+            Verdict::Down(err) => Some(err.to_string()),
+            Verdict::Stalled(stall) => Some(format!("engine stalled: {}", stall.describe())),
+            Verdict::CanaryFailed(why) => Some(format!("canary failed: {why}")),
         }
-        Some(match self {
-            Verdict::Unchecked(starting) => format!("not checked yet (starting status {starting})"),
-            Verdict::Down(err) => err.to_string(),
-            Verdict::Stalled(stall) => format!("engine stalled: {}", stall.describe()),
-            Verdict::CanaryFailed(why) => format!("canary failed: {why}"),
-            Verdict::Up | Verdict::Asleep => unreachable!("ready"),
-        })
     }
 
     /// One word for the verdict, as the log's `verdict` field writes it.

@@ -185,11 +185,7 @@ class Run:
 
     def start_sysport(self, engine):
         refused = free_port()
-        port = free_port()
-        path = os.path.join(self.work, "sysport.yaml")
-        with open(path, "w") as f:
-            f.write(f"""listen: {{ host: 127.0.0.1, port: {port} }}
-health: {{ interval: 1s }}
+        return self.start_config("sysport", f"""health: {{ interval: 1s }}
 upstreams:
   - name: vllm
     url: {engine}/metrics
@@ -199,7 +195,15 @@ upstreams:
     keep: ["lmcache:"]
     timeout: 1s
 """)
-        self.start(["--config", path], "sysport.log")
+
+    def start_config(self, name, config):
+        """sysport with `config` (a listen: section added) on a free port, once it answers
+        /live; its base URL."""
+        port = free_port()
+        path = os.path.join(self.work, f"{name}.yaml")
+        with open(path, "w") as f:
+            f.write(f"listen: {{ host: 127.0.0.1, port: {port} }}\n{config}")
+        self.start(["--config", path], f"{name}.log")
         base = f"http://127.0.0.1:{port}"
         deadline = time.time() + 20
         while time.time() < deadline:
@@ -398,20 +402,14 @@ upstreams:
         server = ThreadingHTTPServer(("127.0.0.1", 0), Engine)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
-            port = free_port()
-            path = os.path.join(self.work, "impossible.yaml")
             engine = f"http://127.0.0.1:{server.server_address[1]}"
-            with open(path, "w") as f:
-                f.write(f"""listen: {{ host: 127.0.0.1, port: {port} }}
-health: {{ interval: 1s }}
+            base = self.start_config("impossible", f"""health: {{ interval: 1s }}
 upstreams:
   - name: vllm
     url: {engine}/metrics
     health_url: {engine}/health
     canary_after: 0s
 """)
-            proc = self.start(["--config", path], "impossible.log")
-            base = f"http://127.0.0.1:{port}"
             deadline = time.time() + 20
             while time.time() < deadline:
                 try:
@@ -439,7 +437,6 @@ upstreams:
             reasons = [li.content() for li in dom.find_all("li") if "not available" in li.content()]
             self.check("the reasons are listed under the figures",
                        None if len(reasons) == 3 else reasons)
-            proc.terminate()
         finally:
             server.shutdown()
 
