@@ -151,26 +151,30 @@ section! {
     RawUpstream {
         /// Unique name, made of `A-Z a-z 0-9 _ . -`; the `upstream` label of sysport's own metrics.
         name: Text,
-        /// The inference engine: `vllm` (default), `sglang`, `trtllm` (trtllm-serve) or `triton`
-        /// (Triton with the TensorRT-LLM backend). Its preset gives the defaults of `url`, `keep`
-        /// and `health_url`, and the families of the `router` view.
+        /// The inference engine: `vllm` (default), `sglang`, `trtllm` (trtllm-serve), `llamacpp`
+        /// (llama.cpp's `llama-server`) or `triton` (Triton with the TensorRT-LLM backend). Its
+        /// preset gives the defaults of `url`, `keep` and `health_url` (named, the engine's
+        /// health endpoint on `url`'s origin), and the families of the `router` view.
         engine: Text,
         /// The Prometheus endpoint, `http://` or `https://`; default the engine's own on
         /// 127.0.0.1 (vLLM `:8000/metrics`, SGLang `:30000/metrics`, trtllm-serve
-        /// `:8000/prometheus/metrics`, Triton `:8002/metrics`). Several upstreams may share a URL:
-        /// it is fetched once per scrape.
+        /// `:8000/prometheus/metrics`, Triton `:8002/metrics`, llama.cpp `:8080/metrics`, served
+        /// only with `--metrics`). Several upstreams may share a URL: it is fetched once per
+        /// scrape.
         url: Text,
         /// Family-name prefixes to keep; default the engine's (`["vllm:", "lmcache:"]`,
-        /// `["sglang:"]`, `["trtllm_"]`, `["nv_"]`); not empty, and none under `dynamo_sysport_`
+        /// `["sglang:"]`, `["trtllm_"]`, `["nv_"]`, `["llamacpp:"]`); not empty, and none under `dynamo_sysport_`
         /// (sysport's own names, which no upstream's can take).
         keep: Spanned<Vec<Text>>,
         /// Per-scrape timeout (`2s`, default 2s), further capped by Prometheus' scrape timeout; more
         /// than zero.
         timeout: Text,
         /// Health URL checked every `health.interval` (2xx is healthy; a redirect is not, and is
-        /// not followed). Default, when `url` is omitted too, the engine's own (vLLM, SGLang,
-        /// trtllm-serve `/health`; Triton `:8000/v2/health/ready`); otherwise none, and readiness
-        /// follows the last scrape.
+        /// not followed), or `none`: readiness follows the last scrape. Default the engine's own
+        /// (vLLM, SGLang, trtllm-serve, llama.cpp `/health`; Triton `/v2/health/ready` on its
+        /// HTTP port 8000): at the preset's address when `url` is omitted, on `url`'s origin
+        /// when `engine` is named; none when neither is written (a metrics URL of something
+        /// else, like LMCache's).
         health_url: Text,
         /// Whether readiness needs this upstream (`true`, default, or `false`).
         required: Text,
