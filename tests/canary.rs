@@ -706,6 +706,11 @@ async fn sighup_every_3s_keeps_one_canary_in_flight_and_the_failure_and_the_gaug
         })
         .start()
         .await;
+    // Ready first (the first check passes; the first canary is a second of idleness away).
+    eventually(MARGIN, "ready", || async {
+        sp.get("/health", &[]).await.status == 200
+    })
+    .await;
     let started = Instant::now();
     let mut last_hup = Instant::now();
     let mut first_failure: Option<Duration> = None;
