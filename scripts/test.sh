@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, unit and integration tests, the conformance suite against
 # promtool and prometheus_client, the end-to-end suite with a real Prometheus, the fault and soak
-# suite, the deployment checks, the documentation (README at most 12 KB, every relative link in
+# suite, sysport in front of real vLLM and llama.cpp engines, the deployment checks, the documentation (README at most 12 KB, every relative link in
 # README.md and docs/ resolves) and the code's layering (no import cycle between the files of src/,
 # no import against the layer table in scripts/check-layers.py, no #[path] include).
 # Installs what it needs when missing:
@@ -11,6 +11,9 @@
 #   - Debian's golang-go and golang-github-prometheus-common-dev (the endpoint-picker client)
 #   - Debian's chromium and fonts-dejavu-core (the status page in a headless browser)
 #   - a Python venv at .venv with prometheus-client (and the deploy linters)
+#   - the real engines, vLLM 0.32 (CPU) and llama.cpp's llama-server, with tiny models, in
+#     ~/.cache/sysport/engines (tests/suites/real-engines.sh runs scripts/real-engines.sh setup:
+#     about 6 GB of downloads and a compile the first time, a no-op later)
 # Usage: scripts/test.sh            (from anywhere; CI runs it through .ci/run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
