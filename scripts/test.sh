@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, unit and integration tests, the conformance suite against
 # promtool and prometheus_client, the end-to-end suite with a real Prometheus, the fault and soak
-# suite, sysport in front of real vLLM and llama.cpp engines, the deployment checks, the documentation (README at most 12 KB, every relative link in
-# README.md and docs/ resolves) and the code's layering (no import cycle between the files of src/,
-# no import against the layer table in scripts/check-layers.py, no #[path] include).
+# suite, sysport in front of real vLLM and llama.cpp engines, the deployment checks, the
+# documentation (README at most 12 KB, every relative link in README.md and docs/ resolves) and
+# the code's layering (no import cycle between the files of src/, no import against the layer
+# table of docs/architecture.md, no #[path] include).
 # Installs what it needs when missing:
 #   - Debian's `prometheus` package (prometheus + promtool)
 #   - openssl (the TLS tests make their certificates with it) and prlimit (util-linux: the
