@@ -24,22 +24,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 OUT=${1:-$ROOT/bench/out/gateway}
-VENV=$ROOT/bench/.venv
 export PATH="$HOME/.cargo/bin:$PATH"
 
-if [ ! -f "$ROOT/../shared/fixtures/gen_vllm_like.py" ] && [ -z "${GEN_VLLM_LIKE:-}" ]; then
-  echo "gateway.sh: ../shared/fixtures/gen_vllm_like.py not found (set GEN_VLLM_LIKE)" >&2
-  exit 1
-fi
-
-if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv "$VENV" || {
-    apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null && python3 -m venv "$VENV"
-  }
-fi
-if ! "$VENV/bin/python" -c 'import prometheus_client, prometheus_fastapi_instrumentator' 2>/dev/null; then
-  "$VENV/bin/pip" install -q prometheus-client prometheus-fastapi-instrumentator
-fi
+. bench/venv.sh
+bench_venv gateway.sh "prometheus_client, prometheus_fastapi_instrumentator" \
+  prometheus-client prometheus-fastapi-instrumentator
 
 echo "gateway.sh: building target/release/sysport and gateway-readers"
 cargo build --release --locked --bin sysport

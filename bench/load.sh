@@ -15,13 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 OUT=${1:-$ROOT/bench/out}
-VENV=$ROOT/bench/.venv
 export PATH="$HOME/.cargo/bin:$PATH"
-
-if [ ! -f "$ROOT/../shared/fixtures/gen_vllm_like.py" ] && [ -z "${GEN_VLLM_LIKE:-}" ]; then
-  echo "load.sh: ../shared/fixtures/gen_vllm_like.py not found (set GEN_VLLM_LIKE)" >&2
-  exit 1
-fi
 
 if ! command -v wrk >/dev/null; then
   echo "load.sh: installing Debian's wrk"
@@ -30,14 +24,9 @@ if ! command -v wrk >/dev/null; then
   apt-get install -y -qq wrk >/dev/null
 fi
 
-if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv "$VENV" || {
-    apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null && python3 -m venv "$VENV"
-  }
-fi
-if ! "$VENV/bin/python" -c 'import prometheus_client, prometheus_fastapi_instrumentator' 2>/dev/null; then
-  "$VENV/bin/pip" install -q prometheus-client prometheus-fastapi-instrumentator
-fi
+. bench/venv.sh
+bench_venv load.sh "prometheus_client, prometheus_fastapi_instrumentator" \
+  prometheus-client prometheus-fastapi-instrumentator
 DYNAMO=1
 dynamo_ok() {
   "$VENV/bin/python" -c 'import dynamo._core, dynamo.common.utils.prometheus' 2>/dev/null

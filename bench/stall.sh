@@ -10,14 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 OUT=${1:-$ROOT/bench/out/stall}
-VENV=$ROOT/bench/.venv
 mkdir -p "$OUT"
-if [ ! -f "$ROOT/../shared/fixtures/gen_vllm_like.py" ] && [ -z "${GEN_VLLM_LIKE:-}" ]; then
-  echo "stall.sh: ../shared/fixtures/gen_vllm_like.py not found (set GEN_VLLM_LIKE)" >&2
-  exit 1
-fi
-[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-"$VENV/bin/python" -c 'import prometheus_client' 2>/dev/null || "$VENV/bin/pip" install -q prometheus-client
+. bench/venv.sh
+bench_venv stall.sh prometheus_client prometheus-client
 BIN=${SYSPORT_BIN:-$ROOT/target/release/sysport}
 [ -x "$BIN" ] || cargo build --release --locked --bin sysport
 echo "load average $(cut -d' ' -f1-3 /proc/loadavg) before the run"

@@ -10,15 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 OUT=${1:-$ROOT/bench/out/tls}
-VENV=$ROOT/bench/.venv
 mkdir -p "$OUT"
-if [ ! -f "$ROOT/../shared/fixtures/gen_vllm_like.py" ] && [ -z "${GEN_VLLM_LIKE:-}" ]; then
-  echo "tls.sh: ../shared/fixtures/gen_vllm_like.py not found (set GEN_VLLM_LIKE)" >&2
-  exit 1
-fi
-[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-"$VENV/bin/python" -c 'import prometheus_client, prometheus_fastapi_instrumentator, bcrypt' \
-  2>/dev/null || "$VENV/bin/pip" install -q prometheus-client prometheus-fastapi-instrumentator bcrypt
+. bench/venv.sh
+bench_venv tls.sh "prometheus_client, prometheus_fastapi_instrumentator, bcrypt" \
+  prometheus-client prometheus-fastapi-instrumentator bcrypt
 cargo build --release --locked --bin sysport
 "$VENV/bin/python" bench/load/registry.py write 12 "$OUT/payload-740KB.prom"
 cd "$OUT"

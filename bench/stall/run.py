@@ -15,12 +15,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../load"))
 import registry  # noqa: E402
+from measure import cpu_seconds, rss_mib, status_ms  # noqa: E402
 from prometheus_client import make_wsgi_app  # noqa: E402
 
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--only")]
@@ -57,31 +57,6 @@ class Counting:
             selective = "name%5B%5D" in environ.get("QUERY_STRING", "")
             self.log.append((selective, len(body), took))
         return [body]
-
-
-def cpu_seconds(pid):
-    """User plus system CPU time of a process, from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mib(pid):
-    """Resident set size and its peak (VmRSS, VmHWM) of a process, in MiB."""
-    with open(f"/proc/{pid}/status") as f:
-        fields = dict(line.split(":", 1) for line in f if ":" in line)
-    return tuple(int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM"))
-
-
-def status_ms(port, times=20):
-    """Mean milliseconds of a GET /status."""
-    took = []
-    for _ in range(times):
-        t0 = time.perf_counter()
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as r:
-            r.read()
-        took.append(time.perf_counter() - t0)
-    return statistics.mean(took) * 1e3
 
 
 def run(scenario, url, health, stall, port, vitals=True):

@@ -372,6 +372,10 @@ fn a_reading_keeps_its_figures_summed_not_its_series() {
         r.kept_bytes - r.history.running.len() * SPARK_BYTES,
         12 * per_reading
     );
+    assert_eq!(
+        SPARK_BYTES, 96,
+        "docs/vitals.md's formula counts 96 bytes a sparkline point"
+    );
 }
 
 /// What one sparkline point keeps.
