@@ -26,17 +26,15 @@ pub(crate) struct UpstreamHealth {
     pub(super) state: Mutex<State>,
 }
 
-/// Why a check of an upstream failed, with the facts of the failure.
-#[derive(Debug, Clone, thiserror::Error)]
+/// Why a check of an upstream failed, with the facts of the failure (its words, a reason of
+/// the verdict, are in `verdict.rs`).
+#[derive(Debug, Clone)]
 pub(crate) enum CheckError {
     /// The health URL answered other than 2xx, or not at all.
-    #[error("health check failed: {0}")]
     Health(ScrapeError),
     /// The scrape of the metrics URL (the check of an upstream without a health URL) failed.
-    #[error("scrape failed: {0}")]
     Scrape(ScrapeError),
     /// The scrape gave nothing for the upstream.
-    #[error("no scrape result")]
     NoResult,
 }
 

@@ -180,6 +180,18 @@ impl NotLive {
     }
 }
 
+impl std::fmt::Display for CheckError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CheckError::Health(err) => write!(f, "health check failed: {err}"),
+            CheckError::Scrape(err) => write!(f, "scrape failed: {err}"),
+            CheckError::NoResult => f.write_str("no scrape result"),
+        }
+    }
+}
+
+impl std::error::Error for CheckError {}
+
 /// The reasons of several upstreams, each named once: `vllm: engine stalled: ...; sglang: ...`.
 pub(crate) fn named_reasons<'a>(
     reasons: impl Iterator<Item = (&'a str, String)>,
