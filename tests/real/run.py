@@ -1017,23 +1017,21 @@ scrape_configs:
 
         self.check("both engines idle for ~40 s with canaries on (canary_after 5 s)", idle_window, fatal=True)
 
-        def vllm_counts():
-            a, b, n = state["a"], state["b"], state["counts"]["vllm"]
-            d = b["vllm"] - a["vllm"]
-            expect(n >= 40 / (CANARY_AFTER + INTERVAL + MARGIN) - 1, f"only {n:g} canaries")
-            expect(d == n, f"sum(vllm:request_success_total) rose by {d:g}, sysport counted {n:g} canaries")
-            return f"+{d:g} requests in vLLM's counter = {n:g} canaries"
+        def counts(name, counter, what):
+            """The engine's own counter rose by exactly one per canary sysport counted."""
+            def check():
+                a, b, n = state["a"], state["b"], state["counts"][name]
+                d = b[name] - a[name]
+                expect(n >= 40 / (CANARY_AFTER + INTERVAL + MARGIN) - 1, f"only {n:g} canaries")
+                expect(d == n, f"{counter} rose by {d:g}, sysport counted {n:g} canaries")
+                return f"+{d:g} {what} = {n:g} canaries"
+            return check
 
-        self.check("vLLM: sum(vllm:request_success_total) rises by one per canary sysport counted", vllm_counts)
-
-        def llama_counts():
-            a, b, n = state["a"], state["b"], state["counts"]["llama"]
-            d = b["llama"] - a["llama"]
-            expect(n >= 40 / (CANARY_AFTER + INTERVAL + MARGIN) - 1, f"only {n:g} canaries")
-            expect(d == n, f"llamacpp:tokens_predicted_total rose by {d:g}, sysport counted {n:g} canaries")
-            return f"+{d:g} tokens in llama-server's counter = {n:g} canaries (n_predict 1)"
-
-        self.check("llama-server: llamacpp:tokens_predicted_total rises by one token per canary", llama_counts)
+        self.check("vLLM: sum(vllm:request_success_total) rises by one per canary sysport counted",
+                   counts("vllm", "sum(vllm:request_success_total)", "requests in vLLM's counter"))
+        self.check("llama-server: llamacpp:tokens_predicted_total rises by one token per canary",
+                   counts("llama", "llamacpp:tokens_predicted_total",
+                          "tokens in llama-server's counter (n_predict 1)"))
 
         def spacing():
             out = []
