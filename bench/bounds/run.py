@@ -41,9 +41,11 @@ import urllib.error
 import urllib.request
 from multiprocessing import Event, Process, Value
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../stall"))
-import engine  # noqa: E402
-from measure import cpu_seconds, rss_mib  # noqa: E402
+import engine  # bench/bounds/engine.py, beside this file
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../load"))
+import run as loadrun  # noqa: E402  (bench/load/run.py: its process helpers)
+from run import free_port, rss_mib  # noqa: E402
 
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 OPTS = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
@@ -65,14 +67,7 @@ SCENARIOS = {
 
 def load():
     """The 1-minute load average."""
-    with open("/proc/loadavg") as f:
-        return float(f.read().split()[0])
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return os.getloadavg()[0]
 
 
 def start(name, url, interval, window):
@@ -205,7 +200,7 @@ def finish(proc, run, live):
     run["ended_s"] = run["samples"][-1][0] if run["samples"] else 0
     done = threading.Event()
     threading.Thread(target=watchdog, args=(proc, run, done), daemon=True).start()
-    run["cpu_s"] = cpu_seconds(proc.pid)
+    run["cpu_s"] = loadrun.proc_stat(proc.pid)[0]
     run["status_load"] = load()
     try:
         took, body, given_up = timed_status(proc.port)

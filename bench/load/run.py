@@ -79,6 +79,11 @@ def proc_status_kib(pid, key):
     return 0
 
 
+def rss_mib(pid):
+    """Resident set size and its peak (VmRSS, VmHWM) of a process, in MiB."""
+    return tuple(proc_status_kib(pid, key) / 1024 for key in ("VmRSS", "VmHWM"))
+
+
 class Proc:
     """A child process we started; stopped by its own pid only."""
 

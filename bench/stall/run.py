@@ -15,12 +15,13 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../load"))
 import registry  # noqa: E402
-from measure import cpu_seconds, rss_mib, status_ms  # noqa: E402
+import run as loadrun  # noqa: E402  (bench/load/run.py: its process helpers)
 from prometheus_client import make_wsgi_app  # noqa: E402
 
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--only")]
@@ -59,6 +60,17 @@ class Counting:
         return [body]
 
 
+def status_ms(port, times=20):
+    """Mean milliseconds of a GET /status."""
+    took = []
+    for _ in range(times):
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as r:
+            r.read()
+        took.append(time.perf_counter() - t0)
+    return statistics.mean(took) * 1e3
+
+
 def run(scenario, url, health, stall, port, vitals=True):
     config = os.path.join(OUT, f"{scenario}.yaml")
     with open(config, "w") as f:
@@ -77,9 +89,9 @@ def run(scenario, url, health, stall, port, vitals=True):
         app.health = 0
     proc = subprocess.Popen([SYSPORT, "--config", config], stderr=subprocess.DEVNULL)
     time.sleep(SECONDS)
-    cpu = cpu_seconds(proc.pid)
+    cpu = loadrun.proc_stat(proc.pid)[0]
     status = status_ms(port)
-    rss, peak = rss_mib(proc.pid)
+    rss, peak = loadrun.rss_mib(proc.pid)
     proc.terminate()
     proc.wait(timeout=30)
     with app.lock:

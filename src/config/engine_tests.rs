@@ -134,7 +134,7 @@ upstreams:
         text.contains("    health_url: none"),
         "check-config shows it off: {text}"
     );
-    // `none` round-trips.
+    // The derived health URL keeps the credentials, and shows them masked.
     assert!(!text.contains("pw@"), "{text}");
 }
 

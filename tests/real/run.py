@@ -635,12 +635,19 @@ upstreams:
 
         self.check("text 0.0.4: promtool check metrics and prometheus_client's parser", text_valid)
 
-        def text_exact():
-            fams = expo.parse(snap["text"], "text")
-            got, dups = expo.sample_map(fams, "text")
+        def same_as_engines(body, fmt):
+            """sysport's page `body` has each engine sample once with the engine's value, and
+            the engines' HELP and TYPE."""
+            fams = expo.parse(body, fmt)
+            got, dups = expo.sample_map(fams, fmt)
             expect(not dups, f"repeated series: {[expo.fmt_key(k) for k in dups[:3]]}")
             problems = expo.compare(expected, got)
             expect(not problems, "; ".join(problems))
+            meta = expo.compare_meta(expo.meta_map(engine_fams), expo.meta_map(fams))
+            expect(not meta, "; ".join(meta))
+
+        def text_exact():
+            same_as_engines(snap["text"], "text")
             # Byte for byte: each engine sample line once, as the engine wrote it.
             lines = {}
             for l in sample_lines(snap["text"], VLLM_PREFIXES + LLAMA_PREFIXES):
@@ -650,8 +657,6 @@ upstreams:
             off = [l for l in engine_lines if lines.get(l) != 1]
             expect(not off, f"{len(off)} engine lines not found exactly once, e.g. {off[:2]}")
             expect(len(lines) == len(engine_lines), f"{len(lines)} kept lines, the engines have {len(engine_lines)}")
-            meta = expo.compare_meta(expo.meta_map(engine_fams), expo.meta_map(fams))
-            expect(not meta, "; ".join(meta))
             return (f"{len(expected)} samples ({len(snap['vllm'][1])} vllm:, {len(snap['llama'][1])} llamacpp:), "
                     "each once with the engine's value, lines byte for byte, HELP and TYPE as the engine's")
 
@@ -690,15 +695,9 @@ upstreams:
         self.check("OpenMetrics: promtool (Prometheus' parser) and prometheus_client's parser", om_valid)
 
         def om_exact():
-            fams = expo.parse(snap["om"], "om")
-            got, dups = expo.sample_map(fams, "om")
-            expect(not dups, f"repeated series: {[expo.fmt_key(k) for k in dups[:3]]}")
+            same_as_engines(snap["om"], "om")
             repeated_meta, repeated, _, _ = expo.scan(snap["om"])
             expect(not repeated_meta and not repeated, f"repeated lines: {(repeated_meta + repeated)[:3]}")
-            problems = expo.compare(expected, got)
-            expect(not problems, "; ".join(problems))
-            meta = expo.compare_meta(expo.meta_map(engine_fams), expo.meta_map(fams))
-            expect(not meta, "; ".join(meta))
             return f"{len(expected)} samples, each once with the engine's value; HELP and TYPE as the engine's"
 
         self.check("OpenMetrics: every vllm:/lmcache:/llamacpp: sample exactly once with the engine's value",
