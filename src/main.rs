@@ -56,6 +56,13 @@ enum Command {
 /// large page keeps a block of that size in its own glibc arena.
 const WORKERS: usize = 1;
 
+/// The allocator: mimalloc gives freed memory back to the OS within milliseconds. glibc's
+/// malloc raises its mmap threshold after a large block is freed and then keeps the pages of
+/// later page-sized blocks in its arenas: after slow clients that held 15 MB answers left,
+/// sysport stayed over a gigabyte (bench/RESULTS.md, "memory after slow readers").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(message) = init_logging() {

@@ -399,3 +399,131 @@ async fn a_canary_reads_a_bounded_answer_within_its_timeout() {
         }
     }
 }
+
+/// A 15 MB page that is new at every second: each answer made of it is a copy of its own.
+fn big_page(t: u64) -> String {
+    use std::fmt::Write;
+    let mut p = String::with_capacity(15 << 20);
+    let _ = writeln!(p, "# TYPE vllm:generation_tokens counter");
+    let mut i = 0u64;
+    while p.len() < 15 << 20 {
+        let _ = writeln!(
+            p,
+            "vllm:generation_tokens_total{{engine=\"{i}\",model_name=\"m\"}} {}",
+            t * 1000 + i
+        );
+        i += 1;
+    }
+    p
+}
+
+/// A client that asks for the page and then reads `per_tick` bytes every 100 ms (0: never),
+/// until `stop`. Returns the answer's status code when it got that far.
+async fn holder(port: u16, per_tick: usize, stop: Arc<AtomicBool>) -> u16 {
+    let Ok(mut tcp) = TcpStream::connect(("127.0.0.1", port)).await else {
+        return 0;
+    };
+    let request = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    if tcp.write_all(request.as_bytes()).await.is_err() {
+        return 0;
+    }
+    let mut head = [0u8; 12];
+    if tcp.read_exact(&mut head).await.is_err() {
+        return 0;
+    }
+    let code = String::from_utf8_lossy(&head[9..12]).parse().unwrap_or(0);
+    let mut buf = vec![0u8; per_tick.max(1)];
+    while !stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if per_tick > 0 && matches!(tcp.read(&mut buf).await, Ok(0) | Err(_)) {
+            break;
+        }
+    }
+    code
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_non_reading_clients_hold_no_more_than_the_answer_budget() {
+    let engine = Engine::start(big_page, Router::new()).await;
+    let sp = Sidecar::launch("bounds-holders")
+        .config(|port| {
+            format!(
+                "listen: {{host: 127.0.0.1, port: {port}, max_answer_bytes_held: 48MiB}}\n\
+                 shutdown: {{drain_delay: 0s}}\n\
+                 health: {{interval: 5s}}\n\
+                 upstreams:\n  - name: vllm\n    url: {}\n    health_url: {}\n    \
+                 timeout: 5s\n    canary_after: 0s\n    stall_after: 0s\n",
+                engine.url("/metrics"),
+                engine.url("/health"),
+            )
+        })
+        .start()
+        .await;
+    // The baseline: the page read once, fully, by a client that takes it.
+    assert_eq!(sp.get("/metrics", &[]).await.status, 200);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let baseline = rss_mib(sp.pid());
+
+    // 200 clients that never read and 200 that read 1 KiB every 100 ms, 20 arriving a second.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    let peak = Arc::new(AtomicU64::new(0));
+    let watching = {
+        let (stop, peak, pid) = (stop.clone(), peak.clone(), sp.pid());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                peak.fetch_max(rss_mib(pid) as u64, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    for i in 0..400 {
+        let per_tick = if i % 2 == 0 { 0 } else { 1024 };
+        clients.push(tokio::spawn(holder(sp.port, per_tick, stop.clone())));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The probes are never refused, whatever the clients hold.
+    let (code, took) = probe(sp.port, "/live").await;
+    assert_eq!(code, 200);
+    assert!(took < Duration::from_secs(1), "/live took {took:?}");
+    stop.store(true, Ordering::Relaxed);
+    let mut codes = std::collections::BTreeMap::new();
+    for c in clients {
+        *codes.entry(c.await.expect("client")).or_insert(0) += 1;
+    }
+    let _ = watching.await;
+    let peak = peak.load(Ordering::Relaxed) as f64;
+    // The budget is 48 MiB; the page being fetched and parsed, and the answer just made before
+    // the total went over, come on top.
+    assert!(
+        peak < baseline + 48.0 + 80.0,
+        "RSS peaked at {peak:.0} MiB from a baseline of {baseline:.0} MiB (answers: {codes:?})"
+    );
+    assert!(
+        codes.get(&503).copied().unwrap_or(0) > 0,
+        "over the budget new answers are refused: {codes:?}"
+    );
+    // Once they have left, memory goes back near where it was.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let after = rss_mib(sp.pid());
+    let own = String::from_utf8(
+        sp.get(
+            "/metrics?name=dynamo_sysport_answer_bytes_held&name=dynamo_sysport_http_connections",
+            &[],
+        )
+        .await
+        .body,
+    )
+    .expect("text");
+    assert!(
+        after < baseline + 32.0,
+        "RSS {after:.0} MiB 10 s after the clients left, baseline {baseline:.0} MiB:\n{own}"
+    );
+    let page = String::from_utf8(
+        sp.get("/metrics?name=dynamo_sysport_answers_refused_total", &[])
+            .await
+            .body,
+    )
+    .expect("text");
+    assert!(common::metric(&page, "dynamo_sysport_answers_refused_total").value() > 0.0);
+}

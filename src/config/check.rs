@@ -173,6 +173,15 @@ pub(super) fn check_label_name(name: &str) -> Result<(), String> {
 
 /// A request-head cap: 1KiB to 1MiB (scrapers send a few hundred bytes; a selective read of
 /// many names a few KiB).
+/// `listen.max_answer_bytes_held`: at least 1 MiB, or nothing but tiny answers could go out.
+pub(super) fn answer_bytes(text: &str) -> Result<usize, String> {
+    let n = parse_bytes(text)?;
+    if n < 1 << 20 {
+        return Err(format!("invalid size {text:?}: must be at least 1MiB"));
+    }
+    Ok(n)
+}
+
 pub(super) fn request_head_size(text: &str) -> Result<usize, String> {
     let n = parse_bytes(text)?;
     if !(1 << 10..=1 << 20).contains(&n) {

@@ -61,6 +61,8 @@ pub struct Listen {
     pub write_timeout: Duration,
     /// Largest request head, default 16 KiB.
     pub max_request_head_bytes: usize,
+    /// Most bytes the answers being written may hold at once, default 64 MiB.
+    pub max_answer_bytes_held: usize,
     /// Most connections held at once; `None`: 1024, or half the open-file limit when lower.
     pub max_connections: Option<usize>,
     /// A plain-HTTP port serving only the probes (`/live`, `/health`), for when the main port
@@ -244,6 +246,7 @@ impl Default for Listen {
             idle_timeout: Duration::from_secs(120),
             write_timeout: Duration::from_secs(30),
             max_request_head_bytes: 16 << 10,
+            max_answer_bytes_held: 64 << 20,
             max_connections: None,
             probe_port: None,
             web: None,

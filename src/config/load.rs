@@ -9,9 +9,9 @@ use serde_saphyr::Spanned;
 
 use super::canary::{Dynamo, FileCanary};
 use super::check::{
-    check_label_name, check_upstream_name, keep_prefix, nonzero, parse_bool, parse_engine,
-    parse_flag_upstream, parse_health_url, parse_ip, parse_route, parse_starting_status, parse_url,
-    positive_duration, request_head_size,
+    answer_bytes, check_label_name, check_upstream_name, keep_prefix, nonzero, parse_bool,
+    parse_engine, parse_flag_upstream, parse_health_url, parse_ip, parse_route,
+    parse_starting_status, parse_url, positive_duration, request_head_size,
 };
 use super::data::{
     Config, HealthConfig, Limits, Listen, ShutdownConfig, UpstreamConfig, VitalsConfig,
@@ -218,6 +218,13 @@ impl Loader<'_> {
                 request_head_size,
             )
             .map_or(defaults.max_request_head_bytes, |(n, _)| n);
+        let max_answer_bytes_held = self
+            .file_value(
+                raw.max_answer_bytes_held.as_ref(),
+                "listen.max_answer_bytes_held",
+                answer_bytes,
+            )
+            .map_or(defaults.max_answer_bytes_held, |(n, _)| n);
         let max_connections = self
             .file_value(
                 raw.max_connections.as_ref(),
@@ -262,6 +269,7 @@ impl Loader<'_> {
             idle_timeout,
             write_timeout,
             max_request_head_bytes,
+            max_answer_bytes_held,
             max_connections,
             probe_port,
             web,

@@ -111,6 +111,12 @@ section! {
         /// Time an answer may go without the client taking a byte of it (`30s`, default 30s):
         /// a client that stops reading is closed then, and the page it held is freed.
         write_timeout: Text,
+        /// Most bytes the answers being written may hold at once (`64MiB`, default 64MiB; at
+        /// least 1MiB): a rendering of the page counts once however many answers share it.
+        /// Beyond it a new `/metrics` or view answer gets 503 with `Retry-After` until clients
+        /// take what they hold (the probes are never refused). Size it under the container's
+        /// memory limit, less sysport's own use (docs/deployment.md).
+        max_answer_bytes_held: Text,
         /// Largest request head, request line and headers together (`16KiB`, default 16KiB; 1KiB
         /// to 1MiB). A larger head gets 431.
         max_request_head_bytes: Text,

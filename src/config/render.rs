@@ -83,6 +83,11 @@ impl fmt::Display for Rendered<'_> {
             "  max_request_head_bytes: {}",
             format_bytes(listen.max_request_head_bytes)
         )?;
+        writeln!(
+            f,
+            "  max_answer_bytes_held: {}",
+            format_bytes(listen.max_answer_bytes_held)
+        )?;
         match listen.max_connections {
             Some(n) => writeln!(f, "  max_connections: {n}")?,
             None => match self.default_cap {

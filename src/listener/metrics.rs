@@ -25,10 +25,13 @@ pub enum Closed {
     TlsHandshake,
     /// Plain HTTP on the TLS port: answered 400 and closed.
     PlainHttp,
+    /// Its source already had as many TLS handshakes in progress as one source may
+    /// (`listener::handshakes`): closed before any handshake work.
+    TlsBusy,
 }
 
 impl Closed {
-    const ALL: [Closed; 8] = [
+    const ALL: [Closed; 9] = [
         Closed::HeadTimeout,
         Closed::IdleTimeout,
         Closed::Stalled,
@@ -37,6 +40,7 @@ impl Closed {
         Closed::Refused,
         Closed::TlsHandshake,
         Closed::PlainHttp,
+        Closed::TlsBusy,
     ];
 
     fn label(self) -> &'static str {
@@ -49,6 +53,7 @@ impl Closed {
             Closed::Refused => "refused",
             Closed::TlsHandshake => "tls_handshake",
             Closed::PlainHttp => "plain_http",
+            Closed::TlsBusy => "tls_busy",
         }
     }
 }

@@ -18,15 +18,19 @@ use tokio::sync::{mpsc, watch};
 
 pub mod conn;
 pub mod fds;
+pub mod handoff;
+pub mod handshakes;
 mod limits;
 pub mod metrics;
 pub mod phase;
 pub mod slots;
 
+pub use handoff::Handoff;
 pub use limits::Limits;
 pub use metrics::{Closed, ListenerMetrics};
 pub use slots::{Slot, Slots};
 
+use self::handshakes::Handshakes;
 use self::phase::{Watch, Watched};
 
 /// The TLS configuration for the next handshake (replaced when the certificate changes).
@@ -34,7 +38,9 @@ pub type Tls = watch::Receiver<Arc<ServerConfig>>;
 
 /// Accepts connections on `listener` and serves `router` on each (over TLS when `tls` is given)
 /// until `closed` turns true; then stops accepting, lets each connection finish its answer,
-/// and returns once all are gone.
+/// and returns once all are gone. With `handoff`, a plain connection whose first request is not
+/// a probe is served on the worker runtime instead ([`handoff`]).
+#[allow(clippy::too_many_arguments)]
 pub async fn serve(
     listener: TcpListener,
     router: Router,
@@ -42,11 +48,13 @@ pub async fn serve(
     certs_verified: bool,
     slots: Arc<Slots>,
     limits: Limits,
+    handoff: Option<Handoff>,
     mut closed: watch::Receiver<bool>,
 ) {
     let (stop_tx, stop_rx) = watch::channel(false);
     // Every connection task holds a sender; `recv` returns `None` once all have ended.
     let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
+    let handshakes = Handshakes::new(handshakes::IN_ALL, handshakes::PER_SOURCE);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -58,11 +66,11 @@ pub async fn serve(
                     let stop = stop_rx.clone();
                     let alive = alive_tx.clone();
                     let router = router.clone();
-                    let tls = tls.as_ref().map(|t| t.borrow().clone());
+                    let tls = tls.as_ref().map(|t| (t.borrow().clone(), handshakes.clone()));
+                    let serving = Serving { router, slot: Arc::new(slot), limits, stop, alive };
+                    let handoff = handoff.clone();
                     tokio::spawn(async move {
-                        connection(tcp, watch, router, tls, certs_verified, Arc::new(slot), limits, stop)
-                            .await;
-                        drop(alive);
+                        connection(tcp, watch, serving, tls, certs_verified, handoff).await;
                     });
                 }
                 Err(err) => accept_failed(&err).await,
@@ -76,30 +84,71 @@ pub async fn serve(
     let _ = alive_rx.recv().await;
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn connection(
-    tcp: TcpStream,
-    watch: Arc<Watch>,
+/// What serving one connection takes, wherever it is served.
+struct Serving {
     router: Router,
-    tls: Option<Arc<ServerConfig>>,
-    certs_verified: bool,
     slot: Arc<Slot>,
     limits: Limits,
     stop: watch::Receiver<bool>,
+    /// Held until the connection has ended (the listener's drain waits for every one).
+    alive: mpsc::Sender<()>,
+}
+
+async fn connection(
+    tcp: TcpStream,
+    watch: Arc<Watch>,
+    serving: Serving,
+    tls: Option<(Arc<ServerConfig>, Arc<Handshakes>)>,
+    certs_verified: bool,
+    handoff: Option<Handoff>,
 ) {
+    let Serving {
+        router,
+        slot,
+        limits,
+        stop,
+        alive,
+    } = serving;
     // The body goes out in two writes (the shared engine part, then sysport's own): without
     // TCP_NODELAY, Nagle's algorithm and the client's delayed ACK hold the second for 40 ms.
     if let Err(err) = tcp.set_nodelay(true) {
         tracing::debug!(error = %err, "cannot set TCP_NODELAY");
     }
     let client = tcp.peer_addr().ok().map(|a| a.ip());
-    let Some(tls) = tls else {
-        let io = Watched::new(tcp, watch.clone());
+    let Some((tls, handshakes)) = tls else {
         let peer = conn::Peer {
             ip: client,
             verified_cert: false,
         };
+        if let Some(handoff) = handoff {
+            let (deadline, _) = watch.deadline(&limits);
+            // While it sends its first line it may be shed at the cap, like any waiter.
+            let first = tokio::select! {
+                first = handoff::first(&tcp, &handoff.is_probe, deadline) => first,
+                () = slot.shed.notified() => return,
+            };
+            match first {
+                // Served here; a late one is closed at once by its deadline, and counted.
+                Some(handoff::First::Probe | handoff::First::Late) => {}
+                Some(handoff::First::Other) => {
+                    // Moved to the worker runtime's reactor: its requests are read, worked out
+                    // and written there.
+                    let Ok(std) = tcp.into_std() else { return };
+                    handoff.worker.spawn(async move {
+                        if let Ok(tcp) = TcpStream::from_std(std) {
+                            let io = Watched::new(tcp, watch.clone());
+                            conn::serve(io, peer, router, watch, slot, limits, stop).await;
+                        }
+                        drop(alive);
+                    });
+                    return;
+                }
+                None => return,
+            }
+        }
+        let io = Watched::new(tcp, watch.clone());
         conn::serve(io, peer, router, watch, slot, limits, stop).await;
+        drop(alive);
         return;
     };
     // The handshake counts against the request-head deadline, and a shed closes it too.
@@ -109,13 +158,21 @@ async fn connection(
             // A TLS handshake record (content type 22).
             Some(0x16) => {}
             Some(_) => return Err(Some(tcp)),
-            None => return Err(None),
+            None => {
+                slot.metrics().closed(Closed::TlsHandshake);
+                return Err(None);
+            }
         }
+        let Some(_place) = handshakes.enter(client).await else {
+            slot.metrics().closed(Closed::TlsBusy);
+            return Err(None);
+        };
         tokio_rustls::TlsAcceptor::from(tls)
             .accept(Watched::new(tcp, watch.clone()))
             .await
             .map_err(|err| {
                 tracing::debug!(error = %err, "TLS handshake failed");
+                slot.metrics().closed(Closed::TlsHandshake);
                 None
             })
     };
@@ -159,7 +216,8 @@ async fn connection(
             };
             let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
         }
-        Err(None) => slot.metrics().closed(Closed::TlsHandshake),
+        // Counted where it happened: a failed handshake, or a source over its share.
+        Err(None) => {}
     }
 }
 

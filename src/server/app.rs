@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::held::Ledger;
 use super::render::Renders;
 use crate::config::Config;
 use crate::health::{self, Checks, Families, Health, Summing};
@@ -88,6 +89,8 @@ pub(super) struct App {
     /// The main port as a URL, for the status page.
     pub(super) listen: String,
     pub(super) render: Renders,
+    /// The bytes answers being written hold, against `listen.max_answer_bytes_held`.
+    pub(super) held: Arc<Ledger>,
     pub(super) telemetry: Telemetry,
     /// Readiness and each upstream's verdict, across reloads.
     pub(super) health: Arc<Health>,
@@ -135,6 +138,9 @@ impl Handle {
             &self.app.telemetry,
             &self.app.health,
         ));
+        self.app
+            .held
+            .set_budget(new.config.listen.max_answer_bytes_held);
         *self.app.runtime.write().expect("runtime lock") = new;
         self.app
             .telemetry

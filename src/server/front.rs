@@ -1,11 +1,17 @@
-//! The front thread: the listeners, every client connection (TLS, HTTP, the limits a client is
-//! held to) and the probes' answers, on a thread of its own with its own single-threaded
-//! runtime. Everything else a request asks for (a `/metrics` page, a view, the status page)
-//! runs on the worker runtime while the front thread waits for it; the health checks, the
-//! scrapes, the vitals and the canaries run there too. So no work on the worker runtime, however
-//! long (a large page to parse, a status page to compute), can delay `/live`, `/health` or
-//! `/live/engine`: they are answered from state the health checks already hold, by a thread
-//! that does nothing heavy (as linkerd2-proxy runs its admin server on a thread of its own).
+//! The serving threads, each with a single-threaded runtime of its own:
+//!
+//! - `sysport-probes` (with `listen.probe_port`): the probe port's connections and the probes'
+//!   answers, read from what the health checks publish. Nothing else runs there: no TLS, no
+//!   gzip, no rendering, so nothing a client of the main port does can delay it.
+//! - `sysport-front`: the main port's listener and connections (TLS handshakes, at most
+//!   `listener::handshakes::IN_ALL` at once and `PER_SOURCE` from one address; HTTP parsing;
+//!   the limits a client is held to). The probes asked on the main port are answered here;
+//!   every other route is worked out on the worker runtime ([`on_worker`]), gzip included.
+//!
+//! The other threads: the worker runtime (`main.rs` builds it; the routes' work, the health
+//! checks, scrapes and canaries), `sysport-parse` (the exposition crate's second parsing
+//! thread), `sysport-vitals` (`health::check`, summing a check's vitals) and tokio's blocking
+//! pool (bcrypt). docs/architecture.md has the table.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -31,89 +37,114 @@ pub(super) struct Front {
     /// The probe port's own connections, apart from the main port's.
     pub probe_slots: Arc<Slots>,
     pub limits: listener::Limits,
+    /// Where the main port's plain connections that do not start with a probe are served.
+    pub handoff: listener::Handoff,
     pub closed: watch::Receiver<bool>,
 }
 
-/// The running front thread.
+/// The running threads: the main port's, and the probe port's when there is one.
 pub(super) struct Running {
+    threads: Vec<Thread>,
+}
+
+/// One serving thread.
+struct Thread {
     done: oneshot::Receiver<()>,
     abort: Option<oneshot::Sender<()>>,
 }
 
 impl Front {
-    /// Starts the thread; it serves until `closed` is set and every connection has ended.
+    /// Starts the threads; each serves until `closed` is set and every connection has ended.
+    /// The probe port gets a thread of its own, which does nothing else: a flood of TLS
+    /// handshakes or of scrapes on the main port never reaches it.
     pub(super) fn start(self) -> std::io::Result<Running> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let (done_tx, done) = oneshot::channel();
-        let (abort, abort_rx) = oneshot::channel::<()>();
-        std::thread::Builder::new()
-            .name("sysport-front".into())
-            .spawn(move || {
-                rt.block_on(async move {
-                    tokio::select! {
-                        () = self.serve() => {}
-                        _ = abort_rx => {}
-                    }
-                });
-                // Dropping the runtime drops the connections still open after an abort.
-                drop(rt);
-                let _ = done_tx.send(());
-            })?;
-        Ok(Running {
-            done,
-            abort: Some(abort),
-        })
-    }
-
-    async fn serve(self) {
-        let listen = |std: std::net::TcpListener| {
-            TcpListener::from_std(std)
-                .inspect_err(|err| tracing::error!(error = %err, "cannot serve a listener"))
-                .ok()
-        };
-        let Some(main) = listen(self.main) else {
-            return;
-        };
-        let probes = self.probes.and_then(listen);
-        let main = listener::serve(
-            main,
+        let mut threads = Vec::with_capacity(2);
+        if let Some(probes) = self.probes {
+            let (router, slots, limits, closed) = (
+                self.probe_router,
+                self.probe_slots,
+                self.limits,
+                self.closed.clone(),
+            );
+            threads.push(spawn("sysport-probes", move || async move {
+                if let Some(probes) = listen(probes) {
+                    listener::serve(probes, router, None, false, slots, limits, None, closed).await;
+                }
+            })?);
+        }
+        let (router, tls, verified, slots, limits, handoff, closed) = (
             self.router,
             self.tls,
             self.certs_verified,
             self.slots,
             self.limits,
-            self.closed.clone(),
+            Some(self.handoff),
+            self.closed,
         );
-        let probes = async move {
-            if let Some(probes) = probes {
-                let serve = listener::serve(
-                    probes,
-                    self.probe_router,
-                    None,
-                    false,
-                    self.probe_slots,
-                    self.limits,
-                    self.closed,
-                );
+        let main = self.main;
+        threads.push(spawn("sysport-front", move || async move {
+            if let Some(main) = listen(main) {
+                let serve =
+                    listener::serve(main, router, tls, verified, slots, limits, handoff, closed);
                 serve.await;
             }
-        };
-        tokio::join!(main, probes);
+        })?);
+        Ok(Running { threads })
     }
 }
 
+/// A listener of the thread's own runtime; `None` (logged) when it cannot be.
+fn listen(std: std::net::TcpListener) -> Option<TcpListener> {
+    TcpListener::from_std(std)
+        .inspect_err(|err| tracing::error!(error = %err, "cannot serve a listener"))
+        .ok()
+}
+
+/// Starts a thread named `name` with a single-threaded runtime of its own, running what
+/// `serve` makes until it ends or the thread is aborted.
+fn spawn<F, Fut>(name: &str, serve: F) -> std::io::Result<Thread>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (done_tx, done) = oneshot::channel();
+    let (abort, abort_rx) = oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            rt.block_on(async move {
+                tokio::select! {
+                    () = serve() => {}
+                    _ = abort_rx => {}
+                }
+            });
+            // Dropping the runtime drops the connections still open after an abort.
+            drop(rt);
+            let _ = done_tx.send(());
+        })?;
+    Ok(Thread {
+        done,
+        abort: Some(abort),
+    })
+}
+
 impl Running {
-    /// Resolves once the thread has stopped serving.
+    /// Resolves once every thread has stopped serving.
     pub(super) async fn done(&mut self) {
-        let _ = (&mut self.done).await;
+        for t in &mut self.threads {
+            let _ = (&mut t.done).await;
+        }
     }
 
-    /// Drops every connection still open and waits for the thread to end.
+    /// Drops every connection still open and waits for the threads to end.
     pub(super) async fn abort(mut self) {
-        if let Some(abort) = self.abort.take() {
-            let _ = abort.send(());
+        for t in &mut self.threads {
+            if let Some(abort) = t.abort.take() {
+                let _ = abort.send(());
+            }
         }
         self.done().await;
     }

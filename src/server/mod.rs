@@ -7,6 +7,8 @@
 
 mod app;
 mod front;
+mod gzip;
+mod held;
 mod negotiate;
 mod page;
 mod parts;

@@ -10,6 +10,8 @@ use axum::response::Response;
 use bytes::Bytes;
 
 use super::app::{App, Runtime};
+use super::gzip::{self, Deflated};
+use super::held::{self, Owned};
 use super::negotiate::content_type;
 use super::parts::Parts;
 use super::render::{RenderKey, Rendered, Sources};
@@ -23,7 +25,10 @@ const SINGLE_WRITE_BYTES: usize = 64 << 10;
 
 /// The `/metrics` answer to one scrape of the upstreams `which`: the engine families (one
 /// rendering shared by every request of the same fetches when the whole page is asked for),
-/// then sysport's own, with the content type and the age headers.
+/// then sysport's own, with the content type and the age headers; gzip when `gzip` (the engine
+/// part compressed once per shared rendering, see `gzip`). Every byte it holds is charged to
+/// the answers' ledger until it has been written.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn response(
     app: &App,
     runtime: &Runtime,
@@ -31,12 +36,19 @@ pub(super) async fn response(
     scraped: &[Scraped],
     selection: Option<&Selection>,
     openmetrics: bool,
+    gzip: bool,
     started: Instant,
 ) -> Response {
     // The shared rendering stays findable as long as an answer made from it is being written.
     let mut shared = None;
     let engines = match selection {
-        Some(s) => render_engines(app, runtime, which, scraped, Some(s), openmetrics),
+        Some(s) => {
+            let runs = render_engines(app, runtime, which, scraped, Some(s), openmetrics);
+            match gzip {
+                true => Engines::Gzip(Deflated::of(&runs)),
+                false => Engines::Plain(runs),
+            }
+        }
         None => {
             // Scrapers that share a fetch share its rendering too: one merge and one output
             // buffer however many of them wait (Prometheus HA pairs, load tests).
@@ -53,18 +65,26 @@ pub(super) async fn response(
                     .collect(),
             };
             let cell = app.render.cell(key, &sources);
-            let runs = cell
+            let rendered = cell
                 .get_or_init(|| async {
-                    Rendered {
-                        runs: render_engines(app, runtime, which, scraped, None, openmetrics),
-                        sources,
-                    }
+                    let runs = render_engines(app, runtime, which, scraped, None, openmetrics);
+                    let held = app.held.charge(runs.iter().map(Bytes::len).sum());
+                    Rendered::new(runs, sources, Some(held))
                 })
-                .await
-                .runs
-                .clone();
-            shared = Some(cell);
-            runs
+                .await;
+            let engines = match gzip {
+                true => {
+                    let deflated = rendered.gzip.get_or_init(|| {
+                        let d = Deflated::of(&rendered.runs);
+                        let held = app.held.charge(d.data.len());
+                        (d, held)
+                    });
+                    Engines::Gzip(deflated.0.clone())
+                }
+                false => Engines::Plain(rendered.runs.clone()),
+            };
+            shared = Some(cell.clone());
+            engines
         }
     };
     let now = Instant::now();
@@ -75,43 +95,62 @@ pub(super) async fn response(
     } else {
         no_own(openmetrics)
     };
-    // sysport's own families go out last: while they wait to be written, the rendering is held.
-    let own = match shared {
-        Some(cell) if !own.is_empty() => Bytes::from_owner(HoldsRendering { own, _cell: cell }),
-        _ => own,
+    let parts: Vec<Bytes> = match (engines, shared) {
+        // A shared rendering: the answer's last run holds it (and its charge) until written.
+        (Engines::Plain(runs), Some(cell)) => {
+            let own = hold(own, cell);
+            runs.iter().cloned().chain([own]).collect()
+        }
+        (Engines::Gzip(d), Some(cell)) => {
+            let tail = hold(Bytes::from(d.finish_with(&own)), cell);
+            vec![gzip::header(), d.data.clone(), tail]
+        }
+        // A selective read's own rendering: charged for this answer alone.
+        (Engines::Plain(runs), None) => {
+            let total = runs.iter().map(Bytes::len).sum::<usize>() + own.len();
+            let own = hold(own, app.held.charge(total));
+            runs.iter().cloned().chain([own]).collect()
+        }
+        (Engines::Gzip(d), None) => {
+            let tail = d.finish_with(&own);
+            let member = [gzip::header(), d.data.clone(), Bytes::from(tail)].concat();
+            vec![held::charged(&app.held, Bytes::from(member))]
+        }
     };
-    let mut r = Response::new(body(&engines, own));
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, content_type(openmetrics));
-    set_age(r.headers_mut(), scraped, started, now);
+    let mut r = Response::new(body(parts));
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, content_type(openmetrics));
+    h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    if gzip {
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    set_age(h, scraped, started, now);
     r
 }
 
-/// The last run of an answer, which keeps the shared rendering it was made from findable
-/// (`render::Renders`) until it has been written or the connection is gone.
-struct HoldsRendering<T> {
-    own: Bytes,
-    _cell: T,
+/// The engine part of an answer, as it goes out.
+enum Engines {
+    Plain(Arc<[Bytes]>),
+    Gzip(Deflated),
 }
 
-impl<T> AsRef<[u8]> for HoldsRendering<T> {
-    fn as_ref(&self) -> &[u8] {
-        &self.own
-    }
+/// `bytes`, holding `what` until the last copy of them is dropped: the answer's last run keeps
+/// its rendering findable (`render::Renders`) and charged until written or abandoned.
+fn hold<T: Send + 'static>(bytes: Bytes, what: T) -> Bytes {
+    Bytes::from_owner(Owned {
+        bytes,
+        _charge: what,
+    })
 }
 
-/// The response body of engine runs and sysport's own families: one buffer for a small page,
-/// else the runs (mostly the upstream bodies themselves) as they are.
-fn body(engines: &[Bytes], own: Bytes) -> Body {
-    let len = engines.iter().map(Bytes::len).sum::<usize>() + own.len();
+/// The response body of runs: one buffer for a small answer, else the runs (mostly the
+/// upstream bodies themselves) as they are.
+fn body(parts: Vec<Bytes>) -> Body {
+    let len = parts.iter().map(Bytes::len).sum::<usize>();
     if len < SINGLE_WRITE_BYTES {
-        let mut all = Vec::with_capacity(len);
-        for part in engines.iter().chain([&own]) {
-            all.extend_from_slice(part);
-        }
-        Body::from(all)
+        Body::from(parts.concat())
     } else {
-        Body::new(Parts::new(engines.iter().cloned().chain([own])))
+        Body::new(Parts::new(parts))
     }
 }
 

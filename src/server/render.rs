@@ -3,9 +3,12 @@
 //! between two scrapes a few milliseconds apart, and a client that holds its answer, reading
 //! slowly or not at all, then holds one copy of the page for all of them, not one each).
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use bytes::Bytes;
+
+use super::gzip::Deflated;
+use super::held::Charge;
 
 /// Identifies one rendering of the engine families: the fetches it came from and the format.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,11 +26,25 @@ pub(super) struct Sources {
     pub(super) bodies: Vec<Option<Bytes>>,
 }
 
-/// A rendering and what it was made from.
+/// A rendering and what it was made from; its gzip form once a request asks for it. Both are
+/// charged to the answers' ledger while the rendering lives.
 #[derive(Debug)]
 pub(super) struct Rendered {
     pub(super) runs: Arc<[Bytes]>,
     pub(super) sources: Sources,
+    pub(super) gzip: OnceLock<(Deflated, Charge)>,
+    _held: Option<Charge>,
+}
+
+impl Rendered {
+    pub(super) fn new(runs: Arc<[Bytes]>, sources: Sources, held: Option<Charge>) -> Rendered {
+        Rendered {
+            runs,
+            sources,
+            gzip: OnceLock::new(),
+            _held: held,
+        }
+    }
 }
 
 type Cell = tokio::sync::OnceCell<Rendered>;
@@ -87,10 +104,11 @@ mod tests {
         let first = renders.cell(key(1), &sources(b"a 1\n"));
         first
             .get_or_init(|| async {
-                Rendered {
-                    runs: Arc::new([Bytes::from_static(b"a 1\n")]),
-                    sources: sources(b"a 1\n"),
-                }
+                Rendered::new(
+                    Arc::new([Bytes::from_static(b"a 1\n")]),
+                    sources(b"a 1\n"),
+                    None,
+                )
             })
             .await;
         // A later fetch that brought the same bytes: the same rendering.

@@ -10,12 +10,12 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
-use tower_http::compression::CompressionLayer;
 
 use super::app::{App, Runtime};
 use super::negotiate::{budget, content_type, requested_names, wants_openmetrics};
 use super::page::{self, set_age};
 use super::parts::Parts;
+use super::{gzip, held};
 use crate::config::Config;
 use crate::expfmt::Selection;
 use crate::model::routes;
@@ -26,23 +26,13 @@ use bytes::Bytes;
 /// them (the probes stay open).
 pub(super) fn router(app: Arc<App>, guard: Option<web::auth::Guard>) -> Router {
     let routes = Router::new().fallback(dispatch).with_state(app);
-    let routes = match guard {
+    match guard {
         Some(guard) => routes.layer(axum::middleware::from_fn_with_state(
             guard,
             web::auth::require,
         )),
         None => routes,
-    };
-    routes.layer(
-        // Prometheus asks for gzip on every scrape: the fastest level keeps compression from
-        // costing more than the merge itself, for most of the size benefit.
-        CompressionLayer::new()
-            .quality(tower_http::CompressionLevel::Fastest)
-            .gzip(true)
-            .no_br()
-            .no_deflate()
-            .no_zstd(),
-    )
+    }
 }
 
 /// Whether `path` is a probe: open without credentials, and served on the probe port.
@@ -133,67 +123,36 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
     let started = Instant::now();
     let runtime = app.current();
     let route = Route::of(req.uri().path(), &runtime);
-    let mut read = "";
-    let response = match (route, check_host(&req)) {
-        (_, Err(msg)) => (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response(),
-        (None, _) => (StatusCode::NOT_FOUND, "not found\n").into_response(),
+    let (response, read) = match (route, check_host(&req)) {
+        (_, Err(msg)) => (
+            (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response(),
+            "",
+        ),
+        (None, _) => ((StatusCode::NOT_FOUND, "not found\n").into_response(), ""),
         (Some(_), _) if req.method() != Method::GET && req.method() != Method::HEAD => {
             let mut r = (StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n").into_response();
             r.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-            r
+            (r, "")
         }
-        (Some(Route::Live), _) => live(&app),
-        (Some(Route::LiveEngine), _) => {
-            let (live, body) = app.health.live_engine(whole_probe_body(&runtime, &req));
-            json_response(code(live), body.to_string())
-        }
-        (Some(Route::Health), _) => {
-            let whole = whole_probe_body(&runtime, &req);
-            let (ready, body) = app.health.report(app.telemetry.uptime_seconds(), whole);
-            json_response(code(ready), body.to_string())
-        }
-        // Everything but the probes is worked out on the worker runtime (see `front`).
-        (Some(Route::Status), _) => {
-            let (a, r) = (app.clone(), runtime.clone());
-            worker(&app, async move {
-                json_response(StatusCode::OK, facts(&a, &r).to_json())
-            })
-            .await
-        }
-        (Some(Route::Page), _) => {
-            let (a, r) = (app.clone(), runtime.clone());
-            worker(&app, async move { html_response(facts(&a, &r).to_html()) }).await
-        }
-        (Some(Route::Metrics), _) => {
-            let names = requested_names(req.uri().query());
-            // A query that names anything is a selective read, well-formed or not.
-            read = if matches!(names, Ok(None)) {
-                "full"
-            } else {
-                "selective"
-            };
-            match names {
-                Ok(names) => {
-                    let selection = names.map(|n| Selection::new(n.iter().map(String::as_str)));
-                    let (a, r, headers) = (app.clone(), runtime.clone(), req.headers().clone());
-                    worker(&app, async move {
-                        metrics(&a, &r, selection, read, &headers, started).await
-                    })
-                    .await
-                }
-                Err(msg) => (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response(),
+        (Some(route), _) => match probe(&app, &runtime, route, &req) {
+            // The probes are answered here, from what the health checks publish.
+            Some(answer) => (answer, ""),
+            // Every other route is worked out on the worker runtime, gzip included: a route
+            // added to the table lands there, never on the connections' thread.
+            None => {
+                let (a, r) = (app.clone(), runtime.clone());
+                let (parts, _) = req.into_parts();
+                super::front::on_worker(&app.worker, async move {
+                    answer(&a, &r, route, parts, started).await
+                })
+                .await
+                .unwrap_or_else(|| {
+                    let r = (StatusCode::INTERNAL_SERVER_ERROR, "internal error\n");
+                    (r.into_response(), "")
+                })
             }
-        }
-        (Some(Route::View(v)), _) => {
-            read = "view";
-            let (a, r, headers) = (app.clone(), runtime.clone(), req.headers().clone());
-            worker(
-                &app,
-                async move { view(&a, &r, v, &headers, started).await },
-            )
-            .await
-        }
+        },
     };
     let path_label = route.map_or(Cow::Borrowed("other"), |r| r.path(&runtime));
     let t = &app.telemetry;
@@ -206,6 +165,113 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
             .observe(started.elapsed().as_secs_f64());
     }
     response
+}
+
+/// A probe's answer; `None` for every other route.
+fn probe(app: &App, runtime: &Runtime, route: Route, req: &Request) -> Option<Response> {
+    match route {
+        Route::Live => Some(live(app)),
+        Route::LiveEngine => {
+            let (live, body) = app.health.live_engine(whole_probe_body(runtime, req));
+            Some(json_response(code(live), body.to_string()))
+        }
+        Route::Health => {
+            let whole = whole_probe_body(runtime, req);
+            let (ready, body) = app.health.report(app.telemetry.uptime_seconds(), whole);
+            Some(json_response(code(ready), body.to_string()))
+        }
+        Route::Metrics | Route::View(_) | Route::Page | Route::Status => None,
+    }
+}
+
+/// Every route but the probes, on the worker runtime; with the kind of read it was
+/// (`dynamo_sysport_http_requests_total`'s `read` label).
+async fn answer(
+    app: &App,
+    runtime: &Runtime,
+    route: Route,
+    req: axum::http::request::Parts,
+    started: Instant,
+) -> (Response, &'static str) {
+    let gzip = gzip::accepted(&req.headers);
+    match route {
+        Route::Status => {
+            let body = json_response(StatusCode::OK, facts(app, runtime).to_json());
+            (finish(app, body, gzip).await, "")
+        }
+        Route::Page => {
+            let body = html_response(facts(app, runtime).to_html());
+            (finish(app, body, gzip).await, "")
+        }
+        Route::Metrics => {
+            let names = requested_names(req.uri.query());
+            // A query that names anything is a selective read, well-formed or not.
+            let read = if matches!(names, Ok(None)) {
+                "full"
+            } else {
+                "selective"
+            };
+            let answer = match names {
+                Err(msg) => (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response(),
+                Ok(_) if !app.held.admit() => refused(),
+                Ok(names) => {
+                    let selection = names.map(|n| Selection::new(n.iter().map(String::as_str)));
+                    metrics(app, runtime, selection, read, &req.headers, gzip, started).await
+                }
+            };
+            (answer, read)
+        }
+        Route::View(v) => {
+            let answer = match app.held.admit() {
+                true => view(app, runtime, v, &req.headers, started).await,
+                false => refused(),
+            };
+            (finish(app, answer, gzip).await, "view")
+        }
+        Route::Live | Route::Health | Route::LiveEngine => {
+            let req = Request::from_parts(req, Body::empty());
+            let probe = probe(app, runtime, route, &req);
+            (
+                probe.unwrap_or_else(|| StatusCode::NOT_FOUND.into_response()),
+                "",
+            )
+        }
+    }
+}
+
+/// 503 while answers being written hold the budget (`held`); the probes are never refused.
+fn refused() -> Response {
+    let mut r = (
+        StatusCode::SERVICE_UNAVAILABLE,
+        "answers being written hold listen.max_answer_bytes_held: retry shortly\n",
+    )
+        .into_response();
+    r.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(held::RETRY_AFTER_SECONDS),
+    );
+    r
+}
+
+/// An answer made in one piece (the status page, a view): charged to the answers' ledger
+/// until written, and gzipped here when the client takes it.
+async fn finish(app: &App, response: Response, gzip: bool) -> Response {
+    let (mut head, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "internal error\n").into_response();
+    };
+    head.headers
+        .insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    let bytes = if gzip && bytes.len() >= gzip::MIN_BYTES {
+        head.headers.remove(header::CONTENT_LENGTH);
+        head.headers
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        gzip::whole(&bytes)
+    } else {
+        bytes
+    };
+    let body = Body::new(Parts::new([held::charged(&app.held, bytes)]));
+    Response::from_parts(head, body)
 }
 
 fn live(app: &App) -> Response {
@@ -260,16 +326,6 @@ fn facts(app: &App, runtime: &Runtime) -> status::Facts {
     })
 }
 
-/// `work`'s answer, worked out on the worker runtime; 500 if it failed.
-async fn worker(
-    app: &App,
-    work: impl std::future::Future<Output = Response> + Send + 'static,
-) -> Response {
-    super::front::on_worker(&app.worker, work)
-        .await
-        .unwrap_or_else(|| (StatusCode::INTERNAL_SERVER_ERROR, "internal error\n").into_response())
-}
-
 fn html_response(body: String) -> Response {
     let mut r = Response::new(Body::new(Parts::new([Bytes::from(body)])));
     r.headers_mut().insert(
@@ -320,6 +376,7 @@ async fn metrics(
     selection: Option<Selection>,
     read: &str,
     headers: &HeaderMap,
+    gzip: bool,
     started: Instant,
 ) -> Response {
     let scraper = &runtime.scraper;
@@ -339,6 +396,7 @@ async fn metrics(
         &scraped,
         selection.as_ref(),
         openmetrics,
+        gzip,
         started,
     )
     .await;

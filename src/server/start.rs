@@ -138,11 +138,13 @@ impl Sysport {
             .local_addr()
             .map_or_else(|_| String::new(), |addr| format!("{scheme}://{addr}"));
         let health = Arc::new(crate::health::Health::new(telemetry.clone()));
+        let held = super::held::Ledger::new(config.listen.max_answer_bytes_held, &telemetry);
         let runtime = Runtime::start(config, &client, &telemetry, &health);
         let app = Arc::new(App {
             runtime: RwLock::new(Arc::new(runtime)),
             listen,
             render: Default::default(),
+            held,
             telemetry,
             health,
             worker: tokio::runtime::Handle::current(),
@@ -221,6 +223,11 @@ impl Sysport {
             .as_ref()
             .and_then(|w| w.tls.as_ref())
             .is_some_and(|t| t.client_auth.verifies());
+        let probe_app = app.clone();
+        let handoff = listener::Handoff {
+            worker: app.worker.clone(),
+            is_probe: Arc::new(move |path: &str| is_probe(&probe_app.current().config, path)),
+        };
         let front = Front {
             main: self.listener.into_std()?,
             probes: self.probes.map(TcpListener::into_std).transpose()?,
@@ -233,6 +240,7 @@ impl Sysport {
             probe_slots: Slots::reserve(PROBE_CONNECTIONS, self.slots.metrics().clone()),
             slots: self.slots,
             limits: self.limits,
+            handoff,
             closed: closed_rx.clone(),
         };
         let mut front = front.start()?;

@@ -66,6 +66,20 @@ impl Pki {
     /// `NAME.crt` and `NAME.key` signed by `ca`, with the given subjectAltName list
     /// (`DNS:localhost,IP:127.0.0.1`), for servers and clients.
     pub fn leaf(&self, ca: &str, name: &str, sans: &str) {
+        self.leaf_keyed(
+            ca,
+            name,
+            sans,
+            &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
+        );
+    }
+
+    /// [`Pki::leaf`] with an RSA key of `bits` bits: the costliest signature a handshake makes.
+    pub fn leaf_rsa(&self, ca: &str, name: &str, sans: &str, bits: u32) {
+        self.leaf_keyed(ca, name, sans, &["-newkey", &format!("rsa:{bits}")]);
+    }
+
+    fn leaf_keyed(&self, ca: &str, name: &str, sans: &str, key: &[&str]) {
         let ext = format!("{name}.ext");
         std::fs::write(
             self.path(&ext),
@@ -78,20 +92,19 @@ impl Pki {
         openssl(
             &self.dir,
             &[
-                "req",
-                "-new",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-subj",
-                &format!("/CN={name}"),
-                "-keyout",
-                &format!("{name}.key"),
-                "-out",
-                &format!("{name}.csr"),
-            ],
+                &["req", "-new"][..],
+                key,
+                &[
+                    "-nodes",
+                    "-subj",
+                    &format!("/CN={name}"),
+                    "-keyout",
+                    &format!("{name}.key"),
+                    "-out",
+                    &format!("{name}.csr"),
+                ],
+            ]
+            .concat(),
         );
         openssl(
             &self.dir,

@@ -43,6 +43,7 @@ pub struct Launch<'a> {
     wrapper: &'a [&'a str],
     stdout: bool,
     env: Vec<(&'a str, &'a str)>,
+    live: Option<String>,
 }
 
 impl<'a> Launch<'a> {
@@ -68,6 +69,13 @@ impl<'a> Launch<'a> {
     /// Sets an environment variable for sysport.
     pub fn env(mut self, key: &'a str, value: &'a str) -> Self {
         self.env.push((key, value));
+        self
+    }
+
+    /// Where to ask `/live` to know sysport has started (a plain probe port when the main port
+    /// serves TLS), instead of the main port.
+    pub fn live_at(mut self, url: String) -> Self {
+        self.live = Some(url);
         self
     }
 
@@ -128,7 +136,8 @@ impl<'a> Launch<'a> {
                 client: client.clone(),
                 stdout: None,
             };
-            if sidecar.wait_live().await {
+            let live = self.live.clone().unwrap_or_else(|| sidecar.url("/live"));
+            if sidecar.wait_live(&live).await {
                 sidecar.stdout = sidecar
                     .child
                     .stdout
@@ -169,6 +178,7 @@ impl Sidecar {
             wrapper: &[],
             stdout: false,
             env: Vec::new(),
+            live: None,
         }
     }
 
@@ -182,13 +192,13 @@ impl Sidecar {
     }
 
     /// Whether this child, not another process that took the port, answers `/live` there.
-    async fn wait_live(&mut self) -> bool {
+    async fn wait_live(&mut self, live: &str) -> bool {
         let deadline = Instant::now() + LIVE_WITHIN;
         while Instant::now() < deadline {
             if matches!(self.child.try_wait(), Ok(Some(_))) {
                 return false;
             }
-            if let Ok(r) = self.client.get(self.url("/live")).send().await
+            if let Ok(r) = self.client.get(live).send().await
                 && r.status() == 200
                 && self
                     .child
