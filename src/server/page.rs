@@ -10,7 +10,7 @@ use axum::response::Response;
 use bytes::Bytes;
 
 use super::app::{App, Runtime};
-use super::negotiate::content_type;
+use super::negotiate::Exposition;
 use super::parts::Parts;
 use super::render::{RenderKey, Rendered, Sources};
 use crate::expfmt::{self, Format, MergeOptions, Output, ParseLimits, ParseOptions, Selection};
@@ -30,9 +30,10 @@ pub(super) async fn response(
     which: &[usize],
     scraped: &[Scraped],
     selection: Option<&Selection>,
-    openmetrics: bool,
+    format: Exposition,
     started: Instant,
 ) -> Response {
+    let openmetrics = format.is_openmetrics();
     // The shared rendering stays findable as long as an answer made from it is being written.
     let mut shared = None;
     let engines = match selection {
@@ -82,7 +83,7 @@ pub(super) async fn response(
     };
     let mut r = Response::new(body(&engines, own));
     r.headers_mut()
-        .insert(header::CONTENT_TYPE, content_type(openmetrics));
+        .insert(header::CONTENT_TYPE, format.content_type());
     set_age(r.headers_mut(), scraped, started, now);
     r
 }
