@@ -166,6 +166,16 @@ build_otelcol() {
   case $v in *"$OTELCOL_VERSION"*) ;; *) die "otelcol: --version says: $v" ;; esac
   "$OTELCOL" components 2>&1 | grep -q 'name: otlp' || die "otelcol: no otlp receiver in \`components\`"
   "$OTELCOL" components 2>&1 | grep -q 'name: file' || die "otelcol: no file exporter in \`components\`"
+  # A configuration as the suites write one (loopback receivers, the file exporter, a variable)
+  # must validate.
+  local cfg=$DIR/otelcol-check.yaml
+  printf '%s\n' 'receivers:' '  otlp:' '    protocols:' \
+    '      grpc: { endpoint: "127.0.0.1:4317" }' '      http: { endpoint: "127.0.0.1:4318" }' \
+    'exporters:' '  file: { path: "${OTELCOL_CHECK_OUT}" }' \
+    'service:' '  pipelines:' '    metrics: { receivers: [otlp], exporters: [file] }' >"$cfg"
+  OTELCOL_CHECK_OUT=$DIR/otelcol-check.jsonl "$OTELCOL" validate --config "$cfg" ||
+    die "otelcol: \`validate\` refused $cfg"
+  rm -f "$cfg"
   log "otelcol: $v"
 }
 
