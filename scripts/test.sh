@@ -15,6 +15,9 @@
 #   - the real engines, vLLM 0.32 (CPU) and llama.cpp's llama-server, with tiny models, in
 #     ~/.cache/sysport/engines (tests/suites/real-engines.sh runs scripts/real-engines.sh setup:
 #     about 6 GB of downloads and a compile the first time, a no-op later)
+#   - Prometheus 3.16, an OpenTelemetry Collector and AIPerf 0.13.0 in ~/.cache/sysport/tools
+#     (tests/suites/prometheus3.sh runs scripts/real-tools.sh setup: Go modules and wheels and a
+#     Prometheus compile the first time, a no-op later)
 # Usage: scripts/test.sh            (from anywhere; CI runs it through .ci/run)
 set -euo pipefail
 cd "$(dirname "$0")/.."

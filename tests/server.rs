@@ -799,6 +799,63 @@ async fn openmetrics_is_served_when_preferred() {
     );
 }
 
+#[tokio::test]
+async fn prometheus_3_accept_headers_get_the_version_and_escaping_they_asked_for() {
+    let a = Upstream::start(Reply::text(VLLM)).await;
+    let sp = start_single(&a.metrics_url(), &["vllm:", "lmcache:"]).await;
+    // Prometheus 3.16's Accept headers (scrape/scrape.go acceptHeader): its default
+    // scrape_protocols, each protocol alone, and `metric_name_escaping_scheme: underscores`.
+    let om = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    let text = "text/plain; version=1.0.0; charset=utf-8";
+    let cases = [
+        (
+            "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.7,application/openmetrics-text;version=0.0.1;q=0.6,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.3",
+            format!("{om}; escaping=allow-utf-8"),
+        ),
+        (
+            "application/openmetrics-text;version=0.0.1;q=0.7,*/*;q=0.6",
+            "application/openmetrics-text; version=0.0.1; charset=utf-8".to_string(),
+        ),
+        (
+            "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.7,*/*;q=0.6",
+            format!("{text}; escaping=allow-utf-8"),
+        ),
+        (
+            "text/plain;version=1.0.0;escaping=underscores;q=0.7,*/*;q=0.6",
+            format!("{text}; escaping=underscores"),
+        ),
+        (
+            "application/openmetrics-text;version=1.0.0;escaping=underscores;q=0.7,application/openmetrics-text;version=0.0.1;q=0.6,text/plain;version=1.0.0;escaping=underscores;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.3",
+            format!("{om}; escaping=underscores"),
+        ),
+        (
+            "text/plain;version=0.0.4;q=0.7,*/*;q=0.6",
+            "text/plain; version=0.0.4; charset=utf-8".to_string(),
+        ),
+    ];
+    for (accept, want) in cases {
+        let r = client()
+            .get(sp.url("/metrics"))
+            .header("accept", accept)
+            .send()
+            .await
+            .expect("answers");
+        assert_eq!(r.headers()["content-type"], want.as_str(), "{accept}");
+        let body = r.text().await.expect("body");
+        // The body is the format the header names: OpenMetrics ends in `# EOF` and writes the
+        // counter's family without `_total`; the text formats do neither.
+        let openmetrics = want.starts_with("application/openmetrics-text");
+        assert_eq!(body.ends_with("\n# EOF\n"), openmetrics, "{accept}");
+        let counter_type = if openmetrics {
+            "# TYPE lmcache:num_hit_tokens counter\n"
+        } else {
+            "# TYPE lmcache:num_hit_tokens_total counter\n"
+        };
+        assert!(body.contains(counter_type), "{accept}: {body}");
+        assert_eq!(metric(&body, "lmcache:num_hit_tokens_total").value(), 7.0);
+    }
+}
+
 /// A page of `families` gauge families of 40 series each under `prefix`, with an unkept family
 /// every tenth, one CRLF line, one line in a non-canonical shape and no newline at the end.
 fn big_page(prefix: &str, engine: &str, families: usize) -> String {

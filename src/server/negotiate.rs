@@ -80,46 +80,137 @@ pub(super) enum NamesError {
     TooMany,
 }
 
-/// Whether the Accept header prefers OpenMetrics to the text format (q-values honoured; a
-/// wildcard alone means text, which every Prometheus-compatible scraper reads).
-pub(super) fn wants_openmetrics(headers: &HeaderMap) -> bool {
+/// The format an answer is written in, from the request's `Accept` (q-values honoured; a
+/// wildcard alone, no header or nothing sysport writes means text 0.0.4, which every
+/// Prometheus-compatible scraper reads; on equal q-values text goes before OpenMetrics).
+///
+/// The two versions of each format are the same bytes for sysport's pages: what text 1.0.0 and
+/// OpenMetrics 1.0.0 add over 0.0.4 and 0.0.1 is quoted UTF-8 names, and every name sysport
+/// serves is a legacy one (`[a-zA-Z_:][a-zA-Z0-9_:]*`, label names without `:`). So the answer
+/// takes the version asked for, and the escaping scheme asked for (Prometheus 3's
+/// `metric_name_escaping_scheme`) is already met: `allow-utf-8`, `underscores` and `values`
+/// leave a legacy name as it is. `dots` would not (it doubles every `_`), so that request is
+/// answered with `underscores`, which is what the page is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Exposition {
+    Text004,
+    Text100(Escaping),
+    OpenMetrics001,
+    /// The escaping is named in the answer only when the request named one (Prometheus 3
+    /// does; older scrapers neither send nor expect it).
+    OpenMetrics100(Option<Escaping>),
+}
+
+/// A metric name escaping scheme an answer can truthfully name (see [`Exposition`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Escaping {
+    AllowUtf8,
+    Underscores,
+    Values,
+}
+
+impl Escaping {
+    /// The scheme a request's `escaping=` parameter asks for, as sysport meets it; `None` for
+    /// one it does not know (ignored, as Prometheus' client libraries ignore it).
+    fn asked(value: &str) -> Option<Escaping> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "allow-utf-8" => Some(Escaping::AllowUtf8),
+            "underscores" | "dots" => Some(Escaping::Underscores),
+            "values" => Some(Escaping::Values),
+            _ => None,
+        }
+    }
+}
+
+impl Exposition {
+    /// Whether the body is OpenMetrics (else the text format).
+    pub(super) fn is_openmetrics(self) -> bool {
+        matches!(
+            self,
+            Exposition::OpenMetrics001 | Exposition::OpenMetrics100(_)
+        )
+    }
+
+    pub(super) fn content_type(self) -> HeaderValue {
+        use Escaping::*;
+        use Exposition::*;
+        HeaderValue::from_static(match self {
+            Text004 => TEXT_CONTENT_TYPE,
+            Text100(AllowUtf8) => "text/plain; version=1.0.0; charset=utf-8; escaping=allow-utf-8",
+            Text100(Underscores) => {
+                "text/plain; version=1.0.0; charset=utf-8; escaping=underscores"
+            }
+            Text100(Values) => "text/plain; version=1.0.0; charset=utf-8; escaping=values",
+            OpenMetrics001 => "application/openmetrics-text; version=0.0.1; charset=utf-8",
+            OpenMetrics100(None) => expfmt::OPENMETRICS_CONTENT_TYPE,
+            OpenMetrics100(Some(AllowUtf8)) => {
+                "application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=allow-utf-8"
+            }
+            OpenMetrics100(Some(Underscores)) => {
+                "application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=underscores"
+            }
+            OpenMetrics100(Some(Values)) => {
+                "application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=values"
+            }
+        })
+    }
+
+    /// Which of two formats a request accepting both at the same q-value gets.
+    fn tie_rank(self) -> u8 {
+        match self {
+            Exposition::Text004 => 3,
+            Exposition::Text100(_) => 2,
+            Exposition::OpenMetrics100(_) => 1,
+            Exposition::OpenMetrics001 => 0,
+        }
+    }
+}
+
+/// The format the request's `Accept` header prefers among those sysport writes.
+pub(super) fn exposition(headers: &HeaderMap) -> Exposition {
     let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
-        return false;
+        return Exposition::Text004;
     };
-    let (mut q_om, mut q_text) = (0.0f32, 0.0f32);
+    let mut best: Option<(f32, Exposition)> = None;
     for range in accept.split(',') {
         let mut parts = range.split(';').map(str::trim);
         let media = parts.next().unwrap_or("").to_ascii_lowercase();
         let mut q = 1.0f32;
         let mut version = None;
+        let mut escaping = None;
         for p in parts {
             if let Some((k, v)) = p.split_once('=') {
                 match k.trim().to_ascii_lowercase().as_str() {
                     "q" => q = v.trim().parse().unwrap_or(0.0),
                     "version" => version = Some(v.trim().to_string()),
+                    "escaping" => escaping = Escaping::asked(v),
                     _ => {}
                 }
             }
         }
-        match media.as_str() {
-            "application/openmetrics-text"
-                if matches!(version.as_deref(), None | Some("1.0.0") | Some("0.0.1")) =>
-            {
-                q_om = q_om.max(q)
+        let format = match (media.as_str(), version.as_deref()) {
+            ("application/openmetrics-text", None | Some("1.0.0")) => {
+                Exposition::OpenMetrics100(escaping)
             }
-            "text/plain" => q_text = q_text.max(q),
-            _ => {}
+            ("application/openmetrics-text", Some("0.0.1")) => Exposition::OpenMetrics001,
+            ("text/plain", None | Some("0.0.4")) => Exposition::Text004,
+            ("text/plain", Some("1.0.0")) => {
+                Exposition::Text100(escaping.unwrap_or(Escaping::Underscores))
+            }
+            _ => continue,
+        };
+        if q.is_nan() || q <= 0.0 {
+            continue;
+        }
+        let better = match best {
+            None => true,
+            Some((bq, bf)) => q > bq || (q == bq && format.tie_rank() > bf.tie_rank()),
+        };
+        if better {
+            best = Some((q, format));
         }
     }
-    q_om > 0.0 && q_om > q_text
-}
-
-pub(super) fn content_type(openmetrics: bool) -> HeaderValue {
-    HeaderValue::from_static(if openmetrics {
-        expfmt::OPENMETRICS_CONTENT_TYPE
-    } else {
-        TEXT_CONTENT_TYPE
-    })
+    best.map_or(Exposition::Text004, |(_, f)| f)
 }
 
 #[cfg(test)]
@@ -152,7 +243,7 @@ mod tests {
         let accept = |v: &'static str| {
             let mut h = HeaderMap::new();
             h.insert(header::ACCEPT, HeaderValue::from_static(v));
-            wants_openmetrics(&h)
+            exposition(&h).is_openmetrics()
         };
         assert!(accept(
             "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
@@ -164,7 +255,90 @@ mod tests {
         assert!(!accept("*/*"));
         assert!(!accept("application/openmetrics-text;q=0"));
         assert!(!accept("application/openmetrics-text;version=2.0.0"));
-        assert!(!wants_openmetrics(&HeaderMap::new()));
+        assert_eq!(exposition(&HeaderMap::new()), Exposition::Text004);
+    }
+
+    fn format_for(accept: &'static str) -> Exposition {
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT, HeaderValue::from_static(accept));
+        exposition(&h)
+    }
+
+    #[test]
+    fn prometheus_3_gets_the_version_and_escaping_it_asked_for() {
+        use Escaping::*;
+        use Exposition::*;
+        // Prometheus 3.16's Accept headers (scrape/scrape.go acceptHeader): the default
+        // scrape_protocols, then each protocol alone, with the escaping scheme of the job.
+        let default = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+        assert_eq!(format_for(default), OpenMetrics100(Some(AllowUtf8)));
+        assert_eq!(
+            format_for("application/openmetrics-text;version=0.0.1;q=0.6,*/*;q=0.5"),
+            OpenMetrics001
+        );
+        assert_eq!(
+            format_for("text/plain;version=1.0.0;escaping=underscores;q=0.6,*/*;q=0.5"),
+            Text100(Underscores)
+        );
+        assert_eq!(
+            format_for("text/plain;version=1.0.0;escaping=allow-utf-8;q=0.6,*/*;q=0.5"),
+            Text100(AllowUtf8)
+        );
+        assert_eq!(
+            format_for("text/plain;version=0.0.4;q=0.6,*/*;q=0.5"),
+            Text004
+        );
+        assert_eq!(
+            format_for("text/plain;version=1.0.0;escaping=values"),
+            Text100(Values)
+        );
+        // `dots` would double every underscore of a legacy name: the page is `underscores`.
+        assert_eq!(
+            format_for("text/plain;version=1.0.0;escaping=dots"),
+            Text100(Underscores)
+        );
+        assert_eq!(format_for("text/plain;version=1.0.0"), Text100(Underscores));
+        assert_eq!(
+            format_for("text/plain;version=1.0.0;escaping=bogus"),
+            Text100(Underscores)
+        );
+        // Prometheus 2.x: no escaping asked, none named.
+        assert_eq!(
+            format_for(
+                "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+            ),
+            OpenMetrics100(None)
+        );
+        assert_eq!(format_for("text/plain;version=2.0.0"), Text004);
+    }
+
+    #[test]
+    fn content_types_name_the_version_and_escaping_served() {
+        use Escaping::*;
+        use Exposition::*;
+        let ct = |f: Exposition| f.content_type().to_str().expect("ascii").to_owned();
+        assert_eq!(ct(Text004), "text/plain; version=0.0.4; charset=utf-8");
+        assert_eq!(
+            ct(Text100(Underscores)),
+            "text/plain; version=1.0.0; charset=utf-8; escaping=underscores"
+        );
+        assert_eq!(
+            ct(Text100(AllowUtf8)),
+            "text/plain; version=1.0.0; charset=utf-8; escaping=allow-utf-8"
+        );
+        assert_eq!(
+            ct(OpenMetrics001),
+            "application/openmetrics-text; version=0.0.1; charset=utf-8"
+        );
+        assert_eq!(
+            ct(OpenMetrics100(None)),
+            "application/openmetrics-text; version=1.0.0; charset=utf-8"
+        );
+        assert_eq!(
+            ct(OpenMetrics100(Some(Values))),
+            "application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=values"
+        );
+        assert!(OpenMetrics001.is_openmetrics() && !Text100(Values).is_openmetrics());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use super::app::{App, Runtime};
 use super::gzip::{self, Deflated};
 use super::held::{self, Owned};
-use super::negotiate::content_type;
+use super::negotiate::Exposition;
 use super::parts::Parts;
 use super::render::{RenderKey, Rendered, Sources};
 use crate::expfmt::{self, Format, MergeOptions, Output, ParseLimits, ParseOptions, Selection};
@@ -35,10 +35,11 @@ pub(super) async fn response(
     which: &[usize],
     scraped: &[Scraped],
     selection: Option<&Selection>,
-    openmetrics: bool,
+    format: Exposition,
     gzip: bool,
     started: Instant,
 ) -> Response {
+    let openmetrics = format.is_openmetrics();
     // The shared rendering stays findable as long as an answer made from it is being written.
     let mut shared = None;
     let engines = match selection {
@@ -119,7 +120,7 @@ pub(super) async fn response(
     };
     let mut r = Response::new(body(parts));
     let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, content_type(openmetrics));
+    h.insert(header::CONTENT_TYPE, format.content_type());
     h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
     if gzip {
         h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));

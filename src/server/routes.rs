@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 
 use super::app::{App, Runtime};
-use super::negotiate::{budget, content_type, requested_names, wants_openmetrics};
+use super::negotiate::{budget, exposition, requested_names};
 use super::page::{self, set_age};
 use super::parts::Parts;
 use super::{gzip, held};
@@ -388,14 +388,13 @@ async fn metrics(
         .scrape(&which, selection.as_ref(), budget(headers))
         .await;
     let rendering = Instant::now();
-    let openmetrics = wants_openmetrics(headers);
     let r = page::response(
         app,
         runtime,
         &which,
         &scraped,
         selection.as_ref(),
-        openmetrics,
+        exposition(headers),
         gzip,
         started,
     )
@@ -425,14 +424,15 @@ async fn view(
         .scrape(&which, Some(&selection), budget(headers))
         .await;
     let rendering = Instant::now();
-    let openmetrics = wants_openmetrics(headers);
-    let (body, dropped) = runtime
-        .views
-        .render(v, scraper, &which, &scraped, openmetrics);
+    let format = exposition(headers);
+    let (body, dropped) =
+        runtime
+            .views
+            .render(v, scraper, &which, &scraped, format.is_openmetrics());
     app.telemetry.openmetrics_dropped.inc_by(dropped);
     let mut r = Response::new(Body::new(Parts::new([body])));
     r.headers_mut()
-        .insert(header::CONTENT_TYPE, content_type(openmetrics));
+        .insert(header::CONTENT_TYPE, format.content_type());
     set_age(r.headers_mut(), &scraped, started, Instant::now());
     app.telemetry
         .render_duration

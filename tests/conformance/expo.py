@@ -140,12 +140,12 @@ def split_invalid_text_lines(body: str):
 LINT_LINE_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]* \S.*$")
 
 
-def promtool_check(body: bytes):
-    """`promtool check metrics` on stdin. It exits 0 (clean), 3 (lint problems only, one
+def promtool_check(body: bytes, promtool: str = "promtool"):
+    """`promtool check metrics` on stdin (`promtool`: which one). It exits 0 (clean), 3 (lint problems only, one
     `<metric> <problem>` line each) or 1 (`error while linting: <parse error>`). Lint problems
     (names with `:`, units, `_total`) are expected for engine families; anything else fails.
     Returns None when the body parses, else the reason."""
-    r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, timeout=60)
+    r = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=60)
     out = (r.stdout + r.stderr).decode("utf-8", "replace")
     lines = [l for l in out.splitlines() if l.strip()]
     errors = [l for l in lines if "error while linting" in l or not LINT_LINE_RE.match(l)]
@@ -170,7 +170,7 @@ def inject_timestamps(body: str, ts: str = "1700000000") -> str:
     return "\n".join(out)
 
 
-def prometheus_om_check(body: bytes, tmpdir: str):
+def prometheus_om_check(body: bytes, tmpdir: str, promtool: str = "promtool"):
     """Prometheus' own OpenMetrics parser (the one a scrape with the default Accept header
     uses), reached through `promtool tsdb create-blocks-from openmetrics`. Returns None when
     it reads the body, else the reason."""
@@ -179,7 +179,7 @@ def prometheus_om_check(body: bytes, tmpdir: str):
         with open(src, "w", encoding="utf-8") as fh:
             fh.write(inject_timestamps(body.decode("utf-8")))
         r = subprocess.run(
-            ["promtool", "tsdb", "create-blocks-from", "openmetrics", src, os.path.join(d, "out")],
+            [promtool, "tsdb", "create-blocks-from", "openmetrics", src, os.path.join(d, "out")],
             capture_output=True, timeout=120,
         )
         if r.returncode != 0:

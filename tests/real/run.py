@@ -8,7 +8,8 @@ pid file and the cleanup):
     python tests/real/run.py --workdir DIR [--pidfile FILE]
 
 Environment: SYSPORT_BIN, PROMETHEUS_BIN, and SYSPORT_VLLM, SYSPORT_VLLM_MODEL,
-SYSPORT_LLAMA_SERVER, SYSPORT_LLAMA_MODEL (`scripts/real-engines.sh env`);
+SYSPORT_LLAMA_SERVER, SYSPORT_LLAMA_MODEL (`scripts/real-engines.sh env`), SYSPORT_AIPERF
+(`scripts/real-tools.sh env`);
 SYSPORT_VLLM_READY_TIMEOUT (seconds vLLM may take to answer /health 200, default 300).
 
 The phases, in order (vLLM is started once: its start takes 30-120 s on two cores):
@@ -20,6 +21,9 @@ The phases, in order (vLLM is started once: its start takes 30-120 s on two core
    engine sample of the kept families exactly once with the engine's value, in text 0.0.4 and
    in OpenMetrics (prometheus_client's parsers, promtool), vLLM's `X_created` gauge families as
    gauges in text and as the `_created` samples of their counter or histogram in OpenMetrics.
+   Then AIPerf (tests/real/aiperf_phase.py): a short `aiperf profile` against vLLM with
+   `--server-metrics` at a sysport without canaries; AIPerf's export has every vllm: family of
+   vLLM's endpoint under sysport's, with the same counter totals and histogram estimates.
 3. vitals: Prometheus scrapes both engines and sysport every second; a burst of completions
    in the middle of a 60 s window; sysport's /status vitals against the same PromQL over the
    engines' own series at `as_of_unix_seconds`.
@@ -58,6 +62,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 import expo  # noqa: E402
 import run  # noqa: E402
 from run import Failed, Fatal, Procs, Prom, Suite, eventually, expect, free_ports, http_get  # noqa: E402
+from aiperf_phase import AIPerfPhase  # noqa: E402
 
 # sysport's settings for the readiness, vitals and canary phases (the exactness phase has no
 # canaries), and what the bounds below are made of.
@@ -317,10 +322,10 @@ class Load:
 
 # ---- the suite ----------------------------------------------------------------------------------
 
-class RealEngines(Suite):
+class RealEngines(AIPerfPhase, Suite):
     name = "real-engines"
     fatal_logs = ("sysport", "sysport-start", "sysport-exact", "vllm", "llama", "prometheus")
-    failure_logs = ("sysport", "vllm", "llama")
+    failure_logs = ("sysport", "sysport-aiperf", "aiperf", "vllm", "llama")
 
     def __init__(self, workdir, pidfile):
         super().__init__(workdir, pidfile)
@@ -445,6 +450,7 @@ upstreams:
         self.setup()
         self.start_phase()
         self.exactness()
+        self.aiperf_reads()
         self.vitals()
         self.canaries()
         self.freeze_idle()
