@@ -8,6 +8,7 @@ use tokio::sync::watch;
 
 use super::render::Renders;
 use crate::config::Config;
+use crate::control::Control;
 use crate::health::{self, Checks, Families, Health, Summing};
 use crate::model::Recorder;
 use crate::scrape::Scraper;
@@ -30,6 +31,8 @@ pub(super) struct Runtime {
     pub(super) views: Views,
     /// The engines' vitals, recorded by the health checks.
     pub(super) vitals: Arc<Vitals>,
+    /// The control routes (`/engine/*`, `/v1/loras`, `/metadata`).
+    pub(super) control: Arc<Control>,
     pub(super) stop_checks: watch::Sender<bool>,
 }
 
@@ -62,6 +65,11 @@ impl Runtime {
             client: client.clone(),
             summing,
         });
+        let control = Arc::new(Control::new(&config, client.clone()));
+        tokio::spawn({
+            let control = control.clone();
+            async move { control.read_metadata().await }
+        });
         let (stop_checks, stop) = watch::channel(false);
         tokio::spawn(health::run(checks, config.health.interval, stop));
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -72,6 +80,7 @@ impl Runtime {
             scraper,
             history,
             vitals,
+            control,
             stop_checks,
         }
     }

@@ -79,6 +79,10 @@ enum Route {
     Status,
     /// `/live/engine`: the engine container's liveness (stall detection).
     LiveEngine,
+    /// `/metadata`: what each upstream is.
+    Metadata,
+    /// `/engine/*` or `/v1/loras`: forwarded to an engine (see `control`).
+    Control(super::control::Kind),
 }
 
 impl Route {
@@ -93,12 +97,15 @@ impl Route {
                     .and_then(|name| runtime.views.find(name))
                     .map(Route::View)
             })
+            .or_else(|| super::control::kind(path).map(Route::Control))
     }
 
     /// The route's path, as `dynamo_sysport_http_requests_total` labels it.
     fn path(self, runtime: &Runtime) -> Cow<'_, str> {
         match self {
             Route::View(v) => Cow::Owned(routes::view(runtime.views.name(v))),
+            Route::Control(super::control::Kind::Engine) => Cow::Borrowed(routes::ENGINE),
+            Route::Control(super::control::Kind::Loras) => Cow::Borrowed(routes::LORAS),
             route => Cow::Borrowed(
                 table(&runtime.config)
                     .into_iter()
@@ -118,7 +125,7 @@ impl Route {
 /// configuration, which keeps them off `/metrics` and `/live/engine`; one on `/` or `/status`
 /// wins over the status page. No view's path is one of these (the configuration refuses a view
 /// on a probe's path).
-fn table(config: &Config) -> [(&str, Route); 6] {
+fn table(config: &Config) -> [(&str, Route); 7] {
     [
         (routes::METRICS, Route::Metrics),
         (&config.health.path, Route::Health),
@@ -126,6 +133,7 @@ fn table(config: &Config) -> [(&str, Route); 6] {
         (routes::LIVE_ENGINE, Route::LiveEngine),
         (routes::STATUS_PAGE, Route::Page),
         (routes::STATUS, Route::Status),
+        (routes::METADATA, Route::Metadata),
     ]
 }
 
@@ -137,6 +145,8 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
     let response = match (route, check_host(&req)) {
         (_, Err(msg)) => (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response(),
         (None, _) => (StatusCode::NOT_FOUND, "not found\n").into_response(),
+        // Any method: the control module answers those it does not take.
+        (Some(Route::Control(kind)), _) => super::control::answer(&app, &runtime, kind, req).await,
         (Some(_), _) if req.method() != Method::GET && req.method() != Method::HEAD => {
             let mut r = (StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n").into_response();
             r.headers_mut()
@@ -161,6 +171,7 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
             })
             .await
         }
+        (Some(Route::Metadata), _) => super::control::metadata(&app, &runtime).await,
         (Some(Route::Page), _) => {
             let (a, r) = (app.clone(), runtime.clone());
             worker(&app, async move { html_response(facts(&a, &r).to_html()) }).await
