@@ -98,7 +98,7 @@ impl Control {
                 Err(message) => problems.push(format!("{}: {message}", upstream.name)),
             }
             if upstream.engine.control().cache_config == Some("vllm:cache_config_info") {
-                let info = self.info_labels(upstream, LORA_REQUESTS_INFO).await;
+                let info = self.info_labels(u, LORA_REQUESTS_INFO).await;
                 requests.insert(
                     upstream.name.clone(),
                     info.unwrap_or_else(|reason| json!({ "not_available": reason })),

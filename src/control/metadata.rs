@@ -3,30 +3,32 @@
 //! model of an adapter), its cache configuration (the labels of its `*cache_config_info`
 //! family), the labels sysport adds to its series, and sysport's own version.
 //!
-//! Read once when the configuration starts, then again on demand when the last read is older
-//! than the check interval (so an engine restarted with another version or model shows within
-//! one interval); one read at a time, each answer bounded. What could not be read is
+//! Read when first asked, then again on demand when the last read is older than the check
+//! interval, or when the upstream's scrapes have gone down or come back since (an engine
+//! restarted with another version or model); one read at a time, each answer bounded. Nothing
+//! is read at start: an engine nobody asks about gets no request beyond sysport's scrapes and
+//! canaries. The cache configuration comes from the upstream's page through the scraper (a
+//! selective read, sharing fetches with `/metrics`). What could not be read is
 //! `{"not_available": reason}` in its place: the answer is always 200.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::http::StatusCode;
-use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use super::forward::{self, MAX_ANSWER_BYTES};
 use super::{Control, Reply, engine_url};
 use crate::config::UpstreamConfig;
-use crate::expfmt::{self, Format, PairHasher, ParseOptions};
+use crate::expfmt::{self, Exposition, Selection};
 use crate::model::ShownUrl;
 use crate::model::control::Method;
 
 /// What the last read of each upstream found.
 #[derive(Debug)]
 pub struct Cache {
-    /// Per upstream: when it was read, and what it said.
-    read: Mutex<Vec<Option<(Instant, Value)>>>,
+    /// Per upstream: when it was read, whether its scrapes were up then, and what it said.
+    read: Mutex<Vec<Option<(Instant, bool, Value)>>>,
     /// Held while reading, so a burst of requests makes one read.
     reading: tokio::sync::Mutex<()>,
 }
@@ -39,10 +41,15 @@ impl Cache {
         }
     }
 
-    fn stale(&self, max_age: Duration) -> Vec<usize> {
+    /// The upstreams to read again: never read, read longer ago than `max_age`, or whose
+    /// scrapes' state (`up`) changed since.
+    fn stale(&self, max_age: Duration, up: &[bool]) -> Vec<usize> {
         let read = self.read.lock().expect("metadata lock");
         (read.iter().enumerate())
-            .filter(|(_, r)| r.as_ref().is_none_or(|(at, _)| at.elapsed() >= max_age))
+            .filter(|(i, r)| {
+                r.as_ref()
+                    .is_none_or(|(at, was_up, _)| at.elapsed() >= max_age || *was_up != up[*i])
+            })
             .map(|(i, _)| i)
             .collect()
     }
@@ -53,11 +60,6 @@ fn na(reason: impl std::fmt::Display) -> Value {
 }
 
 impl Control {
-    /// Reads every upstream now (at start).
-    pub async fn read_metadata(&self) {
-        self.refresh(Duration::ZERO).await;
-    }
-
     /// The `/metadata` answer, re-reading upstreams whose read is older than the interval.
     pub async fn metadata(&self) -> Reply {
         self.refresh(self.interval()).await;
@@ -66,7 +68,7 @@ impl Control {
             .map(|(u, r)| {
                 let value = r.as_ref().map_or_else(
                     || na("not read yet"),
-                    |(at, v)| {
+                    |(at, _, v)| {
                         let mut v = v.clone();
                         v["age_seconds"] = json!(at.elapsed().as_secs_f64());
                         v
@@ -89,17 +91,23 @@ impl Control {
     }
 
     async fn refresh(&self, max_age: Duration) {
-        if self.metadata.stale(max_age).is_empty() {
+        let up = || -> Vec<bool> {
+            (0..self.config.upstreams.len())
+                .map(|u| self.scraper.status(u).up == Some(true))
+                .collect()
+        };
+        if self.metadata.stale(max_age, &up()).is_empty() {
             return;
         }
         let _reading = self.metadata.reading.lock().await;
         // Another request may have read them while this one waited.
-        let stale = self.metadata.stale(max_age);
+        let stale = self.metadata.stale(max_age, &up());
         let reads = stale.iter().map(|&u| self.read_upstream(u));
         let values = futures_util::future::join_all(reads).await;
+        let now_up = up();
         let mut read = self.metadata.read.lock().expect("metadata lock");
         for (u, value) in stale.into_iter().zip(values) {
-            read[u] = Some((Instant::now(), value));
+            read[u] = Some((Instant::now(), now_up[u], value));
         }
     }
 
@@ -125,7 +133,7 @@ impl Control {
             None => na("the engine has no /v1/models"),
         };
         let cache_config = match control.cache_config {
-            Some(family) => match self.info_labels(upstream, family).await {
+            Some(family) => match self.info_labels(u, family).await {
                 Ok(labels) => labels,
                 Err(reason) => na(reason),
             },
@@ -168,26 +176,17 @@ impl Control {
             .ok_or_else(|| format!("{path} answered something other than JSON"))
     }
 
-    /// The labels of `family`'s latest series on the upstream's metrics page.
-    pub(super) async fn info_labels(
-        &self,
-        upstream: &UpstreamConfig,
-        family: &str,
-    ) -> Result<Value, String> {
-        let answer = forward::call(
-            &self.client,
-            Method::Get,
-            upstream.url.clone(),
-            None,
-            self.config.control.timeout,
-            self.config.limits.max_body_bytes,
-        )
-        .await
-        .map_err(|e| format!("metrics page: {e}"))?;
-        if !answer.status.is_success() {
-            return Err(format!("metrics page answered {}", answer.status));
-        }
-        info_labels(answer.body, family, &self.config.limits)
+    /// The labels of `family`'s latest series on upstream `u`'s page, read through the
+    /// scraper (a selective read: shared with `/metrics`, within `min_interval`).
+    pub(super) async fn info_labels(&self, u: usize, family: &str) -> Result<Value, String> {
+        let selection = Selection::new([family]);
+        let scraped = self.scraper.scrape(&[u], Some(&selection), None).await;
+        let page = match scraped.into_iter().next().map(|s| s.result) {
+            Some(Ok(page)) => page,
+            Some(Err(err)) => return Err(format!("metrics page: {err}")),
+            None => return Err("metrics page: not read".to_owned()),
+        };
+        info_labels(&page.parsed, family)
     }
 }
 
@@ -215,23 +214,9 @@ fn models(answer: &Value, path: &str) -> Value {
     Value::Array(models)
 }
 
-/// The labels of `family`'s series of the largest value in a metrics page (an info gauge's
-/// value is 1, or the time its labels were set).
-pub fn info_labels(
-    body: Bytes,
-    family: &str,
-    limits: &crate::config::Limits,
-) -> Result<Value, String> {
-    let keep = [family.to_owned()];
-    let opts = ParseOptions {
-        keep: &keep,
-        limits: limits.parse_limits(),
-        added_labels: &[],
-        hasher: PairHasher::new(1),
-        allow_reserved: false,
-    };
-    let format = Format::detect(&body);
-    let page = expfmt::parse(body, format, &opts).map_err(|e| format!("metrics page: {e}"))?;
+/// The labels of `family`'s series of the largest value in a page (an info gauge's value is 1,
+/// or the time its labels were set).
+pub fn info_labels(page: &Exposition, family: &str) -> Result<Value, String> {
     let found = page
         .families()
         .iter()
@@ -257,29 +242,35 @@ pub fn info_labels(
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
+    use crate::expfmt::{Format, PairHasher, ParseOptions};
+
+    fn page(text: &str) -> Exposition {
+        let keep = ["vllm:".to_owned()];
+        let opts = ParseOptions {
+            keep: &keep,
+            limits: crate::config::Limits::default().parse_limits(),
+            added_labels: &[],
+            hasher: PairHasher::new(1),
+            allow_reserved: false,
+        };
+        expfmt::parse(Bytes::from(text.to_owned()), Format::Text, &opts).expect("parses")
+    }
 
     #[test]
     fn cache_config_is_the_info_family_labels() {
-        let page = "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n\
+        let text = "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n\
                     # TYPE vllm:cache_config_info gauge\n\
                     vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"2048\",prefix=\"a\\\"b\"} 1.0\n\
                     vllm:num_requests_running{engine=\"0\"} 0.0\n";
-        let labels = info_labels(
-            Bytes::from(page),
-            "vllm:cache_config_info",
-            &crate::config::Limits::default(),
-        )
-        .expect("found");
+        let labels = info_labels(&page(text), "vllm:cache_config_info").expect("found");
         assert_eq!(
             labels,
             json!({"block_size": "16", "num_gpu_blocks": "2048", "prefix": "a\"b"})
         );
-        let missing = info_labels(
-            Bytes::from("x 1\n"),
-            "vllm:cache_config_info",
-            &crate::config::Limits::default(),
-        );
+        let missing = info_labels(&page("x 1\n"), "vllm:cache_config_info");
         assert_eq!(
             missing,
             Err("the metrics page has no vllm:cache_config_info".to_owned())

@@ -15,6 +15,7 @@ pub mod forward;
 pub mod lora;
 pub mod metadata;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
@@ -23,6 +24,7 @@ use bytes::Bytes;
 use crate::config::{Config, UpstreamConfig};
 use crate::model::control::Method;
 use crate::model::{ShownUrl, Url};
+use crate::scrape::Scraper;
 use forward::{Answer, CallError, Gate};
 
 /// A request to a control route, as the server read it.
@@ -104,11 +106,14 @@ pub struct Control {
     client: reqwest::Client,
     gate: Gate,
     metadata: metadata::Cache,
+    /// The configuration's scraper: the cache configuration is read through it.
+    scraper: Arc<Scraper>,
 }
 
 impl Control {
-    pub fn new(config: &Config, client: reqwest::Client) -> Control {
+    pub fn new(config: &Config, client: reqwest::Client, scraper: Arc<Scraper>) -> Control {
         Control {
+            scraper,
             metadata: metadata::Cache::new(config.upstreams.len()),
             config: config.clone(),
             client,

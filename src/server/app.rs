@@ -65,11 +65,7 @@ impl Runtime {
             client: client.clone(),
             summing,
         });
-        let control = Arc::new(Control::new(&config, client.clone()));
-        tokio::spawn({
-            let control = control.clone();
-            async move { control.read_metadata().await }
-        });
+        let control = Arc::new(Control::new(&config, client.clone(), scraper.clone()));
         let (stop_checks, stop) = watch::channel(false);
         tokio::spawn(health::run(checks, config.health.interval, stop));
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
