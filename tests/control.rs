@@ -522,3 +522,104 @@ async fn llamacpp_adapters_are_scaled_not_loaded() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn every_mapped_name_of_every_engine_reaches_its_route_with_its_method() {
+    for engine in [
+        Engine::Vllm,
+        Engine::Sglang,
+        Engine::Llamacpp,
+        Engine::Trtllm,
+        Engine::Triton,
+    ] {
+        let recorder = StandIn::recorder().await;
+        let running = Running::start(open(vec![upstream("e", engine, &recorder)])).await;
+        for route in engine.control().routes {
+            let (path, arg) = if route.takes_arg {
+                (format!("/engine/{}/3", route.name), Some("3"))
+            } else {
+                (format!("/engine/{}", route.name), None)
+            };
+            let method =
+                reqwest::Method::from_bytes(route.method.as_str().as_bytes()).expect("method");
+            let (status, body) = send(&running, method, &path, None).await;
+            assert_eq!(status, 200, "{engine:?} {path}: {body}");
+            assert_eq!(
+                (body["method"].as_str(), body["path"].as_str()),
+                (
+                    Some(route.method.as_str()),
+                    Some(route.target(arg).as_str())
+                ),
+                "{engine:?} {path}"
+            );
+        }
+        // A name this engine does not map: 404, nothing sent.
+        let before = recorder.control_requests().len();
+        assert_eq!(
+            post(&running, "/engine/erase_slot/0?upstream=e").await.0,
+            if engine == Engine::Llamacpp { 200 } else { 404 }
+        );
+        let sent = recorder.control_requests().len() - before;
+        assert_eq!(sent, usize::from(engine == Engine::Llamacpp), "{engine:?}");
+    }
+}
+
+#[tokio::test]
+async fn verified_client_certificates_open_control_and_an_optional_one_must_be_sent() {
+    let pki = common::pki::Pki::new("control-mtls");
+    pki.ca("ca");
+    pki.leaf("ca", "server", "IP:127.0.0.1");
+    pki.leaf("ca", "operator", "DNS:operator.example");
+    let vllm = StandIn::vllm().await;
+    for (auth, without) in [
+        ("RequireAndVerifyClientCert", None),
+        ("VerifyClientCertIfGiven", Some(403)),
+    ] {
+        let web = pki.path("web.yml");
+        std::fs::write(
+            &web,
+            format!(
+                "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
+                 client_auth_type: {auth}\n  client_ca_file: ca.crt\n"
+            ),
+        )
+        .expect("write");
+        let overrides = Overrides {
+            host: Some("127.0.0.1".parse().expect("ip")),
+            port: Some(0),
+            upstreams: vec![format!("vllm={}", vllm.url("/metrics"))],
+            web_config: Some(web),
+            ..Overrides::default()
+        };
+        let c = sysport::server::load_config(&overrides, &HashMap::<String, String>::new())
+            .expect("valid");
+        let running = Running::start(c).await;
+        let url = running
+            .url("/engine/reset_prefix_cache")
+            .replace("http://", "https://");
+        let before = vllm.prefix_resets();
+        let with = pki
+            .client("ca", Some("operator"))
+            .post(&url)
+            .send()
+            .await
+            .expect("answers");
+        assert_eq!(with.status().as_u16(), 200, "{auth}");
+        assert_eq!(vllm.prefix_resets(), before + 1, "{auth}");
+        let anonymous = pki.client("ca", None).post(&url).send().await;
+        match without {
+            // The handshake itself refuses a client without a certificate.
+            None => assert!(anonymous.is_err(), "{auth}"),
+            Some(code) => assert_eq!(
+                anonymous.expect("answers").status().as_u16(),
+                code,
+                "{auth}"
+            ),
+        }
+        assert_eq!(
+            vllm.prefix_resets(),
+            before + 1,
+            "{auth}: the engine not asked"
+        );
+    }
+}

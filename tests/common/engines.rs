@@ -173,6 +173,15 @@ impl StandIn {
         StandIn::serve(router, scales).await
     }
 
+    /// An engine that answers any method on any path with 200 and what it was asked; for
+    /// checking where each name is sent.
+    pub async fn recorder() -> StandIn {
+        let router = Router::new().fallback(|method: Method, uri: Uri| async move {
+            Json(json!({"method": method.as_str(), "path": uri.to_string()}))
+        });
+        StandIn::serve(router, Vec::new()).await
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
