@@ -623,3 +623,42 @@ async fn verified_client_certificates_open_control_and_an_optional_one_must_be_s
         );
     }
 }
+
+#[tokio::test]
+async fn each_call_is_one_log_line_naming_who_route_upstream_status_and_duration() {
+    let vllm = StandIn::vllm().await;
+    let metrics = vllm.url("/metrics");
+    let health = vllm.url("/health");
+    let sidecar = common::sidecar::Sidecar::launch("control-log")
+        .config(|port| {
+            format!(
+                "listen: {{ host: 127.0.0.1, port: {port} }}\n\
+                 control: {{ allow_unauthenticated: true }}\n\
+                 upstreams:\n  - name: engine-a\n    url: {metrics}\n    health_url: {health}\n"
+            )
+        })
+        .start()
+        .await;
+    let r = client()
+        .post(sidecar.url("/engine/reset_prefix_cache"))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(r.status().as_u16(), 200);
+    let lines: Vec<String> = sidecar
+        .log()
+        .lines()
+        .filter(|l| l.contains("control call"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    for field in [
+        "who=127.0.0.1",
+        "route=reset_prefix_cache",
+        "upstream=engine-a",
+        "status=200",
+        "duration_ms=",
+    ] {
+        assert!(lines[0].contains(field), "{field} in {}", lines[0]);
+    }
+}
