@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # sysport's control routes (/metadata, /engine/{name}, /v1/loras) in front of the real engines:
 # vLLM 0.32 (CPU) in its development mode and llama.cpp's llama-server (tests/real/control.py).
-# Runs alone, in a few minutes (vLLM's start is most of it); needs `scripts/real-engines.sh
-# setup` done (it is not run here). No Prometheus: the driver reads the engines' pages with
-# prometheus_client, from $VENV when it has it, else from the vLLM venv (vLLM depends on it).
+# Runs alone, in about 100 s once the engines are set up (vLLM's start is most of it); like
+# tests/suites/real-engines.sh it runs `scripts/real-engines.sh setup` first (a quick no-op
+# when done). No Prometheus: the driver reads the engines' pages with prometheus_client, from
+# $VENV when it has it, else from the vLLM venv (vLLM depends on it).
 # Usage (from the repo root):
 #   SYSPORT_BIN=target/debug/sysport [VENV=.venv] bash tests/suites/real-control.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+bash scripts/real-engines.sh setup
 engines_env=$(bash scripts/real-engines.sh env)
 eval "$engines_env"
 export SYSPORT_VLLM SYSPORT_VLLM_MODEL SYSPORT_LLAMA_SERVER SYSPORT_LLAMA_MODEL
