@@ -128,6 +128,30 @@ async fn metadata_is_read_at_most_once_per_check_interval() {
 }
 
 #[tokio::test]
+async fn metadata_is_read_again_once_the_engine_is_back_after_a_restart() {
+    let vllm = StandIn::vllm().await;
+    let mut c = config(vec![upstream("vllm", Engine::Vllm, &vllm)]);
+    c.health.interval = Duration::from_secs(3600);
+    let running = Running::start(c).await;
+    let version =
+        || async { get(&running, "/metadata").await.1["upstreams"]["vllm"]["version"].clone() };
+    assert_eq!(running.get("/metrics").await.0, 200);
+    assert_eq!(version().await, "0.32.0");
+    // Restarted with another version: the scrapes see it down, then back.
+    *vllm.behaviour().version.lock().expect("lock") = Some("0.33.0".into());
+    assert_eq!(version().await, "0.32.0", "kept within the check interval");
+    vllm.behaviour()
+        .down
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    running.get("/metrics").await;
+    vllm.behaviour()
+        .down
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    running.get("/metrics").await;
+    assert_eq!(version().await, "0.33.0");
+}
+
+#[tokio::test]
 async fn without_authentication_control_is_refused_and_the_engine_never_asked() {
     let vllm = StandIn::vllm().await;
     let mut c = config(vec![upstream("vllm", Engine::Vllm, &vllm)]);
@@ -660,5 +684,39 @@ async fn each_call_is_one_log_line_naming_who_route_upstream_status_and_duration
         "duration_ms=",
     ] {
         assert!(lines[0].contains(field), "{field} in {}", lines[0]);
+    }
+}
+
+#[tokio::test]
+async fn adapters_load_and_unload_through_each_engine_own_routes() {
+    for (engine, load, unload) in [
+        (
+            Engine::Vllm,
+            "/v1/load_lora_adapter",
+            "/v1/unload_lora_adapter",
+        ),
+        (Engine::Sglang, "/load_lora_adapter", "/unload_lora_adapter"),
+    ] {
+        let recorder = StandIn::recorder().await;
+        let running = Running::start(open(vec![upstream("e", engine, &recorder)])).await;
+        let (status, body) = send(
+            &running,
+            reqwest::Method::POST,
+            "/v1/loras",
+            Some(json!({"lora_name": "ad", "source": {"uri": "hf://org/ad"}})),
+        )
+        .await;
+        assert_eq!(
+            (status, &body["status"]),
+            (200, &json!("success")),
+            "{engine:?}: {body}"
+        );
+        let (status, _) = send(&running, reqwest::Method::DELETE, "/v1/loras/ad", None).await;
+        assert_eq!(status, 200, "{engine:?}");
+        assert_eq!(
+            recorder.control_requests(),
+            [format!("POST {load}"), format!("POST {unload}")],
+            "{engine:?}"
+        );
     }
 }

@@ -4,14 +4,16 @@
 //! family), the labels sysport adds to its series, and sysport's own version.
 //!
 //! Read when first asked, then again on demand when the last read is older than the check
-//! interval, or when the upstream's scrapes have gone down or come back since (an engine
-//! restarted with another version or model); one read at a time, each answer bounded. Nothing
+//! interval, when a scrape of the upstream failed since (the cache is one of the scraper's
+//! recorders), or when its scrapes came back (an engine restarted with another version or
+//! model); one read at a time, each answer bounded. Nothing
 //! is read at start: an engine nobody asks about gets no request beyond sysport's scrapes and
 //! canaries. The cache configuration comes from the upstream's page through the scraper (a
 //! selective read, sharing fetches with `/metrics`). What could not be read is
 //! `{"not_available": reason}` in its place: the answer is always 200.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::http::StatusCode;
@@ -21,8 +23,8 @@ use super::forward::{self, MAX_ANSWER_BYTES};
 use super::{Control, Reply, engine_url};
 use crate::config::UpstreamConfig;
 use crate::expfmt::{self, Exposition, Selection};
-use crate::model::ShownUrl;
 use crate::model::control::Method;
+use crate::model::{Read, Recorder, ScrapeRecord, ShownUrl};
 
 /// What the last read of each upstream found.
 #[derive(Debug)]
@@ -31,24 +33,39 @@ pub struct Cache {
     read: Mutex<Vec<Option<(Instant, bool, Value)>>>,
     /// Held while reading, so a burst of requests makes one read.
     reading: tokio::sync::Mutex<()>,
+    /// Per upstream: a scrape failed since its last read (the engine down, or restarting).
+    failed: Vec<AtomicBool>,
+}
+
+/// Told every scrape's result: a failure makes the next `/metadata` read that upstream again.
+impl Recorder for Cache {
+    fn scraped(&self, record: &ScrapeRecord<'_>) {
+        if !record.succeeded() && record.read != Read::Deadline {
+            if let Some(failed) = self.failed.get(record.upstream) {
+                failed.store(true, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 impl Cache {
-    pub(super) fn new(upstreams: usize) -> Cache {
+    pub fn new(upstreams: usize) -> Cache {
         Cache {
             read: Mutex::new(vec![None; upstreams]),
             reading: tokio::sync::Mutex::new(()),
+            failed: (0..upstreams).map(|_| AtomicBool::new(false)).collect(),
         }
     }
 
-    /// The upstreams to read again: never read, read longer ago than `max_age`, or whose
-    /// scrapes' state (`up`) changed since.
+    /// The upstreams to read again: never read, read longer ago than `max_age`, failed a
+    /// scrape since, or whose scrapes' state (`up`) changed since.
     fn stale(&self, max_age: Duration, up: &[bool]) -> Vec<usize> {
         let read = self.read.lock().expect("metadata lock");
         (read.iter().enumerate())
             .filter(|(i, r)| {
-                r.as_ref()
-                    .is_none_or(|(at, was_up, _)| at.elapsed() >= max_age || *was_up != up[*i])
+                self.failed[*i].load(Ordering::Relaxed)
+                    || r.as_ref()
+                        .is_none_or(|(at, was_up, _)| at.elapsed() >= max_age || *was_up != up[*i])
             })
             .map(|(i, _)| i)
             .collect()
@@ -102,6 +119,9 @@ impl Control {
         let _reading = self.metadata.reading.lock().await;
         // Another request may have read them while this one waited.
         let stale = self.metadata.stale(max_age, &up());
+        for &u in &stale {
+            self.metadata.failed[u].store(false, Ordering::Relaxed);
+        }
         let reads = stale.iter().map(|&u| self.read_upstream(u));
         let values = futures_util::future::join_all(reads).await;
         let now_up = up();

@@ -105,16 +105,22 @@ pub struct Control {
     config: Config,
     client: reqwest::Client,
     gate: Gate,
-    metadata: metadata::Cache,
+    metadata: Arc<metadata::Cache>,
     /// The configuration's scraper: the cache configuration is read through it.
     scraper: Arc<Scraper>,
 }
 
 impl Control {
-    pub fn new(config: &Config, client: reqwest::Client, scraper: Arc<Scraper>) -> Control {
+    /// The control routes of `config`; `metadata` must be one of `scraper`'s recorders.
+    pub fn new(
+        config: &Config,
+        client: reqwest::Client,
+        scraper: Arc<Scraper>,
+        metadata: Arc<metadata::Cache>,
+    ) -> Control {
         Control {
             scraper,
-            metadata: metadata::Cache::new(config.upstreams.len()),
+            metadata,
             config: config.clone(),
             client,
             gate: Gate::default(),

@@ -50,7 +50,12 @@ impl Runtime {
         }
         // Every scrape result is recorded in sysport's own metrics and the status page's history.
         let history = Arc::new(History::new(config.upstreams.len()));
-        let recorders: Vec<Arc<dyn Recorder>> = vec![Arc::new(telemetry.clone()), history.clone()];
+        let metadata = Arc::new(crate::control::metadata::Cache::new(config.upstreams.len()));
+        let recorders: Vec<Arc<dyn Recorder>> = vec![
+            Arc::new(telemetry.clone()),
+            history.clone(),
+            metadata.clone(),
+        ];
         let scraper = Arc::new(Scraper::new(&config, client.clone(), recorders));
         let vitals = Arc::new(Vitals::new(&config));
         let summing = Summing::start(vitals.clone());
@@ -65,7 +70,12 @@ impl Runtime {
             client: client.clone(),
             summing,
         });
-        let control = Arc::new(Control::new(&config, client.clone(), scraper.clone()));
+        let control = Arc::new(Control::new(
+            &config,
+            client.clone(),
+            scraper.clone(),
+            metadata,
+        ));
         let (stop_checks, stop) = watch::channel(false);
         tokio::spawn(health::run(checks, config.health.interval, stop));
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);

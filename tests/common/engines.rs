@@ -41,6 +41,10 @@ pub struct Behaviour {
     pub huge: Mutex<Option<usize>>,
     /// vLLM's `VLLM_ALLOW_RUNTIME_LORA_UPDATING`.
     pub lora_updating: AtomicBool,
+    /// `/metrics` answers 503 (the engine down, or restarting).
+    pub down: AtomicBool,
+    /// vLLM's `/version`, when not `0.32.0`.
+    pub version: Mutex<Option<String>>,
 }
 
 struct Engine {
@@ -104,7 +108,10 @@ impl StandIn {
             .route("/health", get(|| async { StatusCode::OK }))
             .route(
                 "/version",
-                get(|| async { Json(json!({"version": "0.32.0"})) }),
+                get(|State(e): State<Arc<Engine>>| async move {
+                    let v = e.behaviour.version.lock().expect("lock").clone();
+                    Json(json!({"version": v.as_deref().unwrap_or("0.32.0")}))
+                }),
             )
             .route("/v1/models", get(vllm_models))
             .route("/sleep", post(sleep))
@@ -230,7 +237,10 @@ async fn hang(e: &Engine) {
     }
 }
 
-async fn vllm_metrics(State(e): State<Arc<Engine>>) -> String {
+async fn vllm_metrics(State(e): State<Arc<Engine>>) -> Response {
+    if e.behaviour.down.load(Ordering::SeqCst) {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
     let running: Vec<String> = e
         .loras
         .lock()
@@ -247,6 +257,7 @@ async fn vllm_metrics(State(e): State<Arc<Engine>>) -> String {
          vllm:lora_requests_info{{max_lora=\"2\",running_lora_adapters=\"{}\",waiting_lora_adapters=\"\"}} 1.8e9\n",
         running.join(",")
     )
+    .into_response()
 }
 
 async fn vllm_models(State(e): State<Arc<Engine>>) -> Json {
