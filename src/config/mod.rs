@@ -55,6 +55,8 @@ mod canary;
 mod canary_tests;
 mod check;
 mod control;
+#[cfg(test)]
+mod control_tests;
 mod data;
 #[cfg(test)]
 mod engine_tests;

@@ -16,11 +16,11 @@ use axum::http::StatusCode;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use super::forward::{Answer, CallError, MAX_ANSWER_BYTES};
+use super::forward::{Answer, CallError};
 use super::{Call, Control, Reply};
 use crate::config::UpstreamConfig;
 use crate::model::control::{LoraApi, Method};
-use crate::model::routes;
+use crate::model::{Engine, routes};
 
 /// `vllm:lora_requests_info`: a series per set of running and waiting adapters, the current
 /// one the latest (`vllm/v1/metrics/loggers.py`, `set_to_current_time`).
@@ -97,7 +97,7 @@ impl Control {
                 }
                 Err(message) => problems.push(format!("{}: {message}", upstream.name)),
             }
-            if upstream.engine.control().cache_config == Some("vllm:cache_config_info") {
+            if upstream.engine == Engine::Vllm {
                 let info = self.info_labels(u, LORA_REQUESTS_INFO).await;
                 requests.insert(
                     upstream.name.clone(),
@@ -343,7 +343,6 @@ impl Control {
                 engine_message(&a)
             ));
         }
-        debug_assert!(a.body.len() <= MAX_ANSWER_BYTES);
         Ok(a)
     }
 }
