@@ -42,10 +42,13 @@
 //!   body, content negotiation; [`server::serve`] for tests on port 0.
 //! - `status`: the status page (`/`) and its facts as JSON (`/status`).
 //! - [`web`]: TLS, client certificates and basic auth from an exporter-toolkit web config.
+//! - [`control`]: Dynamo's `/engine/{name}`, `/v1/loras` and `/metadata`, forwarded to each
+//!   engine's own routes.
 //! - [`views`]: pages at `/metrics/<name>` computed from the upstreams' families (`router`).
 //! - [`demo`]: simulated vLLM and LMCache upstreams for `sysport demo`.
 
 pub mod config;
+pub mod control;
 pub mod demo;
 pub mod model;
 pub use sysport_expfmt as expfmt;

@@ -385,6 +385,7 @@ fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) 
         vitals: config::VitalsConfig::default(),
         views: Vec::new(),
         metric_relabel_configs: Vec::new(),
+        control: config::ControlConfig::default(),
         source: None,
     }
 }

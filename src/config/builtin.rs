@@ -1,5 +1,6 @@
 //! The built-in configuration: what sysport runs with no file, no flag and no environment.
 
+use super::control::ControlConfig;
 use super::data::{
     Config, HealthConfig, Limits, Listen, ShutdownConfig, UpstreamConfig, VitalsConfig,
 };
@@ -24,6 +25,7 @@ impl Default for Config {
             vitals: VitalsConfig::default(),
             views: Vec::new(),
             metric_relabel_configs: Vec::new(),
+            control: ControlConfig::default(),
             source: None,
         }
     }

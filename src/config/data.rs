@@ -4,6 +4,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::control::ControlConfig;
 use super::web_config::WebConfig;
 use crate::model::{Engine, FamilyKey, Url, ViewFamily, routes};
 use crate::relabel::Rule;
@@ -30,6 +31,8 @@ pub struct Config {
     pub views: Vec<ViewConfig>,
     /// Rules applied to every engine series, after its upstream's own.
     pub metric_relabel_configs: Vec<Rule>,
+    /// Dynamo's control routes: who may reach them and which are served.
+    pub control: ControlConfig,
     /// The file this configuration was read from, if any (used by `SIGHUP` reload).
     pub source: Option<PathBuf>,
 }

@@ -54,6 +54,9 @@ mod canary;
 #[cfg(test)]
 mod canary_tests;
 mod check;
+mod control;
+#[cfg(test)]
+mod control_tests;
 mod data;
 #[cfg(test)]
 mod engine_tests;
@@ -80,6 +83,10 @@ mod web_config;
 #[cfg(test)]
 mod web_tests;
 
+pub use control::{
+    ControlConfig, DYN_DISABLE_ENGINE_ROUTES, DYN_ENGINE_ROUTES_ALLOW, DYN_ENGINE_ROUTES_DENY,
+    DYN_LORA_ENABLED, RoutePolicy,
+};
 pub use data::{
     CanaryConfig, Config, HealthConfig, Limits, Listen, ShutdownConfig, StallConfig,
     StartingStatus, UpstreamConfig, ViewConfig, VitalsConfig,

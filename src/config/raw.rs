@@ -89,6 +89,19 @@ section! {
         /// Prometheus `metric_relabel_configs` applied to every engine series, after the
         /// upstream's own.
         metric_relabel_configs: RawRules,
+        /// Dynamo's control routes (`/engine/*`, `/v1/loras`): who may reach them.
+        control: RawControl,
+    }
+}
+
+section! {
+    /// `control:` section.
+    RawControl {
+        /// Serve `/engine/*` and `/v1/loras` on a port without basic auth or client
+        /// certificates (`false`, default false: they answer 403 there).
+        allow_unauthenticated: Text,
+        /// How long one call to an engine may take (`30s`, default 30s).
+        timeout: Text,
     }
 }
 

@@ -58,6 +58,7 @@ impl fmt::Display for Rendered<'_> {
             vitals,
             views,
             metric_relabel_configs,
+            control,
             source: _,
         } = self.config;
         writeln!(f, "listen:")?;
@@ -207,6 +208,13 @@ impl fmt::Display for Rendered<'_> {
         )?;
         writeln!(f, "vitals:")?;
         writeln!(f, "  window: {}", format_duration(vitals.window))?;
+        writeln!(f, "control:")?;
+        writeln!(
+            f,
+            "  allow_unauthenticated: {}",
+            control.allow_unauthenticated
+        )?;
+        writeln!(f, "  timeout: {}", format_duration(control.timeout))?;
         if views.is_empty() {
             return writeln!(f, "views: []");
         }

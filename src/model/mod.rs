@@ -3,6 +3,8 @@
 //!
 //! - [`family`]: a family as readers name it ([`FamilyKey`]) and how copies of one number
 //!   combine ([`Op`], [`ViewFamily`]);
+//! - [`control`]: each engine's control and inventory routes, for `/engine/{name}`,
+//!   `/v1/loras` and `/metadata`;
 //! - [`engine`]: what sysport knows about each inference engine, as a table of presets;
 //! - [`routes`]: the paths sysport serves;
 //! - [`reading`]: what one health check read of an engine's load and progress;
@@ -11,6 +13,7 @@
 //! - [`url`]: the URL type every configured address is held in ([`Url`]), and how one is
 //!   shown ([`ShownUrl`], its password as `***`).
 
+pub mod control;
 pub mod engine;
 pub mod family;
 pub mod reading;

@@ -15,6 +15,27 @@ pub const HEALTH: &str = "/health";
 /// The liveness probe's path unless configured (`health.live_path`).
 pub const LIVE: &str = "/live";
 
+/// What each upstream is (Dynamo's `/metadata`): engine, version, models, cache configuration.
+pub const METADATA: &str = "/metadata";
+/// Dynamo's LoRA adapters: `GET` lists, `POST` loads; `DELETE /v1/loras/{name}` unloads.
+pub const LORAS: &str = "/v1/loras";
+/// Dynamo's control routes: `/engine/{name}`, each mapped to an engine's own route.
+pub const ENGINE: &str = "/engine";
+
+/// The engine-neutral route name a path asks for, when it is under `/engine/`.
+pub fn engine_route(path: &str) -> Option<&str> {
+    path.strip_prefix(ENGINE)?
+        .strip_prefix('/')
+        .filter(|name| !name.is_empty())
+}
+
+/// The adapter a path names, when it is `/v1/loras/{name}`.
+pub fn lora_name(path: &str) -> Option<&str> {
+    path.strip_prefix(LORAS)?
+        .strip_prefix('/')
+        .filter(|name| !name.is_empty())
+}
+
 /// The path view `name` is served at: `/metrics/<name>`.
 pub fn view(name: &str) -> String {
     format!("{METRICS}/{name}")
@@ -36,5 +57,16 @@ mod tests {
         assert_eq!(view_name("/metrics"), None);
         assert_eq!(view_name("/metricsx/router"), None);
         assert_eq!(view_name("/metrics/"), Some(""));
+    }
+
+    #[test]
+    fn control_paths_read_back_as_their_names() {
+        assert_eq!(engine_route("/engine/sleep"), Some("sleep"));
+        assert_eq!(engine_route("/engine/erase_slot/2"), Some("erase_slot/2"));
+        assert_eq!(engine_route("/engine/"), None);
+        assert_eq!(engine_route("/engines/sleep"), None);
+        assert_eq!(lora_name("/v1/loras/a/b"), Some("a/b"));
+        assert_eq!(lora_name("/v1/loras"), None);
+        assert_eq!(lora_name("/v1/lorasx/a"), None);
     }
 }

@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use super::held::Ledger;
 use super::render::Renders;
 use crate::config::Config;
+use crate::control::Control;
 use crate::health::{self, Checks, Families, Health, Summing};
 use crate::model::Recorder;
 use crate::scrape::Scraper;
@@ -31,6 +32,8 @@ pub(super) struct Runtime {
     pub(super) views: Views,
     /// The engines' vitals, recorded by the health checks.
     pub(super) vitals: Arc<Vitals>,
+    /// The control routes (`/engine/*`, `/v1/loras`, `/metadata`).
+    pub(super) control: Arc<Control>,
     pub(super) stop_checks: watch::Sender<bool>,
 }
 
@@ -48,7 +51,12 @@ impl Runtime {
         }
         // Every scrape result is recorded in sysport's own metrics and the status page's history.
         let history = Arc::new(History::new(config.upstreams.len()));
-        let recorders: Vec<Arc<dyn Recorder>> = vec![Arc::new(telemetry.clone()), history.clone()];
+        let metadata = Arc::new(crate::control::metadata::Cache::new(config.upstreams.len()));
+        let recorders: Vec<Arc<dyn Recorder>> = vec![
+            Arc::new(telemetry.clone()),
+            history.clone(),
+            metadata.clone(),
+        ];
         let scraper = Arc::new(Scraper::new(&config, client.clone(), recorders));
         let vitals = Arc::new(Vitals::new(&config));
         let summing = Summing::start(vitals.clone());
@@ -63,6 +71,12 @@ impl Runtime {
             client: client.clone(),
             summing,
         });
+        let control = Arc::new(Control::new(
+            &config,
+            client.clone(),
+            scraper.clone(),
+            metadata,
+        ));
         let (stop_checks, stop) = watch::channel(false);
         tokio::spawn(health::run(checks, config.health.interval, stop));
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -73,6 +87,7 @@ impl Runtime {
             scraper,
             history,
             vitals,
+            control,
             stop_checks,
         }
     }

@@ -6,6 +6,7 @@
 //! A [`Handle`] reloads the configuration or starts shutdown from outside.
 
 mod app;
+mod control;
 mod front;
 mod gzip;
 mod held;

@@ -69,6 +69,10 @@ enum Route {
     Status,
     /// `/live/engine`: the engine container's liveness (stall detection).
     LiveEngine,
+    /// `/metadata`: what each upstream is.
+    Metadata,
+    /// `/engine/*` or `/v1/loras`: forwarded to an engine (see `control`).
+    Control(super::control::Kind),
 }
 
 impl Route {
@@ -83,12 +87,15 @@ impl Route {
                     .and_then(|name| runtime.views.find(name))
                     .map(Route::View)
             })
+            .or_else(|| super::control::kind(path).map(Route::Control))
     }
 
     /// The route's path, as `dynamo_sysport_http_requests_total` labels it.
     fn path(self, runtime: &Runtime) -> Cow<'_, str> {
         match self {
             Route::View(v) => Cow::Owned(routes::view(runtime.views.name(v))),
+            Route::Control(super::control::Kind::Engine) => Cow::Borrowed(routes::ENGINE),
+            Route::Control(super::control::Kind::Loras) => Cow::Borrowed(routes::LORAS),
             route => Cow::Borrowed(
                 table(&runtime.config)
                     .into_iter()
@@ -108,7 +115,7 @@ impl Route {
 /// configuration, which keeps them off `/metrics` and `/live/engine`; one on `/` or `/status`
 /// wins over the status page. No view's path is one of these (the configuration refuses a view
 /// on a probe's path).
-fn table(config: &Config) -> [(&str, Route); 6] {
+fn table(config: &Config) -> [(&str, Route); 7] {
     [
         (routes::METRICS, Route::Metrics),
         (&config.health.path, Route::Health),
@@ -116,6 +123,7 @@ fn table(config: &Config) -> [(&str, Route); 6] {
         (routes::LIVE_ENGINE, Route::LiveEngine),
         (routes::STATUS_PAGE, Route::Page),
         (routes::STATUS, Route::Status),
+        (routes::METADATA, Route::Metadata),
     ]
 }
 
@@ -129,7 +137,12 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
             "",
         ),
         (None, _) => ((StatusCode::NOT_FOUND, "not found\n").into_response(), ""),
-        (Some(_), _) if req.method() != Method::GET && req.method() != Method::HEAD => {
+        // The control routes take any method: the control module answers those it does not.
+        (Some(route), _)
+            if !matches!(route, Route::Control(_))
+                && req.method() != Method::GET
+                && req.method() != Method::HEAD =>
+        {
             let mut r = (StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n").into_response();
             r.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
@@ -142,9 +155,8 @@ async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
             // added to the table lands there, never on the connections' thread.
             None => {
                 let (a, r) = (app.clone(), runtime.clone());
-                let (parts, _) = req.into_parts();
                 super::front::on_worker(&app.worker, async move {
-                    answer(&a, &r, route, parts, started).await
+                    answer(&a, &r, route, req, started).await
                 })
                 .await
                 .unwrap_or_else(|| {
@@ -180,21 +192,31 @@ fn probe(app: &App, runtime: &Runtime, route: Route, req: &Request) -> Option<Re
             let (ready, body) = app.health.report(app.telemetry.uptime_seconds(), whole);
             Some(json_response(code(ready), body.to_string()))
         }
-        Route::Metrics | Route::View(_) | Route::Page | Route::Status => None,
+        Route::Metrics
+        | Route::View(_)
+        | Route::Page
+        | Route::Status
+        | Route::Metadata
+        | Route::Control(_) => None,
     }
 }
 
 /// Every route but the probes, on the worker runtime; with the kind of read it was
 /// (`dynamo_sysport_http_requests_total`'s `read` label).
 async fn answer(
-    app: &App,
-    runtime: &Runtime,
+    app: &Arc<App>,
+    runtime: &Arc<Runtime>,
     route: Route,
-    req: axum::http::request::Parts,
+    req: Request,
     started: Instant,
 ) -> (Response, &'static str) {
-    let gzip = gzip::accepted(&req.headers);
+    let gzip = gzip::accepted(req.headers());
     match route {
+        Route::Metadata => {
+            let body = super::control::metadata(app, runtime).await;
+            (finish(app, body, gzip).await, "")
+        }
+        Route::Control(kind) => (super::control::answer(app, runtime, kind, req).await, ""),
         Route::Status => {
             let body = json_response(StatusCode::OK, facts(app, runtime).to_json());
             (finish(app, body, gzip).await, "")
@@ -204,7 +226,7 @@ async fn answer(
             (finish(app, body, gzip).await, "")
         }
         Route::Metrics => {
-            let names = requested_names(req.uri.query());
+            let names = requested_names(req.uri().query());
             // A query that names anything is a selective read, well-formed or not.
             let read = if matches!(names, Ok(None)) {
                 "full"
@@ -216,20 +238,19 @@ async fn answer(
                 Ok(_) if !app.held.admit() => refused(),
                 Ok(names) => {
                     let selection = names.map(|n| Selection::new(n.iter().map(String::as_str)));
-                    metrics(app, runtime, selection, read, &req.headers, gzip, started).await
+                    metrics(app, runtime, selection, read, req.headers(), gzip, started).await
                 }
             };
             (answer, read)
         }
         Route::View(v) => {
             let answer = match app.held.admit() {
-                true => view(app, runtime, v, &req.headers, started).await,
+                true => view(app, runtime, v, req.headers(), started).await,
                 false => refused(),
             };
             (finish(app, answer, gzip).await, "view")
         }
         Route::Live | Route::Health | Route::LiveEngine => {
-            let req = Request::from_parts(req, Body::empty());
             let probe = probe(app, runtime, route, &req);
             (
                 probe.unwrap_or_else(|| StatusCode::NOT_FOUND.into_response()),

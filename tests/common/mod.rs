@@ -3,6 +3,7 @@
 //! metrics.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod engines;
 pub mod pki;
 pub mod sidecar;
 
@@ -204,6 +205,7 @@ pub fn config(upstreams: Vec<UpstreamConfig>) -> Config {
         vitals: sysport::config::VitalsConfig::default(),
         views: Vec::new(),
         metric_relabel_configs: Vec::new(),
+        control: sysport::config::ControlConfig::default(),
         source: None,
     }
 }

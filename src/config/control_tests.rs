@@ -1,0 +1,31 @@
+//! The `control:` section and Dynamo's control variables, loaded from a file and an
+//! environment.
+
+use std::time::Duration;
+
+use super::tests::{env, load_yaml, no_env, ok, problems};
+use super::*;
+
+#[test]
+fn the_section_loads_renders_back_and_names_a_bad_value() {
+    let c = ok("control:\n  allow_unauthenticated: true\n  timeout: 5s\n");
+    assert!(c.control.allow_unauthenticated);
+    assert_eq!(c.control.timeout, Duration::from_secs(5));
+    assert_eq!(ok(&c.to_string()).control, c.control);
+    let issues = problems("control:\n  timeout: 0s\n  nope: 1\n", &no_env());
+    let shown: Vec<String> = issues.iter().map(ToString::to_string).collect();
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    assert!(
+        shown[0].contains(":2:") && shown[0].contains("control.timeout"),
+        "{shown:?}"
+    );
+    assert!(
+        shown[1].contains(":3:") && shown[1].contains("control.nope"),
+        "{shown:?}"
+    );
+    let issues = problems("", &env(&[(DYN_LORA_ENABLED, "yes")]));
+    assert_eq!(issues.len(), 1);
+    assert_eq!(issues[0].field, DYN_LORA_ENABLED);
+    let c = load_yaml("", &env(&[(DYN_LORA_ENABLED, "TRUE")]));
+    assert!(c.expect("valid").control.lora);
+}
