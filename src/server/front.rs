@@ -49,7 +49,8 @@ pub(super) struct Running {
 
 /// One serving thread.
 struct Thread {
-    done: oneshot::Receiver<()>,
+    /// `None` once the thread has been seen to end.
+    done: Option<oneshot::Receiver<()>>,
     abort: Option<oneshot::Sender<()>>,
 }
 
@@ -126,7 +127,7 @@ where
             let _ = done_tx.send(());
         })?;
     Ok(Thread {
-        done,
+        done: Some(done),
         abort: Some(abort),
     })
 }
@@ -134,8 +135,12 @@ where
 impl Running {
     /// Resolves once every thread has stopped serving.
     pub(super) async fn done(&mut self) {
+        // Called again after a wait that timed out: a thread seen to end is not waited for again.
         for t in &mut self.threads {
-            let _ = (&mut t.done).await;
+            if let Some(done) = &mut t.done {
+                let _ = done.await;
+                t.done = None;
+            }
         }
     }
 
