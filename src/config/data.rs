@@ -8,6 +8,10 @@ use super::web_config::WebConfig;
 use crate::model::{Engine, FamilyKey, Url, ViewFamily, routes};
 use crate::relabel::Rule;
 
+/// The most upstreams one configuration may name: `/status`, `/` and `/health` cost time in
+/// proportion to them, and each check loop keeps a task for every one.
+pub const MAX_UPSTREAMS: usize = 2_000;
+
 /// The validated configuration the server runs with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {

@@ -81,7 +81,7 @@ mod web_config;
 mod web_tests;
 
 pub use data::{
-    CanaryConfig, Config, HealthConfig, Limits, Listen, ShutdownConfig, StallConfig,
+    CanaryConfig, Config, HealthConfig, Limits, Listen, MAX_UPSTREAMS, ShutdownConfig, StallConfig,
     StartingStatus, UpstreamConfig, ViewConfig, VitalsConfig,
 };
 pub use env::{
