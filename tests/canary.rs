@@ -131,6 +131,8 @@ vllm:engine_sleep_state{{engine=\"0\",model_name=\"m\",sleep_state=\"weights_off
         let choices = serde_json::json!({"object": "text_completion",
             "choices": [{"index": 0, "text": "!", "finish_reason": "length"}]});
         let app = Router::new()
+            // The same page at a second URL: a reload may move the upstream between them.
+            .route("/engine/metrics", get(metrics.clone()))
             .route("/metrics", get(metrics))
             .route("/health", get(|| async { StatusCode::OK }))
             .route("/v1/models", get(models))
@@ -617,32 +619,61 @@ async fn a_canary_that_ends_after_a_reload_removed_its_upstream_leaves_no_series
 }
 
 #[tokio::test]
-async fn refused_credentials_stop_the_canaries_and_readiness_stays_with_the_health_check() {
-    // vLLM started with --api-key answers /v1/* with 401 to a canary without the key.
+async fn refused_credentials_pause_the_canaries_which_resume_when_the_engine_takes_them() {
+    // vLLM started with --api-key answers /v1/* with 401 to a canary without the key. Measured
+    // before: one 401 stopped the canaries until the engine was seen down, so when the key was
+    // put right, nothing resumed.
     let stand = Stand::start().await;
     stand.set(Mode::Unauthorized);
     let sp = Running::start(vllm_config(&stand)).await;
     until_ready(&sp).await;
     until_canary(&stand, CANARY_AFTER + MARGIN).await;
-    // Ready all along, and no canary after the one that was refused.
-    ready_throughout(&sp, CANARY_AFTER * 3).await;
-    assert_eq!(stand.count(), 1, "{:?}", stand.generations());
+    let refused = Instant::now();
+    // Paused, and saying until when; readiness stays with the health check.
     let (_, status) = sp.get("/status").await;
     let status: serde_json::Value = serde_json::from_str(&status).expect("JSON");
-    let health = &status["upstreams"][0]["health"];
-    let stopped = health["canary_stopped"].as_str().expect("why they stopped");
+    let h = &status["upstreams"][0]["health"];
+    let stopped = h["canary_stopped"].as_str().expect("why they pause");
     assert!(stopped.contains("HTTP 401"), "{stopped}");
     assert!(
         stopped.contains("canary.headers"),
         "the setting that fixes it: {stopped}"
     );
-    assert_eq!(health["canary"]["none_because"], "stopped", "{health}");
-    assert_eq!(health["canary_failed"], serde_json::Value::Null);
+    assert_eq!(h["canary"]["none_because"], "paused", "{h}");
+    assert_eq!(
+        h["canary"]["pause_seconds"],
+        CANARY_AFTER.as_secs_f64(),
+        "the first pause is canary_after: {h}"
+    );
+    assert!(h["canary_paused_until"].is_string(), "until when: {h}");
+    assert!(h["canary"]["paused_until_unix_seconds"].is_f64(), "{h}");
+    assert_eq!(h["canary_failed"], serde_json::Value::Null);
     assert_eq!(status["upstreams"][0]["state"], "up");
     let (_, page) = sp.get("/").await;
+    assert!(page.contains("canaries paused until "), "{page}");
+    assert!(page.contains("answered HTTP 401"), "{page}");
+    assert_eq!(sp.get("/live/engine").await.0, StatusCode::OK);
+    // The key is put right: the next canary, after the back-off, passes.
+    stand.set(Mode::Answer);
+    eventually(CANARY_AFTER + MARGIN, "a passing canary", || async {
+        counter(
+            &sp,
+            "dynamo_sysport_canary_requests_total",
+            &[("result", "success")],
+        )
+        .await
+            == 1.0
+    })
+    .await;
     assert!(
-        page.contains("canaries stopped: answered HTTP 401"),
-        "{page}"
+        refused.elapsed() <= CANARY_AFTER + MARGIN,
+        "resumed after {:?}",
+        refused.elapsed()
+    );
+    let (_, body) = health(&sp).await;
+    assert_eq!(
+        body["upstreams"]["vllm"]["canary"]["stopped"],
+        serde_json::Value::Null
     );
     assert_eq!(
         counter(
@@ -653,12 +684,31 @@ async fn refused_credentials_stop_the_canaries_and_readiness_stays_with_the_heal
         .await,
         1.0
     );
-    assert_eq!(sp.get("/live/engine").await.0, StatusCode::OK);
     sp.shutdown().await.expect("clean shutdown");
 }
 
 #[tokio::test]
-async fn a_model_that_cannot_generate_stops_the_canaries_without_failing() {
+async fn refused_canaries_back_off_doubling_and_readiness_stays_with_the_health_check() {
+    let stand = Stand::start().await;
+    stand.set(Mode::Unauthorized);
+    let sp = Running::start(vllm_config(&stand)).await;
+    until_ready(&sp).await;
+    until_canary(&stand, CANARY_AFTER + MARGIN).await;
+    // Ready all along; refused again after 1 s, then 2 s, then 4 s: about 3 in 6 s, never
+    // one per canary_after.
+    ready_throughout(&sp, CANARY_AFTER * 6).await;
+    let sent = stand.count();
+    assert!((2..=4).contains(&sent), "{sent} canaries in 6 s");
+    let (_, body) = health(&sp).await;
+    let pause = body["upstreams"]["vllm"]["canary"]["pause_seconds"]
+        .as_f64()
+        .expect("paused");
+    assert!(pause >= 2.0, "{body}");
+    sp.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn a_model_that_cannot_generate_pauses_the_canaries_without_failing() {
     // A pooling or embedding model: vLLM serves no completion route (404).
     let stand = Stand::start().await;
     let mut c = vllm_config(&stand);
@@ -769,4 +819,65 @@ async fn sighup_every_3s_keeps_one_canary_in_flight_and_the_failure_and_the_gaug
     assert!(stand.count() >= 3, "canaries went on: {}", stand.count());
     let log = sp.stop().await;
     assert!(log.matches("configuration reloaded").count() >= 8, "{log}");
+}
+
+#[tokio::test]
+async fn a_url_changed_every_2_5s_keeps_one_canary_at_the_engine_and_readiness_steady() {
+    // Measured before: a reload that changed the upstream's URL started its canaries afresh
+    // while the old one ran on (9 canary connections held at once), and flipped /health to 503
+    // ("not checked yet") until the first check under the new URL.
+    let stand = Stand::start().await;
+    stand.set(Mode::Hang);
+    let health_url = stand.url("/health");
+    let yaml = |port: u16, path: &str| {
+        let metrics = stand.url(path);
+        format!(
+            "listen: {{host: 127.0.0.1, port: {port}}}\n\
+             shutdown: {{drain_delay: 0s}}\n\
+             health: {{interval: 100ms}}\n\
+             upstreams:\n  - name: vllm\n    url: {metrics}\n    health_url: {health_url}\n    \
+             keep: [\"vllm:\"]\n    canary_after: 1s\n    canary: {{timeout: 4s, model: m1}}\n"
+        )
+    };
+    let sp = common::sidecar::Sidecar::launch("canary-url-flips")
+        .config(|port| yaml(port, "/metrics"))
+        .start()
+        .await;
+    eventually(MARGIN, "ready", || async {
+        sp.get("/health", &[]).await.status == 200
+    })
+    .await;
+    let started = Instant::now();
+    let mut last_hup = Instant::now();
+    let mut flips = 0;
+    while started.elapsed() < Duration::from_secs(20) {
+        if last_hup.elapsed() >= Duration::from_millis(2_500) {
+            flips += 1;
+            let path = if flips % 2 == 1 {
+                "/engine/metrics"
+            } else {
+                "/metrics"
+            };
+            std::fs::write(sp.config_path(), yaml(sp.port, path)).expect("write config");
+            sp.signal("-HUP");
+            last_hup = Instant::now();
+        }
+        let answer = sp.get("/health", &[]).await;
+        let (code, body) = (answer.status, String::from_utf8_lossy(&answer.body));
+        assert_eq!(code, 200, "at {:?}: {body}", started.elapsed());
+        assert!(
+            stand.engine.in_flight.load(Ordering::SeqCst) <= 1
+                && stand.engine.most_in_flight.load(Ordering::SeqCst) <= 1,
+            "two canaries open at the engine at {:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A canary under each URL: cancelled at the reload, never left running beside the next.
+    assert!(stand.count() >= 5, "canaries went on: {}", stand.count());
+    // Not ready for a moment, even between two polls, is logged.
+    let log = sp.log();
+    assert!(log.matches("configuration reloaded").count() >= 7, "{log}");
+    assert!(!log.contains("ready=false"), "{log}");
+    sp.stop().await;
 }

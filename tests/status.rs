@@ -229,7 +229,8 @@ async fn status_keeps_its_schema_and_agrees_with_health_and_metrics() {
                 "stalled",
                 "canary",
                 "canary_failed",
-                "canary_stopped"
+                "canary_stopped",
+                "canary_paused_until"
             ])
         );
     }
