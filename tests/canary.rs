@@ -49,6 +49,9 @@ struct Fake {
     generations: Mutex<Vec<(String, String)>>,
     models_asked: AtomicUsize,
     authorization: Mutex<Option<String>>,
+    /// Generations answered: vLLM's `request_success_total` and `generation_tokens_total`
+    /// count them, one token each (the canary's `max_tokens: 1`).
+    served: AtomicU64,
     /// Generations being answered now, and the most at once.
     in_flight: AtomicU32,
     most_in_flight: AtomicU32,
@@ -87,6 +90,7 @@ impl Stand {
             generations: Mutex::new(Vec::new()),
             models_asked: AtomicUsize::new(0),
             authorization: Mutex::new(None),
+            served: AtomicU64::new(0),
             in_flight: AtomicU32::new(0),
             most_in_flight: AtomicU32::new(0),
         });
@@ -97,6 +101,7 @@ impl Stand {
                 let running = e.running.load(Ordering::SeqCst);
                 let steps = e.steps.load(Ordering::SeqCst);
                 let awake = e.awake.load(Ordering::SeqCst);
+                let served = 100 + e.served.load(Ordering::SeqCst);
                 format!(
                     "# TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{{engine=\"0\",model_name=\"m\"}} {running}
@@ -107,6 +112,10 @@ vllm:iteration_tokens_total_count{{engine=\"0\",model_name=\"m\"}} {steps}
 # TYPE vllm:engine_sleep_state gauge
 vllm:engine_sleep_state{{engine=\"0\",model_name=\"m\",sleep_state=\"awake\"}} {awake}
 vllm:engine_sleep_state{{engine=\"0\",model_name=\"m\",sleep_state=\"weights_offloaded\"}} {asleep}
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{{engine=\"0\",finished_reason=\"length\",model_name=\"m\"}} {served}
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{{engine=\"0\",model_name=\"m\"}} {served}
 ",
                     asleep = 1 - awake
                 )
@@ -203,6 +212,7 @@ impl Fake {
             Mode::Answer => {
                 // The engine's own counters move for a canary as for any request.
                 self.steps.fetch_add(2, Ordering::SeqCst);
+                self.served.fetch_add(1, Ordering::SeqCst);
                 if answer.is_null() {
                     StatusCode::OK.into_response()
                 } else {
@@ -880,4 +890,43 @@ async fn a_url_changed_every_2_5s_keeps_one_canary_at_the_engine_and_readiness_s
     assert!(log.matches("configuration reloaded").count() >= 7, "{log}");
     assert!(!log.contains("ready=false"), "{log}");
     sp.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_engines_vitals_leave_out_the_canaries_and_show_them_beside() {
+    // Measured before: an idle engine's request and token rates were sysport's own canaries
+    // (0.055/s on the status page).
+    let stand = Stand::start().await;
+    let sp = Running::start(vllm_config(&stand)).await;
+    until_ready(&sp).await;
+    eventually(CANARY_AFTER * 4 + MARGIN * 2, "three canaries", || async {
+        stand.engine.served.load(Ordering::SeqCst) >= 3
+    })
+    .await;
+    // The readings since the first canary span a canary or more.
+    tokio::time::sleep(INTERVAL * 3).await;
+    let (_, status) = sp.get("/status").await;
+    let status: serde_json::Value = serde_json::from_str(&status).expect("JSON");
+    let vitals = &status["upstreams"][0]["vitals"];
+    assert_eq!(vitals["requests_per_second"], 0.0, "{vitals}");
+    assert_eq!(vitals["generation_tokens_per_second"], 0.0, "{vitals}");
+    let canaries = vitals["canaries"]["requests_per_second"]
+        .as_f64()
+        .expect("the canaries' rate");
+    assert!(canaries > 0.0, "{vitals}");
+    assert_eq!(
+        vitals["canaries"]["generation_tokens_per_second"].as_f64(),
+        Some(canaries),
+        "one token each: {vitals}"
+    );
+    let (_, page) = sp.get("/").await;
+    assert!(
+        page.contains("data-key=\"canaries.requests_per_second\""),
+        "{page}"
+    );
+    assert!(
+        page.contains("data-key=\"requests_per_second\" data-value=\"0\""),
+        "{page}"
+    );
+    sp.shutdown().await.expect("clean shutdown");
 }

@@ -98,8 +98,13 @@ fn vitals_schema(vitals: &Value) {
         "left_out",
         "kept_bytes",
         "history",
+        "canaries",
     ]);
     assert_eq!(keys(vitals), want, "{vitals}");
+    assert_eq!(
+        keys(&vitals["canaries"]),
+        set(&["requests_per_second", "generation_tokens_per_second"])
+    );
     assert_eq!(
         keys(&vitals["left_out"]),
         set(&["ranks", "pids", "buckets"])

@@ -39,7 +39,7 @@ impl<'a> Loader<'a> {
             file,
             source,
             issues: Vec::new(),
-            max_label_value_bytes: super::Limits::default().max_label_value_bytes,
+            max_label_value_bytes: super::data::Limits::default().max_label_value_bytes,
         }
     }
 

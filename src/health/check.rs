@@ -14,7 +14,7 @@ use super::send;
 use super::upstream::CheckError;
 use crate::scrape::{ScrapeError, Scraper, UpstreamResult};
 use crate::stall::Unread;
-use crate::vitals::Vitals;
+use crate::vitals::{Canaries, Vitals};
 
 /// What the checks of one configuration use.
 pub(crate) struct Checks {
@@ -30,8 +30,9 @@ pub(crate) struct Checks {
     pub summing: Summing,
 }
 
-/// One page (or none: the upstream did not answer) to sum the vitals of, for upstream `.0`.
-type Pages = Vec<(usize, Option<Arc<crate::relabel::Page>>)>;
+/// One page (or none: the upstream did not answer) to sum the vitals of, for upstream `.0`,
+/// with the canaries its engine had answered when the check began.
+type Pages = Vec<(usize, Option<Arc<crate::relabel::Page>>, Canaries)>;
 
 /// The thread that sums each check's vitals, in proportion to the pages, off the runtime
 /// thread: one thread for the life of a configuration, so that its memory (one allocator
@@ -80,9 +81,9 @@ impl Summing {
 
 /// Records each page's vitals, or ages the figures of an upstream that gave none.
 fn sum(vitals: &Vitals, pages: Pages, at: Instant) {
-    for (i, page) in pages {
+    for (i, page, canaries) in pages {
         match page {
-            Some(page) => vitals.record(i, &page.parsed, at),
+            Some(page) => vitals.record(i, &page.parsed, at, canaries),
             None => vitals.age(i, at),
         }
     }
@@ -94,6 +95,8 @@ impl Checks {
     /// Prometheus stamps a scrape with its scheduled time, so a fetch that answers late does
     /// not shorten one. Returns whether its canary is due.
     pub(crate) async fn check_one(&self, i: usize, at: Instant) -> bool {
+        // Before the read: a canary the engine answers meanwhile is in its counters already.
+        let canaries = self.vitals.canaries(i);
         let (result, page) = self.check(i).await;
         let families = &self.families[i];
         let reading = families.judged().then(|| match &page {
@@ -105,7 +108,7 @@ impl Checks {
         if self.vitals.reads(i) {
             // Done before the next check.
             self.summing
-                .sum(vec![(i, page.and_then(Result::ok))], at)
+                .sum(vec![(i, page.and_then(Result::ok), canaries)], at)
                 .await;
         }
         due
@@ -163,8 +166,28 @@ impl Checks {
             sent = send::send(&self.client, config, model) => sent,
             () = upstream.retired() => return,
         };
+        if outcome.kind == crate::canary::Kind::Success {
+            // The engine served it: its request and token counters count it.
+            self.vitals.count_canary(i, asked_tokens(config));
+        }
         self.health.finish_canary(upstream, sent, outcome, model);
     }
+}
+
+/// The tokens a canary asks the engine to generate: its body's `max_tokens` (vLLM, SGLang,
+/// Triton), `n_predict` (llama.cpp) or `max_new_tokens`; 1 when it names none (the presets
+/// ask for one).
+fn asked_tokens(canary: &crate::config::CanaryConfig) -> f64 {
+    let body: Option<serde_json::Value> = canary
+        .body
+        .as_deref()
+        .and_then(|b| serde_json::from_str(&b.replace("{model}", "\"\"")).ok());
+    body.and_then(|b| {
+        ["max_tokens", "n_predict", "max_new_tokens"]
+            .iter()
+            .find_map(|k| b.get(k)?.as_f64())
+    })
+    .unwrap_or(1.0)
 }
 
 /// A GET of a health URL: any 2xx is healthy.
