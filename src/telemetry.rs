@@ -358,28 +358,24 @@ impl Telemetry {
     /// `upstream_series` of `upstream` by outcome, in [`SERIES_OUTCOMES`] order. Read without
     /// creating a series: a reload may have just removed the upstream.
     pub fn series_of(&self, upstream: &str) -> Vec<(&'static str, u64)> {
-        use prometheus::core::Collector;
-        let mut counts: Vec<(&'static str, u64)> = SERIES_OUTCOMES
+        // Under the lock that registers and forgets upstreams: a series looked up here exists
+        // already, as `register_upstream` made it, and stays until `forget_upstream`. One look-up
+        // per outcome: `/status` asks for every upstream, so this must not walk them all.
+        let current = self.current.lock().expect("current upstreams lock");
+        let registered = current.contains_key(upstream);
+        SERIES_OUTCOMES
             .iter()
-            .map(|&outcome| (outcome, 0))
-            .collect();
-        for family in self.series.collect() {
-            for m in family.get_metric() {
-                let label = |name: &str| {
-                    m.get_label()
-                        .iter()
-                        .find(|l| l.name() == name)
-                        .map(|l| l.value())
+            .map(|&outcome| {
+                let n = if registered {
+                    self.series
+                        .get_metric_with_label_values(&[upstream, outcome])
+                        .map_or(0, |g| g.get().max(0) as u64)
+                } else {
+                    0
                 };
-                if label("upstream") != Some(upstream) {
-                    continue;
-                }
-                if let Some(count) = counts.iter_mut().find(|(o, _)| label("outcome") == Some(o)) {
-                    count.1 = m.get_gauge().get_value().max(0.0) as u64;
-                }
-            }
-        }
-        counts
+                (outcome, n)
+            })
+            .collect()
     }
 
     /// Forgets an upstream that a reload removed.

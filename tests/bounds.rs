@@ -542,3 +542,136 @@ async fn slow_and_non_reading_clients_hold_no_more_than_the_answer_budget() {
     .expect("text");
     assert!(common::metric(&page, "dynamo_sysport_answers_refused_total").value() > 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_of_as_many_upstreams_as_allowed_answers_within_a_second_beside_metrics() {
+    // Measured before: /status walked every upstream's series once per upstream (500: 0.54 s,
+    // 1,000: 3.2 s, 2,000: 19 s in a release build), and /metrics waited meanwhile.
+    const N: usize = 2_000;
+    let page =
+        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 0\n";
+    let app =
+        Router::new()
+            .route(
+                "/{n}/metrics",
+                get(move || async move {
+                    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], page)
+                }),
+            )
+            .route("/{n}/health", get(|| async { StatusCode::OK }));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let sp = Sidecar::launch("bounds-upstreams")
+        .config(|port| {
+            let mut y = format!(
+                "listen: {{host: 127.0.0.1, port: {port}}}\n\
+                 shutdown: {{drain_delay: 0s}}\n\
+                 health: {{interval: 10s}}\n\
+                 vitals: {{window: 0s}}\n\
+                 upstreams:\n"
+            );
+            for i in 0..N {
+                y.push_str(&format!(
+                    "  - name: u{i}\n    url: http://{addr}/{i}/metrics\n    \
+                     health_url: http://{addr}/{i}/health\n    keep: [\"vllm:\"]\n    \
+                     timeout: 10s\n    stall_after: 0s\n    canary_after: 0s\n    min_interval: 1h\n"
+                ));
+            }
+            y
+        })
+        .start()
+        .await;
+    common::eventually(
+        Duration::from_secs(60),
+        "every upstream checked",
+        || async { sp.get("/health", &[]).await.status == 200 },
+    )
+    .await;
+    // One fetch of every page, kept for the /metrics after it (min_interval): what is timed
+    // below is sysport's own work.
+    let warm = Instant::now();
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .expect("client");
+    let first = client
+        .get(sp.url("/metrics"))
+        .send()
+        .await
+        .expect("/metrics");
+    assert_eq!(first.status(), 200);
+    let first = first.bytes().await.expect("body");
+    eprintln!(
+        "first /metrics: {:?}, {} bytes",
+        warm.elapsed(),
+        first.len()
+    );
+    // /metrics alone, then while a client reads /status without pause.
+    let alone: Vec<Duration> = {
+        let mut took = Vec::new();
+        for _ in 0..3 {
+            let answer = sp.get("/metrics", &[]).await;
+            assert_eq!(answer.status, 200);
+            took.push(answer.elapsed);
+        }
+        took
+    };
+    let reading = Arc::new(AtomicBool::new(true));
+    let mut readers = Vec::new();
+    for _ in 0..1 {
+        let (url, go) = (sp.url("/status"), reading.clone());
+        readers.push(tokio::spawn(async move {
+            let client = common::client();
+            let mut took = Vec::new();
+            // Bounded: the test stops it after a few seconds.
+            while go.load(Ordering::Relaxed) && took.len() < 1_000 {
+                let started = Instant::now();
+                let body = client
+                    .get(&url)
+                    .send()
+                    .await
+                    .expect("answers")
+                    .bytes()
+                    .await
+                    .expect("body");
+                took.push((started.elapsed(), body.len()));
+            }
+            took
+        }));
+    }
+    let mut beside = Vec::new();
+    for _ in 0..3 {
+        let answer = sp.get("/metrics", &[]).await;
+        assert_eq!(answer.status, 200);
+        beside.push(answer.elapsed);
+    }
+    reading.store(false, Ordering::Relaxed);
+    let mut status = Vec::new();
+    for r in readers {
+        status.extend(r.await.expect("reader"));
+    }
+    let slowest = status.iter().map(|(t, _)| *t).max().expect("a /status");
+    let json = serde_json::from_slice::<serde_json::Value>(&sp.get("/status", &[]).await.body)
+        .expect("JSON");
+    assert_eq!(json["upstreams"].as_array().map(Vec::len), Some(N));
+    sp.stop().await;
+    eprintln!("/status: {status:?}; /metrics alone {alone:?}, beside {beside:?}");
+    // Generous for a debug build on a shared machine: before, the same took minutes.
+    assert!(
+        slowest < Duration::from_secs(2),
+        "/status of {N} upstreams took {slowest:?} ({} answers)",
+        status.len()
+    );
+    let (alone, beside) = (
+        alone.iter().max().expect("timed"),
+        beside.iter().max().expect("timed"),
+    );
+    assert!(
+        *beside < *alone * 3 + Duration::from_secs(1),
+        "/metrics took {beside:?} beside /status readers, {alone:?} alone"
+    );
+}

@@ -49,6 +49,9 @@ struct Fake {
     generations: Mutex<Vec<(String, String)>>,
     models_asked: AtomicUsize,
     authorization: Mutex<Option<String>>,
+    /// Generations answered: vLLM's `request_success_total` and `generation_tokens_total`
+    /// count them, one token each (the canary's `max_tokens: 1`).
+    served: AtomicU64,
     /// Generations being answered now, and the most at once.
     in_flight: AtomicU32,
     most_in_flight: AtomicU32,
@@ -87,6 +90,7 @@ impl Stand {
             generations: Mutex::new(Vec::new()),
             models_asked: AtomicUsize::new(0),
             authorization: Mutex::new(None),
+            served: AtomicU64::new(0),
             in_flight: AtomicU32::new(0),
             most_in_flight: AtomicU32::new(0),
         });
@@ -97,6 +101,7 @@ impl Stand {
                 let running = e.running.load(Ordering::SeqCst);
                 let steps = e.steps.load(Ordering::SeqCst);
                 let awake = e.awake.load(Ordering::SeqCst);
+                let served = 100 + e.served.load(Ordering::SeqCst);
                 format!(
                     "# TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{{engine=\"0\",model_name=\"m\"}} {running}
@@ -107,6 +112,10 @@ vllm:iteration_tokens_total_count{{engine=\"0\",model_name=\"m\"}} {steps}
 # TYPE vllm:engine_sleep_state gauge
 vllm:engine_sleep_state{{engine=\"0\",model_name=\"m\",sleep_state=\"awake\"}} {awake}
 vllm:engine_sleep_state{{engine=\"0\",model_name=\"m\",sleep_state=\"weights_offloaded\"}} {asleep}
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{{engine=\"0\",finished_reason=\"length\",model_name=\"m\"}} {served}
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{{engine=\"0\",model_name=\"m\"}} {served}
 ",
                     asleep = 1 - awake
                 )
@@ -131,6 +140,8 @@ vllm:engine_sleep_state{{engine=\"0\",model_name=\"m\",sleep_state=\"weights_off
         let choices = serde_json::json!({"object": "text_completion",
             "choices": [{"index": 0, "text": "!", "finish_reason": "length"}]});
         let app = Router::new()
+            // The same page at a second URL: a reload may move the upstream between them.
+            .route("/engine/metrics", get(metrics.clone()))
             .route("/metrics", get(metrics))
             .route("/health", get(|| async { StatusCode::OK }))
             .route("/v1/models", get(models))
@@ -201,6 +212,7 @@ impl Fake {
             Mode::Answer => {
                 // The engine's own counters move for a canary as for any request.
                 self.steps.fetch_add(2, Ordering::SeqCst);
+                self.served.fetch_add(1, Ordering::SeqCst);
                 if answer.is_null() {
                     StatusCode::OK.into_response()
                 } else {
@@ -617,32 +629,61 @@ async fn a_canary_that_ends_after_a_reload_removed_its_upstream_leaves_no_series
 }
 
 #[tokio::test]
-async fn refused_credentials_stop_the_canaries_and_readiness_stays_with_the_health_check() {
-    // vLLM started with --api-key answers /v1/* with 401 to a canary without the key.
+async fn refused_credentials_pause_the_canaries_which_resume_when_the_engine_takes_them() {
+    // vLLM started with --api-key answers /v1/* with 401 to a canary without the key. Measured
+    // before: one 401 stopped the canaries until the engine was seen down, so when the key was
+    // put right, nothing resumed.
     let stand = Stand::start().await;
     stand.set(Mode::Unauthorized);
     let sp = Running::start(vllm_config(&stand)).await;
     until_ready(&sp).await;
     until_canary(&stand, CANARY_AFTER + MARGIN).await;
-    // Ready all along, and no canary after the one that was refused.
-    ready_throughout(&sp, CANARY_AFTER * 3).await;
-    assert_eq!(stand.count(), 1, "{:?}", stand.generations());
+    let refused = Instant::now();
+    // Paused, and saying until when; readiness stays with the health check.
     let (_, status) = sp.get("/status").await;
     let status: serde_json::Value = serde_json::from_str(&status).expect("JSON");
-    let health = &status["upstreams"][0]["health"];
-    let stopped = health["canary_stopped"].as_str().expect("why they stopped");
+    let h = &status["upstreams"][0]["health"];
+    let stopped = h["canary_stopped"].as_str().expect("why they pause");
     assert!(stopped.contains("HTTP 401"), "{stopped}");
     assert!(
         stopped.contains("canary.headers"),
         "the setting that fixes it: {stopped}"
     );
-    assert_eq!(health["canary"]["none_because"], "stopped", "{health}");
-    assert_eq!(health["canary_failed"], serde_json::Value::Null);
+    assert_eq!(h["canary"]["none_because"], "paused", "{h}");
+    assert_eq!(
+        h["canary"]["pause_seconds"],
+        CANARY_AFTER.as_secs_f64(),
+        "the first pause is canary_after: {h}"
+    );
+    assert!(h["canary_paused_until"].is_string(), "until when: {h}");
+    assert!(h["canary"]["paused_until_unix_seconds"].is_f64(), "{h}");
+    assert_eq!(h["canary_failed"], serde_json::Value::Null);
     assert_eq!(status["upstreams"][0]["state"], "up");
     let (_, page) = sp.get("/").await;
+    assert!(page.contains("canaries paused until "), "{page}");
+    assert!(page.contains("answered HTTP 401"), "{page}");
+    assert_eq!(sp.get("/live/engine").await.0, StatusCode::OK);
+    // The key is put right: the next canary, after the back-off, passes.
+    stand.set(Mode::Answer);
+    eventually(CANARY_AFTER + MARGIN, "a passing canary", || async {
+        counter(
+            &sp,
+            "dynamo_sysport_canary_requests_total",
+            &[("result", "success")],
+        )
+        .await
+            == 1.0
+    })
+    .await;
     assert!(
-        page.contains("canaries stopped: answered HTTP 401"),
-        "{page}"
+        refused.elapsed() <= CANARY_AFTER + MARGIN,
+        "resumed after {:?}",
+        refused.elapsed()
+    );
+    let (_, body) = health(&sp).await;
+    assert_eq!(
+        body["upstreams"]["vllm"]["canary"]["stopped"],
+        serde_json::Value::Null
     );
     assert_eq!(
         counter(
@@ -653,12 +694,31 @@ async fn refused_credentials_stop_the_canaries_and_readiness_stays_with_the_heal
         .await,
         1.0
     );
-    assert_eq!(sp.get("/live/engine").await.0, StatusCode::OK);
     sp.shutdown().await.expect("clean shutdown");
 }
 
 #[tokio::test]
-async fn a_model_that_cannot_generate_stops_the_canaries_without_failing() {
+async fn refused_canaries_back_off_doubling_and_readiness_stays_with_the_health_check() {
+    let stand = Stand::start().await;
+    stand.set(Mode::Unauthorized);
+    let sp = Running::start(vllm_config(&stand)).await;
+    until_ready(&sp).await;
+    until_canary(&stand, CANARY_AFTER + MARGIN).await;
+    // Ready all along; refused again after 1 s, then 2 s, then 4 s: about 3 in 6 s, never
+    // one per canary_after.
+    ready_throughout(&sp, CANARY_AFTER * 6).await;
+    let sent = stand.count();
+    assert!((2..=4).contains(&sent), "{sent} canaries in 6 s");
+    let (_, body) = health(&sp).await;
+    let pause = body["upstreams"]["vllm"]["canary"]["pause_seconds"]
+        .as_f64()
+        .expect("paused");
+    assert!(pause >= 2.0, "{body}");
+    sp.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn a_model_that_cannot_generate_pauses_the_canaries_without_failing() {
     // A pooling or embedding model: vLLM serves no completion route (404).
     let stand = Stand::start().await;
     let mut c = vllm_config(&stand);
@@ -769,4 +829,104 @@ async fn sighup_every_3s_keeps_one_canary_in_flight_and_the_failure_and_the_gaug
     assert!(stand.count() >= 3, "canaries went on: {}", stand.count());
     let log = sp.stop().await;
     assert!(log.matches("configuration reloaded").count() >= 8, "{log}");
+}
+
+#[tokio::test]
+async fn a_url_changed_every_2_5s_keeps_one_canary_at_the_engine_and_readiness_steady() {
+    // Measured before: a reload that changed the upstream's URL started its canaries afresh
+    // while the old one ran on (9 canary connections held at once), and flipped /health to 503
+    // ("not checked yet") until the first check under the new URL.
+    let stand = Stand::start().await;
+    stand.set(Mode::Hang);
+    let health_url = stand.url("/health");
+    let yaml = |port: u16, path: &str| {
+        let metrics = stand.url(path);
+        format!(
+            "listen: {{host: 127.0.0.1, port: {port}}}\n\
+             shutdown: {{drain_delay: 0s}}\n\
+             health: {{interval: 100ms}}\n\
+             upstreams:\n  - name: vllm\n    url: {metrics}\n    health_url: {health_url}\n    \
+             keep: [\"vllm:\"]\n    canary_after: 1s\n    canary: {{timeout: 4s, model: m1}}\n"
+        )
+    };
+    let sp = common::sidecar::Sidecar::launch("canary-url-flips")
+        .config(|port| yaml(port, "/metrics"))
+        .start()
+        .await;
+    eventually(MARGIN, "ready", || async {
+        sp.get("/health", &[]).await.status == 200
+    })
+    .await;
+    let started = Instant::now();
+    let mut last_hup = Instant::now();
+    let mut flips = 0;
+    while started.elapsed() < Duration::from_secs(20) {
+        if last_hup.elapsed() >= Duration::from_millis(2_500) {
+            flips += 1;
+            let path = if flips % 2 == 1 {
+                "/engine/metrics"
+            } else {
+                "/metrics"
+            };
+            std::fs::write(sp.config_path(), yaml(sp.port, path)).expect("write config");
+            sp.signal("-HUP");
+            last_hup = Instant::now();
+        }
+        let answer = sp.get("/health", &[]).await;
+        let (code, body) = (answer.status, String::from_utf8_lossy(&answer.body));
+        assert_eq!(code, 200, "at {:?}: {body}", started.elapsed());
+        assert!(
+            stand.engine.in_flight.load(Ordering::SeqCst) <= 1
+                && stand.engine.most_in_flight.load(Ordering::SeqCst) <= 1,
+            "two canaries open at the engine at {:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A canary under each URL: cancelled at the reload, never left running beside the next.
+    assert!(stand.count() >= 5, "canaries went on: {}", stand.count());
+    // Not ready for a moment, even between two polls, is logged.
+    let log = sp.log();
+    assert!(log.matches("configuration reloaded").count() >= 7, "{log}");
+    assert!(!log.contains("ready=false"), "{log}");
+    sp.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_engines_vitals_leave_out_the_canaries_and_show_them_beside() {
+    // Measured before: an idle engine's request and token rates were sysport's own canaries
+    // (0.055/s on the status page).
+    let stand = Stand::start().await;
+    let sp = Running::start(vllm_config(&stand)).await;
+    until_ready(&sp).await;
+    eventually(CANARY_AFTER * 4 + MARGIN * 2, "three canaries", || async {
+        stand.engine.served.load(Ordering::SeqCst) >= 3
+    })
+    .await;
+    // The readings since the first canary span a canary or more.
+    tokio::time::sleep(INTERVAL * 3).await;
+    let (_, status) = sp.get("/status").await;
+    let status: serde_json::Value = serde_json::from_str(&status).expect("JSON");
+    let vitals = &status["upstreams"][0]["vitals"];
+    assert_eq!(vitals["requests_per_second"], 0.0, "{vitals}");
+    assert_eq!(vitals["generation_tokens_per_second"], 0.0, "{vitals}");
+    let canaries = vitals["canaries"]["requests_per_second"]
+        .as_f64()
+        .expect("the canaries' rate");
+    assert!(canaries > 0.0, "{vitals}");
+    assert_eq!(
+        vitals["canaries"]["generation_tokens_per_second"].as_f64(),
+        Some(canaries),
+        "one token each: {vitals}"
+    );
+    let (_, page) = sp.get("/").await;
+    assert!(
+        page.contains("data-key=\"canaries.requests_per_second\""),
+        "{page}"
+    );
+    assert!(
+        page.contains("data-key=\"requests_per_second\" data-value=\"0\""),
+        "{page}"
+    );
+    sp.shutdown().await.expect("clean shutdown");
 }

@@ -586,3 +586,102 @@ async fn a_down_upstream_is_logged_without_its_url_password() {
     let log = sidecar.log();
     assert!(!log.contains("s3cret"), "{log}");
 }
+
+/// Runs `sysport ARGS --config PATH`; returns its exit code and stderr.
+fn run_with_config(args: &[&str], path: &std::path::Path) -> (Option<i32>, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .arg("--config")
+        .arg(path)
+        .env_remove("SYSPORT_CONFIG")
+        .output()
+        .expect("runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn configured_label_values_longer_than_an_engines_are_refused_where_written() {
+    // A value written into every series: 50 MB of it would make every page 50 MB a series.
+    let huge = "x".repeat(50 << 20);
+    let path = temp_file(
+        "huge-label",
+        &format!(
+            "labels:\n  pod: \"{huge}\"\nupstreams:\n  - name: vllm\n    url: http://127.0.0.1:8000/metrics\n"
+        ),
+    );
+    let file = path.display().to_string();
+    for args in [&["check-config"][..], &[][..]] {
+        let (code, err) = run_with_config(args, &path);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        let needle = format!("{file}:2:8: labels.pod: 52428800 bytes");
+        assert!(err.contains(&needle), "missing {needle:?} in:\n{err}");
+        assert!(err.contains("limits.max_label_value_bytes"), "{err}");
+        assert!(
+            err.len() < 4096,
+            "the value itself is not echoed: {} bytes",
+            err.len()
+        );
+    }
+    // Under a lower limit: the upstream's name (its `upstream` label) and a relabel
+    // replacement too.
+    let path = temp_file(
+        "long-name",
+        &format!(
+            "limits: {{ max_label_value_bytes: 1KiB }}\nupstreams:\n  - name: {name}\n    url: http://127.0.0.1:8000/metrics\nmetric_relabel_configs:\n  - target_label: pod\n    replacement: {value}\n",
+            name = "n".repeat(1025),
+            value = "v".repeat(1025),
+        ),
+    );
+    let (code, err) = run_with_config(&["check-config"], &path);
+    assert_eq!(code, Some(2), "{err}");
+    for needle in [
+        format!("{}:3:11: upstreams[0].name: 1025 bytes", path.display()),
+        format!(
+            "{}:7:18: metric_relabel_configs[0].replacement: 1025 bytes",
+            path.display()
+        ),
+    ] {
+        assert!(err.contains(&needle), "missing {needle:?} in:\n{err}");
+    }
+    // At the limit: accepted.
+    let path = temp_file(
+        "label-at-limit",
+        &format!(
+            "limits: {{ max_label_value_bytes: 1KiB }}\nlabels: {{ pod: \"{}\" }}\nupstreams:\n  - name: vllm\n    url: http://127.0.0.1:8000/metrics\n",
+            "x".repeat(1024)
+        ),
+    );
+    let (code, err) = run_with_config(&["check-config"], &path);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn more_upstreams_than_the_limit_are_refused_at_the_first_one_over_it() {
+    let entries = |n: usize| -> String {
+        (0..n)
+            .map(|i| {
+                format!(
+                    "  - name: u{i}\n    url: http://127.0.0.1:{}/metrics\n",
+                    1024 + i
+                )
+            })
+            .collect()
+    };
+    let path = temp_file("at-limit", &format!("upstreams:\n{}", entries(2_000)));
+    let (code, err) = run_with_config(&["check-config"], &path);
+    assert_eq!(code, Some(0), "{err}");
+    let path = temp_file("over-limit", &format!("upstreams:\n{}", entries(2_001)));
+    for args in [&["check-config"][..], &[][..]] {
+        let (code, err) = run_with_config(args, &path);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        // The 2,001st entry starts at line 2 + 2 × 2,000.
+        let needle = format!(
+            "{}:4002:5: upstreams[2000]: 2001 upstreams: at most 2000 can be configured",
+            path.display()
+        );
+        assert!(err.contains(&needle), "missing {needle:?} in:\n{err}");
+    }
+}

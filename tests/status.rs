@@ -98,8 +98,13 @@ fn vitals_schema(vitals: &Value) {
         "left_out",
         "kept_bytes",
         "history",
+        "canaries",
     ]);
     assert_eq!(keys(vitals), want, "{vitals}");
+    assert_eq!(
+        keys(&vitals["canaries"]),
+        set(&["requests_per_second", "generation_tokens_per_second"])
+    );
     assert_eq!(
         keys(&vitals["left_out"]),
         set(&["ranks", "pids", "buckets"])
@@ -229,7 +234,8 @@ async fn status_keeps_its_schema_and_agrees_with_health_and_metrics() {
                 "stalled",
                 "canary",
                 "canary_failed",
-                "canary_stopped"
+                "canary_stopped",
+                "canary_paused_until"
             ])
         );
     }

@@ -57,8 +57,8 @@ pub(crate) fn models_url(canary: &CanaryConfig) -> Url {
     url
 }
 
-/// A non-2xx answer: credentials refused (the canary stops: readiness stays with the health
-/// check, and `canary.headers` fixes it), a route that does not generate (the canary stops:
+/// A non-2xx answer: credentials refused (canaries pause: readiness stays with the health
+/// check, and `canary.headers` fixes it), a route that does not generate (canaries pause:
 /// a pooling or embedding model, or another `canary.url`), or a failure.
 /// `asked` names the request when it is not the canary itself (`/v1/models`).
 fn refused(status: u16, asked: Option<&str>) -> Failure {
@@ -70,7 +70,7 @@ fn refused(status: u16, asked: Option<&str>) -> Failure {
         401 | 403 => (
             Kind::Unauthorized,
             format!(
-                "{what} HTTP {status}: the engine wants credentials; canaries stopped \
+                "{what} HTTP {status}: the engine wants credentials; canaries paused \
                  (set canary.headers, for example Authorization: \"Bearer ${{VLLM_API_KEY}}\")"
             ),
         ),
@@ -78,7 +78,7 @@ fn refused(status: u16, asked: Option<&str>) -> Failure {
             Kind::CannotGenerate,
             format!(
                 "{what} HTTP {status}: the engine does not generate there (a pooling or \
-                 embedding model, or another canary.url); canaries stopped"
+                 embedding model, or another canary.url); canaries paused"
             ),
         ),
         _ => (Kind::HttpStatus, format!("{what} HTTP {status}")),

@@ -25,9 +25,10 @@
 //!   a canary passes or progress is seen; `live_failures` of them in a row make `/live/engine`
 //!   503.
 //! - **A canary that cannot be asked** (credentials refused, 401 or 403; no generation on its
-//!   route, 404 or 400: a pooling or embedding model) stops the canaries of that upstream and
-//!   leaves its readiness to the health check, until the engine is seen down and up again or a
-//!   reload changes the canary.
+//!   route, 404 or 400: a pooling or embedding model) pauses the canaries of that upstream and
+//!   leaves its readiness to the health check: for `canary_after`, then twice as long after each
+//!   refusal (at most [`tracker::MAX_PAUSE`]), until the engine takes one again; at once when the
+//!   engine is seen down and up again or a reload changes the canary.
 
 pub(crate) mod answer;
 mod tracker;

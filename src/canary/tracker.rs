@@ -4,6 +4,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::model::Reading;
 
+/// The longest pause after a canary the engine would not take (401, 403, 400, 404).
+pub(crate) const MAX_PAUSE: Duration = Duration::from_secs(300);
+
 /// How a canary ended: the `result` label of `dynamo_sysport_canary_requests_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -14,9 +17,9 @@ pub(crate) enum Kind {
     ConnectError,
     /// The answer was longer than the canary reads (`canary::MAX_ANSWER_BYTES`).
     TooLarge,
-    /// The engine refused the canary's credentials (401, 403): canaries stop.
+    /// The engine refused the canary's credentials (401, 403): canaries pause.
     Unauthorized,
-    /// The engine does not generate on the canary's route (404, 400): canaries stop.
+    /// The engine does not generate on the canary's route (404, 400): canaries pause.
     CannotGenerate,
 }
 
@@ -47,9 +50,9 @@ impl Kind {
         }
     }
 
-    /// Whether this answer ends the canaries of the upstream: the engine works, but sysport
+    /// Whether this answer pauses the canaries of the upstream: the engine works, but sysport
     /// cannot ask it to generate (wrong credentials, no generation on that route), so it is
-    /// no reason to call it not ready; readiness stays with the health check.
+    /// no reason to call it not ready; readiness stays with the health check while they pause.
     pub(crate) fn stops(self) -> bool {
         matches!(self, Kind::Unauthorized | Kind::CannotGenerate)
     }
@@ -87,8 +90,9 @@ pub(crate) enum Next {
     Asleep,
     Down,
     InFlight,
-    /// Canaries stopped: the engine refused their credentials or cannot generate.
-    Stopped,
+    /// Canaries paused until this instant: the engine refused their credentials or cannot
+    /// generate.
+    Paused(Instant),
 }
 
 /// The state of one upstream's canaries.
@@ -108,9 +112,13 @@ pub(crate) struct Tracker {
     /// Why the upstream is not ready: the last canary failed, and nothing proved otherwise.
     failed: Option<String>,
     last_outcome: Option<Outcome>,
-    /// Why canaries stopped ([`Kind::stops`]), until the engine is seen down and up again or a
-    /// reload changes the canary.
+    /// Why canaries pause ([`Kind::stops`]), until `paused_until`, the engine is seen down and
+    /// up again or a reload changes the canary.
     stopped: Option<String>,
+    paused_until: Option<Instant>,
+    /// The last pause: the next one after another refusal is twice as long (at most
+    /// [`MAX_PAUSE`]); `None` once a canary is taken.
+    pause: Option<Duration>,
     next: Next,
     /// The model the engine named (vLLM's `/v1/models`), until a canary fails.
     pub(crate) model: Option<String>,
@@ -126,8 +134,10 @@ pub(crate) struct CanaryStatus {
     pub failures: u32,
     /// `/live/engine` is 503 for it.
     pub dead: bool,
-    /// Why canaries stopped, when they did.
+    /// Why canaries pause, when they do.
     pub stopped: Option<String>,
+    /// While they pause: until when, and for how long in all.
+    pub paused: Option<(Instant, Duration)>,
     pub last: Option<Outcome>,
     /// Seconds until the next canary if still idle (0: at the next check), or why none.
     pub next: Next,
@@ -146,6 +156,8 @@ impl Tracker {
             failed: None,
             last_outcome: None,
             stopped: None,
+            paused_until: None,
+            pause: None,
             next: Next::Down,
             model: None,
         }
@@ -156,11 +168,16 @@ impl Tracker {
     pub(crate) fn observe(&mut self, now: Instant, seen: Seen) -> bool {
         if seen == Seen::Down {
             // A restarted engine may take the canary's credentials, or serve another model.
-            self.stopped = None;
+            self.resume();
+            self.pause = None;
         }
-        if self.stopped.is_some() {
-            self.next = Next::Stopped;
-            return false;
+        if let Some(until) = self.paused_until {
+            if now < until {
+                self.next = Next::Paused(until);
+                return false;
+            }
+            // Asked again: the engine may take the canary now (a key added, a model loaded).
+            self.resume();
         }
         let reading = match seen {
             Seen::Down | Seen::Asleep => {
@@ -219,15 +236,23 @@ impl Tracker {
         self.idle_since = Some(sent);
         self.next = Next::At(sent + self.after);
         if outcome.kind.stops() {
-            // Not the engine's failure: the canary has no say in readiness any more.
+            // Not the engine's failure: the canary has no say in readiness while it pauses.
             self.failures = 0;
             self.failed = None;
             self.stopped = Some(outcome.detail.clone());
-            self.next = Next::Stopped;
+            let pause = self
+                .pause
+                .map_or(self.after, |p| p.saturating_mul(2))
+                .min(MAX_PAUSE);
+            self.pause = Some(pause);
+            self.paused_until = Some(sent + pause);
+            self.next = Next::Paused(sent + pause);
         } else if outcome.kind == Kind::Success {
             self.failures = 0;
             self.failed = None;
+            self.pause = None;
         } else {
+            self.pause = None;
             self.failures = self.failures.saturating_add(1);
             // The model may have been replaced: ask again before the next one.
             self.model = None;
@@ -243,9 +268,22 @@ impl Tracker {
         self.after = after;
         self.live_failures = live_failures;
         if changed {
-            self.stopped = None;
+            self.resume();
+            self.pause = None;
             self.model = None;
         }
+    }
+
+    /// Ends a pause (the back-off is kept until a canary is taken).
+    fn resume(&mut self) {
+        self.stopped = None;
+        self.paused_until = None;
+    }
+
+    /// Whether a refusal paused the canaries and none was taken since: a refusal now only
+    /// lengthens the back-off.
+    pub(crate) fn backing_off(&self) -> bool {
+        self.pause.is_some()
     }
 
     /// The last canary failed and no progress or passing canary came since.
@@ -265,6 +303,7 @@ impl Tracker {
             failures: self.failures,
             dead: self.is_dead(),
             stopped: self.stopped.clone(),
+            paused: self.paused_until.zip(self.pause),
             last: self.last_outcome.clone(),
             next: self.next,
         }
@@ -408,7 +447,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn refused_credentials_stop_the_canaries_without_failing_until_the_engine_restarts() {
+    async fn refused_credentials_pause_the_canaries_with_a_doubling_back_off() {
         let mut t = Tracker::new(SECOND, 1);
         while !check(&mut t, idle(1.0)).await {}
         t.finish(
@@ -416,28 +455,64 @@ mod tests {
             outcome(Kind::Timeout),
         );
         assert!(t.is_failed() && t.is_dead());
-        while !check(&mut t, idle(1.0)).await {}
-        let mut refused = outcome(Kind::Unauthorized);
-        refused.detail = "answered HTTP 401".into();
-        t.finish(tokio::time::Instant::now().into_std(), refused);
-        assert!(!t.is_failed() && !t.is_dead(), "no say in readiness");
-        assert_eq!(t.status().stopped.as_deref(), Some("answered HTTP 401"));
-        for _ in 0..5 {
-            assert!(!check(&mut t, idle(1.0)).await, "stopped");
+        // Each refusal pauses them twice as long as the last: 1 s, 2 s, 4 s...
+        let mut pauses = Vec::new();
+        for _ in 0..4 {
+            while !check(&mut t, idle(1.0)).await {}
+            let sent = tokio::time::Instant::now().into_std();
+            let mut refused = outcome(Kind::Unauthorized);
+            refused.detail = "answered HTTP 401".into();
+            t.finish(sent, refused);
+            assert!(!t.is_failed() && !t.is_dead(), "no say in readiness");
+            assert_eq!(t.status().stopped.as_deref(), Some("answered HTTP 401"));
+            let (until, pause) = t.status().paused.expect("paused");
+            assert_eq!(until, sent + pause);
+            pauses.push(pause.as_secs());
+            assert_eq!(t.status().next, Next::Paused(until));
+            // Asked again once the pause is over, not before.
+            let mut checks = 0;
+            while !check(&mut t, idle(1.0)).await {
+                checks += 1;
+            }
+            assert_eq!(checks + 1, pause.as_secs(), "asked again after {pause:?}");
+            t.finish(
+                tokio::time::Instant::now().into_std(),
+                outcome(Kind::Unauthorized),
+            );
         }
-        assert_eq!(t.status().next, Next::Stopped);
-        // A reload that changes nothing keeps it stopped; one that changes the request retries.
-        t.reconfigure(SECOND, 1, false);
-        assert!(!check(&mut t, idle(1.0)).await);
+        assert_eq!(pauses, [1, 4, 16, 64]);
+        // At most five minutes.
+        for _ in 0..10 {
+            while !check(&mut t, idle(1.0)).await {}
+            t.finish(
+                tokio::time::Instant::now().into_std(),
+                outcome(Kind::CannotGenerate),
+            );
+        }
+        assert_eq!(t.status().paused.expect("paused").1, MAX_PAUSE);
+        // The engine takes one again: canaries run as before, and the back-off starts over.
+        while !check(&mut t, idle(1.0)).await {}
+        t.finish(
+            tokio::time::Instant::now().into_std(),
+            outcome(Kind::Success),
+        );
+        assert_eq!(t.status().stopped, None);
+        assert_eq!(t.status().paused, None);
+        while !check(&mut t, idle(1.0)).await {}
+        t.finish(
+            tokio::time::Instant::now().into_std(),
+            outcome(Kind::Unauthorized),
+        );
+        assert_eq!(t.status().paused.expect("paused").1, SECOND);
+        // A reload that changes the request asks again at once; down and up again too.
         t.reconfigure(SECOND, 1, true);
-        assert!(t.status().stopped.is_none());
+        assert!(t.status().stopped.is_none() && t.status().paused.is_none());
         while !check(&mut t, idle(1.0)).await {}
         t.finish(
             tokio::time::Instant::now().into_std(),
             outcome(Kind::CannotGenerate),
         );
         assert!(t.status().stopped.is_some());
-        // Down and up again: the engine restarted, and is asked again.
         assert!(!check(&mut t, Seen::Down).await);
         assert!(t.status().stopped.is_none());
     }

@@ -9,6 +9,10 @@ use super::web_config::WebConfig;
 use crate::model::{Engine, FamilyKey, Url, ViewFamily, routes};
 use crate::relabel::Rule;
 
+/// The most upstreams one configuration may name: `/status`, `/` and `/health` cost time in
+/// proportion to them, and each check loop keeps a task for every one.
+pub const MAX_UPSTREAMS: usize = 2_000;
+
 /// The validated configuration the server runs with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -317,7 +321,7 @@ impl Default for Limits {
             max_series: 250_000,
             max_families: 20_000,
             max_labels: 64,
-            max_label_value_bytes: 512 << 10,
+            max_label_value_bytes: super::units::DEFAULT_MAX_LABEL_VALUE_BYTES,
         }
     }
 }

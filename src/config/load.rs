@@ -14,7 +14,8 @@ use super::check::{
     parse_starting_status, parse_url, positive_duration, request_head_size,
 };
 use super::data::{
-    Config, HealthConfig, Limits, Listen, ShutdownConfig, UpstreamConfig, VitalsConfig,
+    Config, HealthConfig, Limits, Listen, MAX_UPSTREAMS, ShutdownConfig, UpstreamConfig,
+    VitalsConfig,
 };
 use super::env::{self, Env};
 use super::error::{ConfigError, ConfigIssue};
@@ -107,10 +108,12 @@ impl Loader<'_> {
         self.unknown_keys(&raw.unknown, "", RawConfig::FIELDS);
         let listen = self.listen(raw.listen.unwrap_or_default(), overrides);
         let health = self.health(raw.health.unwrap_or_default());
+        // First: what a configured label value may hold.
+        let limits = self.limits(raw.limits.unwrap_or_default());
+        self.max_label_value_bytes = limits.max_label_value_bytes;
         let labels = self.labels(raw.labels.map(|labels| labels.0).unwrap_or_default());
         let dynamo = self.dynamo();
         let upstreams = self.upstreams(raw.upstreams, &overrides.upstreams, &dynamo);
-        let limits = self.limits(raw.limits.unwrap_or_default());
         let metric_relabel_configs =
             self.relabel_rules(raw.metric_relabel_configs, "metric_relabel_configs");
         let drain_delay = raw.shutdown.and_then(|shutdown| {
@@ -430,8 +433,10 @@ impl Loader<'_> {
                 );
                 self.issue(Origin::File(name.referenced), &field, message);
             }
-            if let Some(value) = self.expand(&value, &field) {
-                labels.push((name.value, value));
+            if let Some(expanded) = self.expand(&value, &field)
+                && self.label_value_fits(&expanded, value.referenced, &field)
+            {
+                labels.push((name.value, expanded));
             }
         }
         labels
@@ -443,6 +448,14 @@ impl Loader<'_> {
         dynamo: &Dynamo,
     ) -> Vec<UpstreamConfig> {
         let mut first_lines = HashMap::new();
+        if let Some(extra) = raw.get(MAX_UPSTREAMS) {
+            let message = format!(
+                "{} upstreams: at most {MAX_UPSTREAMS} can be configured",
+                raw.len()
+            );
+            let field = format!("upstreams[{MAX_UPSTREAMS}]");
+            self.issue(Origin::File(extra.referenced), &field, message);
+        }
         raw.into_iter()
             .enumerate()
             .filter_map(|(i, entry)| self.file_upstream(i, entry, &mut first_lines, dynamo))
@@ -469,7 +482,9 @@ impl Loader<'_> {
             let message = "missing: every upstream needs a name";
             self.issue(Origin::File(entry.referenced), &field("name"), message);
         }
-        let name = self.file_value(raw.name.as_ref(), &field("name"), check_upstream_name);
+        let name = self
+            .file_value(raw.name.as_ref(), &field("name"), check_upstream_name)
+            .filter(|(name, at)| self.label_value_fits(name, *at, &field("name")));
         if let Some((name, location)) = &name {
             if let Some(first) = first_lines.get(name) {
                 let message = format!("duplicate upstream name {name:?} (first at line {first})");
@@ -565,6 +580,13 @@ impl Loader<'_> {
     }
 
     fn flag_upstreams(&mut self, specs: &[String]) -> Vec<UpstreamConfig> {
+        if specs.len() > MAX_UPSTREAMS {
+            let message = format!(
+                "{} upstreams: at most {MAX_UPSTREAMS} can be configured",
+                specs.len()
+            );
+            self.issue(Origin::Flag("--upstream"), "--upstream", message);
+        }
         let mut upstreams: Vec<UpstreamConfig> = Vec::with_capacity(specs.len());
         for spec in specs {
             match parse_flag_upstream(spec) {

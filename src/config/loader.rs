@@ -28,6 +28,8 @@ pub(super) struct Loader<'a> {
     source: String,
     /// Every problem found so far.
     pub(super) issues: Vec<ConfigIssue>,
+    /// `limits.max_label_value_bytes` once read: the most a configured label value may hold.
+    pub(super) max_label_value_bytes: usize,
 }
 
 impl<'a> Loader<'a> {
@@ -37,6 +39,7 @@ impl<'a> Loader<'a> {
             file,
             source,
             issues: Vec::new(),
+            max_label_value_bytes: super::units::DEFAULT_MAX_LABEL_VALUE_BYTES,
         }
     }
 
@@ -174,6 +177,22 @@ impl<'a> Loader<'a> {
 
     /// Records a problem with a value that came from `origin`. Environment and flag problems
     /// are named after the variable or flag, not the file field.
+    /// Records a problem when `value`, configured at `at` for `field`, is longer than a label
+    /// value may be (`limits.max_label_value_bytes`, as the engines' values): it would be
+    /// written into every series. Returns whether it fits.
+    pub(super) fn label_value_fits(&mut self, value: &str, at: Location, field: &str) -> bool {
+        let limit = self.max_label_value_bytes;
+        if value.len() <= limit {
+            return true;
+        }
+        let message = format!(
+            "{} bytes: a label value is at most limits.max_label_value_bytes ({limit} bytes)",
+            value.len()
+        );
+        self.issue(Origin::File(at), field, message);
+        false
+    }
+
     pub(super) fn issue(&mut self, origin: Origin, field: &str, message: impl Into<String>) {
         match origin {
             Origin::File(location) => {

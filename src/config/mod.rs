@@ -88,7 +88,7 @@ pub use control::{
     DYN_LORA_ENABLED, RoutePolicy,
 };
 pub use data::{
-    CanaryConfig, Config, HealthConfig, Limits, Listen, ShutdownConfig, StallConfig,
+    CanaryConfig, Config, HealthConfig, Limits, Listen, MAX_UPSTREAMS, ShutdownConfig, StallConfig,
     StartingStatus, UpstreamConfig, ViewConfig, VitalsConfig,
 };
 pub use env::{

@@ -47,6 +47,15 @@ impl Loader<'_> {
                 }
             },
         };
+        if let Some(replacement) = &raw.replacement
+            && !self.label_value_fits(
+                &replacement.value,
+                replacement.referenced,
+                &format!("{field}.replacement"),
+            )
+        {
+            return None;
+        }
         let spec = RuleSpec {
             source_labels: raw
                 .source_labels

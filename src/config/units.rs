@@ -8,6 +8,10 @@
 
 use std::time::Duration;
 
+/// `limits.max_label_value_bytes` when not set: the largest label value an upstream or the
+/// configuration may carry.
+pub(crate) const DEFAULT_MAX_LABEL_VALUE_BYTES: usize = 512 << 10;
+
 const NANOS_PER_SEC: u128 = 1_000_000_000;
 
 /// Parses a duration: one or more `NUMBER UNIT` terms (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`;

@@ -207,7 +207,7 @@ pub(crate) fn canary_json(status: &CanaryStatus, now: Instant) -> Value {
         Next::Asleep => (None, Some("sleeping")),
         Next::Down => (None, Some("down")),
         Next::InFlight => (None, Some("in flight")),
-        Next::Stopped => (None, Some("stopped")),
+        Next::Paused(_) => (None, Some("paused")),
     };
     let last = status.last.as_ref().map(|o| {
         json!({
@@ -223,6 +223,10 @@ pub(crate) fn canary_json(status: &CanaryStatus, now: Instant) -> Value {
         "failures_in_a_row": status.failures,
         "live_failed": status.dead,
         "stopped": status.stopped,
+        "paused_until_unix_seconds": status.paused.and_then(|(until, _)| {
+            unix_seconds(SystemTime::now() + until.saturating_duration_since(now))
+        }),
+        "pause_seconds": status.paused.map(|(_, pause)| pause.as_secs_f64()),
         "last": last,
         "next_in_seconds": next,
         "none_because": why,

@@ -1,7 +1,7 @@
-//! The check loop: every `health.interval`, each upstream's health URL (or a scrape of its
-//! metrics URL) and one read of its engine's families ([`Families`]), whose [`Reading`] goes to
-//! its stall watch and canaries and whose page goes to the vitals; then the canaries that are
-//! due.
+//! The checks: every `health.interval`, on a task of its own, each upstream's health URL (or a
+//! scrape of its metrics URL) and one read of its engine's families ([`Families`]), whose
+//! [`Reading`] goes to its stall watch and canaries and whose page goes to the vitals; then its
+//! canary when one is due.
 //!
 //! [`Reading`]: crate::model::Reading
 
@@ -14,7 +14,7 @@ use super::send;
 use super::upstream::CheckError;
 use crate::scrape::{ScrapeError, Scraper, UpstreamResult};
 use crate::stall::Unread;
-use crate::vitals::Vitals;
+use crate::vitals::{Canaries, Vitals};
 
 /// What the checks of one configuration use.
 pub(crate) struct Checks {
@@ -30,8 +30,9 @@ pub(crate) struct Checks {
     pub summing: Summing,
 }
 
-/// One page (or none: the upstream did not answer) to sum the vitals of, for upstream `.0`.
-type Pages = Vec<(usize, Option<Arc<crate::relabel::Page>>)>;
+/// One page (or none: the upstream did not answer) to sum the vitals of, for upstream `.0`,
+/// with the canaries its engine had answered when the check began.
+type Pages = Vec<(usize, Option<Arc<crate::relabel::Page>>, Canaries)>;
 
 /// The thread that sums each check's vitals, in proportion to the pages, off the runtime
 /// thread: one thread for the life of a configuration, so that its memory (one allocator
@@ -66,7 +67,7 @@ impl Summing {
         Summing { vitals, jobs }
     }
 
-    /// Sums `pages`, read by the check due `at`, and waits until it is done.
+    /// Sums `pages`, read by a check due `at`, and waits until it is done.
     async fn sum(&self, pages: Pages, at: Instant) {
         let Some(jobs) = &self.jobs else {
             return sum(&self.vitals, pages, at);
@@ -80,43 +81,35 @@ impl Summing {
 
 /// Records each page's vitals, or ages the figures of an upstream that gave none.
 fn sum(vitals: &Vitals, pages: Pages, at: Instant) {
-    for (i, page) in pages {
+    for (i, page, canaries) in pages {
         match page {
-            Some(page) => vitals.record(i, &page.parsed, at),
+            Some(page) => vitals.record(i, &page.parsed, at, canaries),
             None => vitals.age(i, at),
         }
     }
 }
 
 impl Checks {
-    /// Checks every upstream once, concurrently, and records the results as of `at`, when the
-    /// check was due: stall detection, canaries and the vitals measure their windows between
-    /// due times, as Prometheus stamps a scrape with its scheduled time, so a fetch that answers
-    /// late does not shorten one. Returns the upstreams whose canary is due.
-    pub(crate) async fn check_all(&self, at: Instant) -> Vec<usize> {
-        let checks = (0..self.board.len()).map(|i| async move {
-            let (result, page) = self.check(i).await;
-            (i, result, page)
+    /// Checks upstream `i` once and records the result as of `at`, when the check was due:
+    /// stall detection, canaries and the vitals measure their windows between due times, as
+    /// Prometheus stamps a scrape with its scheduled time, so a fetch that answers late does
+    /// not shorten one. Returns whether its canary is due.
+    pub(crate) async fn check_one(&self, i: usize, at: Instant) -> bool {
+        // Before the read: a canary the engine answers meanwhile is in its counters already.
+        let canaries = self.vitals.canaries(i);
+        let (result, page) = self.check(i).await;
+        let families = &self.families[i];
+        let reading = families.judged().then(|| match &page {
+            Some(Ok(page)) => Ok(families.read(&page.parsed).expect("judged")),
+            Some(Err(e)) => Err(Unread::Scrape(e.clone())),
+            None => Err(Unread::NoResult),
         });
-        let mut due = Vec::new();
-        let mut pages = Vec::new();
-        for (i, result, page) in futures_util::future::join_all(checks).await {
-            let families = &self.families[i];
-            let reading = families.judged().then(|| match &page {
-                Some(Ok(page)) => Ok(families.read(&page.parsed).expect("judged")),
-                Some(Err(e)) => Err(Unread::Scrape(e.clone())),
-                None => Err(Unread::NoResult),
-            });
-            if self.health.observe(&self.board[i], at, result, reading) {
-                due.push(i);
-            }
-            if self.vitals.reads(i) {
-                pages.push((i, page.and_then(Result::ok)));
-            }
-        }
-        // Done before the next check.
-        if !pages.is_empty() {
-            self.summing.sum(pages, at).await;
+        let due = self.health.observe(&self.board[i], at, result, reading);
+        if self.vitals.reads(i) {
+            // Done before the next check.
+            self.summing
+                .sum(vec![(i, page.and_then(Result::ok), canaries)], at)
+                .await;
         }
         due
     }
@@ -168,9 +161,33 @@ impl Checks {
         let upstream = &self.board[i];
         let sent = Instant::now();
         let model = self.health.canary_model(upstream);
-        let (outcome, model) = send::send(&self.client, config, model).await;
+        // Dropped with its request (and its connection) when a reload drops the upstream.
+        let (outcome, model) = tokio::select! {
+            sent = send::send(&self.client, config, model) => sent,
+            () = upstream.retired() => return,
+        };
+        if outcome.kind == crate::canary::Kind::Success {
+            // The engine served it: its request and token counters count it.
+            self.vitals.count_canary(i, asked_tokens(config));
+        }
         self.health.finish_canary(upstream, sent, outcome, model);
     }
+}
+
+/// The tokens a canary asks the engine to generate: its body's `max_tokens` (vLLM, SGLang,
+/// Triton), `n_predict` (llama.cpp) or `max_new_tokens`; 1 when it names none (the presets
+/// ask for one).
+fn asked_tokens(canary: &crate::config::CanaryConfig) -> f64 {
+    let body: Option<serde_json::Value> = canary
+        .body
+        .as_deref()
+        .and_then(|b| serde_json::from_str(&b.replace("{model}", "\"\"")).ok());
+    body.and_then(|b| {
+        ["max_tokens", "n_predict", "max_new_tokens"]
+            .iter()
+            .find_map(|k| b.get(k)?.as_f64())
+    })
+    .unwrap_or(1.0)
 }
 
 /// A GET of a health URL: any 2xx is healthy.
@@ -186,33 +203,53 @@ async fn check_url(
     }
 }
 
-/// Runs [`Checks::check_all`] every `interval` until `stop` fires; the canaries it finds due run
-/// on their own, and finish even when a reload stops the loop (their upstream's health, if the
-/// reload keeps it, takes their outcome).
+/// Checks each upstream every `interval` until `stop` fires, each on its own task: a slow or
+/// hanging upstream delays only its own checks. The canaries they find due run on their own,
+/// and finish even when a reload stops the checks (their upstream's health, if the reload
+/// keeps it, takes their outcome; one it does not keep cancels them).
 pub(crate) async fn run(
     checks: Arc<Checks>,
     interval: Duration,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    // A check that runs past the next due time skips it: the checks stay on one grid of due
-    // times, as Prometheus keeps its scrape phase, so a slow check never shifts the windows of
-    // the ones after it.
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        let at = tokio::select! {
-            at = tick.tick() => at.into_std(),
-            _ = stop.changed() => return,
-        };
-        let due = tokio::select! {
-            due = checks.check_all(at) => due,
-            _ = stop.changed() => return,
-        };
-        for i in due {
-            tokio::spawn(checks.clone().canary(i));
-        }
-        if *stop.borrow() {
-            return;
+    // Every upstream on the same grid of due times, from the same start.
+    let start = tokio::time::Instant::now();
+    let mut each = tokio::task::JoinSet::new();
+    for i in 0..checks.board.len() {
+        each.spawn(checks.clone().every(i, start, interval, stop.clone()));
+    }
+    while each.join_next().await.is_some() {}
+}
+
+impl Checks {
+    /// Upstream `i`'s checks, due at `start` and every `interval` after it, until `stop` fires.
+    async fn every(
+        self: Arc<Self>,
+        i: usize,
+        start: tokio::time::Instant,
+        interval: Duration,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
+        // A check that runs past the next due time skips it: the checks stay on one grid of due
+        // times, as Prometheus keeps its scrape phase, so a slow check never shifts the windows
+        // of the ones after it.
+        let mut tick = tokio::time::interval_at(start, interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            let at = tokio::select! {
+                at = tick.tick() => at.into_std(),
+                _ = stop.changed() => return,
+            };
+            let due = tokio::select! {
+                due = self.check_one(i, at) => due,
+                _ = stop.changed() => return,
+            };
+            if due {
+                tokio::spawn(self.clone().canary(i));
+            }
+            if *stop.borrow() {
+                return;
+            }
         }
     }
 }

@@ -76,20 +76,35 @@ impl Health {
     }
 
     /// Puts `config` in force: its upstreams, keeping the health of each that the last
-    /// configuration had with the same name, URL and engine; their gauges and counters.
+    /// configuration had with the same name, URL and engine; their gauges and counters. An
+    /// upstream of the same name but another URL or engine starts afresh, ready until its first
+    /// check if the one it replaces was; the canary of one no longer configured is cancelled.
     pub(crate) fn configure(&self, config: &Config) -> Arc<Board> {
         let old = self.board();
-        let upstreams = config
+        let now = Instant::now();
+        let by_name: std::collections::HashMap<&str, &Arc<UpstreamHealth>> =
+            old.upstreams.iter().map(|h| (h.name(), h)).collect();
+        let upstreams: Vec<Arc<UpstreamHealth>> = config
             .upstreams
             .iter()
-            .map(|u| match old.upstreams.iter().find(|h| h.is(u)) {
-                Some(kept) => {
+            .map(|u| match by_name.get(u.name.as_str()) {
+                Some(kept) if kept.is(u) => {
                     kept.reconfigure(u);
-                    kept.clone()
+                    (*kept).clone()
                 }
-                None => Arc::new(UpstreamHealth::new(u)),
+                Some(replaced) => {
+                    let state = replaced.state.lock().expect("health lock");
+                    let ready = Verdict::of(&state, old.starting, now).ready();
+                    Arc::new(UpstreamHealth::new(u, ready))
+                }
+                None => Arc::new(UpstreamHealth::new(u, false)),
             })
             .collect();
+        for gone in &old.upstreams {
+            if !upstreams.iter().any(|u| Arc::ptr_eq(u, gone)) {
+                gone.retire();
+            }
+        }
         let board = Arc::new(Board {
             starting: config.health.starting_status,
             upstreams,
@@ -169,8 +184,8 @@ impl Health {
             let Some(tracker) = state.canary.as_mut() else {
                 return;
             };
-            if outcome.kind.stops() && tracker.status().stopped.is_none() {
-                tracing::warn!(upstream = u.name(), reason = %outcome.detail, "canaries stopped");
+            if outcome.kind.stops() && !tracker.backing_off() {
+                tracing::warn!(upstream = u.name(), reason = %outcome.detail, "canaries paused");
             }
             tracker.model = model;
             tracker.finish(sent, outcome);
@@ -203,11 +218,10 @@ impl Health {
     fn recompute(&self) {
         let _one_at_a_time = self.recompute.lock().expect("recompute lock");
         let board = self.board();
-        let now = Instant::now();
-        let all = board
-            .each(|_, state| !state.required || Verdict::of(state, board.starting, now).ready())
-            .into_iter()
-            .all(|ready| ready);
+        let all = board.upstreams.iter().all(|u| {
+            let state = u.state.lock().expect("health lock");
+            !state.required || Verdict::ready_of(&state, board.starting)
+        });
         let ready = all && !self.is_shutting_down();
         self.telemetry.health_ready.set(i64::from(ready));
         if self.ready.swap(ready, Ordering::AcqRel) != ready {

@@ -272,14 +272,20 @@ async fn an_idle_engine_that_cannot_generate_then_queues_and_freezes() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn refused_credentials_stop_the_canaries_and_leave_readiness_to_the_health_check() {
+async fn refused_credentials_pause_the_canaries_with_a_back_off_and_leave_readiness_to_the_health_check()
+ {
     play(&[
         row(0, Read(0.0, 0.0, 1.0), false, "up", None, "live"),
         row(2, Read(0.0, 0.0, 1.0), true, "up", None, "live"),
         row(2, Canary(Kind::Unauthorized), false, "up", None, "live"),
-        // Stopped: never due again, and ready, until the engine is seen down and up again.
-        row(4, Read(0.0, 0.0, 1.0), false, "up", None, "live"),
-        row(8, Read(0.0, 0.0, 1.0), false, "up", None, "live"),
+        // Paused for canary_after (2 s), then twice as long after each refusal; ready all along.
+        row(3, Read(0.0, 0.0, 1.0), false, "up", None, "live"),
+        row(4, Read(0.0, 0.0, 1.0), true, "up", None, "live"),
+        row(4, Canary(Kind::Unauthorized), false, "up", None, "live"),
+        row(7, Read(0.0, 0.0, 1.0), false, "up", None, "live"),
+        row(8, Read(0.0, 0.0, 1.0), true, "up", None, "live"),
+        row(8, Canary(Kind::CannotGenerate), false, "up", None, "live"),
+        // Down and up again: the engine restarted, and is asked at the usual time.
         row(
             9,
             Refused,

@@ -24,6 +24,9 @@ struct Identity {
 pub(crate) struct UpstreamHealth {
     identity: Identity,
     pub(super) state: Mutex<State>,
+    /// Set when a reload drops the upstream: its canary in flight is cancelled, so that one
+    /// engine never has the canaries of two configurations at once.
+    retired: tokio::sync::watch::Sender<bool>,
 }
 
 /// Why a check of an upstream failed, with the facts of the failure (its words, a reason of
@@ -65,6 +68,9 @@ pub(crate) struct State {
     canary_config: Option<CanaryConfig>,
     /// `None` until the first check finishes.
     pub healthy: Option<bool>,
+    /// Until the first check: the upstream replaced one of the same name (a reload changed its
+    /// URL or engine) that was ready, so it counts as ready until checked.
+    pub ready_until_checked: bool,
     /// The error of the last failed check, kept after it passes again.
     pub last_error: Option<CheckError>,
     pub last_check: Option<SystemTime>,
@@ -77,8 +83,8 @@ pub(crate) struct State {
 }
 
 impl UpstreamHealth {
-    /// A new upstream, not checked yet.
-    pub(super) fn new(u: &UpstreamConfig) -> UpstreamHealth {
+    /// A new upstream, not checked yet; with `ready_until_checked`, it replaces a ready one.
+    pub(super) fn new(u: &UpstreamConfig, ready_until_checked: bool) -> UpstreamHealth {
         UpstreamHealth {
             identity: Identity {
                 name: u.name.clone(),
@@ -90,6 +96,7 @@ impl UpstreamHealth {
                 check: check_kind(u),
                 canary_config: u.canary.clone(),
                 healthy: None,
+                ready_until_checked,
                 last_error: None,
                 last_check: None,
                 asleep: false,
@@ -99,6 +106,20 @@ impl UpstreamHealth {
                     .as_ref()
                     .map(|c| Tracker::new(c.after, c.live_failures)),
             }),
+            retired: tokio::sync::watch::Sender::new(false),
+        }
+    }
+
+    /// Cancels what is in flight for the upstream: a reload dropped it.
+    pub(super) fn retire(&self) {
+        self.retired.send_replace(true);
+    }
+
+    /// Resolves once the upstream is retired.
+    pub(crate) fn retired(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut retired = self.retired.subscribe();
+        async move {
+            let _ = retired.wait_for(|r| *r).await;
         }
     }
 

@@ -52,6 +52,7 @@ impl Verdict {
     /// The verdict of an upstream's state: the precedence between reasons.
     pub(crate) fn of(state: &State, starting: StartingStatus, now: std::time::Instant) -> Verdict {
         match state.healthy {
+            None if state.ready_until_checked => Verdict::Unchecked(StartingStatus::Ready),
             None => Verdict::Unchecked(starting),
             Some(false) => Verdict::Down(state.last_error.clone().unwrap_or(CheckError::NoResult)),
             Some(true) => {
@@ -64,6 +65,19 @@ impl Verdict {
                 } else {
                     Verdict::Up
                 }
+            }
+        }
+    }
+
+    /// Whether the upstream of `state` counts as ready: `Verdict::of(..).ready()` without
+    /// building the verdict, as readiness is put together at every check of every upstream.
+    pub(crate) fn ready_of(state: &State, starting: StartingStatus) -> bool {
+        match state.healthy {
+            None => state.ready_until_checked || starting == StartingStatus::Ready,
+            Some(false) => false,
+            Some(true) => {
+                !state.stall.as_ref().is_some_and(|w| w.is_stalled())
+                    && !state.canary.as_ref().is_some_and(|c| c.is_failed())
             }
         }
     }

@@ -130,9 +130,11 @@ pub(crate) struct HealthFacts {
     pub canary: Option<serde_json::Value>,
     /// While its last canary failed: why, in words.
     pub canary_failed: Option<String>,
-    /// Why its canaries stopped (the engine refused their credentials, or does not generate
+    /// Why its canaries pause (the engine refused their credentials, or does not generate
     /// on their route), and the setting that fixes it; `null` while they run.
     pub canary_stopped: Option<String>,
+    /// Until when they pause: the next canary is tried then; `null` while they run.
+    pub canary_paused_until: Option<Timestamp>,
 }
 
 /// `dynamo_sysport_upstream_series` of one upstream, by outcome.
@@ -226,6 +228,11 @@ impl Facts {
                             _ => None,
                         },
                         canary_stopped: check.canary.as_ref().and_then(|c| c.stopped.clone()),
+                        canary_paused_until: check.canary.as_ref().and_then(|c| c.paused).map(
+                            |(until, _)| {
+                                Timestamp(SystemTime::now() + until.saturating_duration_since(now))
+                            },
+                        ),
                     },
                     history: h.points,
                     // The health checks stamp readings with tokio's clock (paused in tests).

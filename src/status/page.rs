@@ -7,7 +7,7 @@ use std::fmt::Write;
 use std::time::{Duration, SystemTime};
 
 use super::chart;
-use super::facts::{Facts, Timestamp, UpstreamFacts};
+use super::facts::{Facts, HealthFacts, Timestamp, UpstreamFacts};
 use super::history::WINDOW_SECONDS;
 use super::words::{Esc, seconds};
 use crate::health::Badge as State;
@@ -118,7 +118,7 @@ fn card(u: &UpstreamFacts, now: SystemTime, out: &mut String) {
         let _ = write!(out, "<p class=\"error\">{}</p>", Esc(reason));
     }
     if let Some(canary) = &u.health.canary {
-        canary_line(canary, &u.health.canary_stopped, out);
+        canary_line(canary, &u.health, out);
     }
     if let Some(error) = &u.last_error {
         let when = u
@@ -297,11 +297,21 @@ fn count(n: u64) -> String {
     out
 }
 
-/// The canary facts of one upstream: why they stopped, the last result, when, how long, and
-/// the next one.
-fn canary_line(c: &serde_json::Value, stopped: &Option<String>, out: &mut String) {
-    if let Some(why) = stopped {
-        let _ = write!(out, "<p class=\"warn\">canaries stopped: {}</p>", Esc(why));
+/// The canary facts of one upstream: why and until when they pause, the last result, when,
+/// how long, and the next one.
+fn canary_line(c: &serde_json::Value, h: &HealthFacts, out: &mut String) {
+    if let Some(why) = &h.canary_stopped {
+        let until = h
+            .canary_paused_until
+            .map(|t| super::facts::rfc3339(t.0))
+            .unwrap_or_default();
+        let _ = write!(
+            out,
+            "<p class=\"warn\">canaries paused until <time datetime=\"{until}\">{until}</time> \
+             (back-off {}): {}</p>",
+            Esc(&seconds(c["pause_seconds"].as_f64().unwrap_or_default())),
+            Esc(why)
+        );
     }
     let last = match &c["last"] {
         serde_json::Value::Null => "none yet".to_owned(),

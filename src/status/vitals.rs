@@ -71,6 +71,16 @@ pub(super) fn write(name: &str, v: &Report, out: &mut String) {
     for (key, label, value, show) in items {
         figure(key, label, value.map(show), value, why(key), out);
     }
+    // sysport's own canaries, left out of the requests and generated tokens above.
+    let canaries = v.canaries.requests_per_second;
+    figure(
+        "canaries.requests_per_second",
+        "canaries",
+        canaries.map(&rate),
+        canaries,
+        None,
+        out,
+    );
     for (key, label, q) in [
         (
             "time_to_first_token_seconds",

@@ -40,6 +40,14 @@ pub(crate) struct Figures {
     pub not_available: BTreeMap<&'static str, String>,
 }
 
+/// sysport's own canaries over the window: what the upstream's request and generation-token
+/// rates leave out.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub(crate) struct CanaryRates {
+    pub requests_per_second: Option<f64>,
+    pub generation_tokens_per_second: Option<f64>,
+}
+
 /// The figures the status page's sparklines draw, at one reading.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct SparkPoint {
@@ -97,12 +105,21 @@ impl Window<'_> {
             Kind::Fraction,
             self.gauge(group, Plain::KvUsage),
         );
-        let mut rate = |key, p| check(key, Kind::Rate, self.rate(group, p));
-        let requests_per_second = rate("requests_per_second", Plain::Requests);
-        let prompt_tokens_per_second = rate("prompt_tokens_per_second", Plain::PromptTokens);
-        let generation_tokens_per_second =
-            rate("generation_tokens_per_second", Plain::GenerationTokens);
-        let preemptions_per_second = rate("preemptions_per_second", Plain::Preemptions);
+        let mut rate = |key, v| check(key, Kind::Rate, v);
+        let requests_per_second =
+            rate("requests_per_second", self.net_rate(group, Plain::Requests));
+        let prompt_tokens_per_second = rate(
+            "prompt_tokens_per_second",
+            self.rate(group, Plain::PromptTokens),
+        );
+        let generation_tokens_per_second = rate(
+            "generation_tokens_per_second",
+            self.net_rate(group, Plain::GenerationTokens),
+        );
+        let preemptions_per_second = rate(
+            "preemptions_per_second",
+            self.rate(group, Plain::Preemptions),
+        );
         let prefix_cache_hit_rate = check("prefix_cache_hit_rate", Kind::Fraction, hit_rate);
         let mut quantiles = |keys: [&'static str; 3], h| {
             let buckets = self.buckets(group, h);
@@ -163,7 +180,10 @@ impl Window<'_> {
             running: ok(Kind::Count, self.gauge(&all, Plain::Running)),
             waiting: ok(Kind::Count, self.gauge(&all, Plain::Waiting)),
             kv_cache_usage: ok(Kind::Fraction, self.gauge(&all, Plain::KvUsage)),
-            generation_tokens_per_second: ok(Kind::Rate, self.rate(&all, Plain::GenerationTokens)),
+            generation_tokens_per_second: ok(
+                Kind::Rate,
+                self.net_rate(&all, Plain::GenerationTokens),
+            ),
             ttft_p99_seconds: ok(
                 Kind::Seconds,
                 bucket_quantile(0.99, self.buckets(&all, Hist::Ttft)),
@@ -195,6 +215,49 @@ impl Window<'_> {
     /// read, see `sum`). `None` when there are fewer than two readings.
     fn rate(&self, group: &Group, p: Plain) -> Option<f64> {
         self.rate_of(|r| r.plain(group, p))
+    }
+
+    /// The rate of `p` (requests or generation tokens) without sysport's own canaries, for the
+    /// whole upstream (a rank's or a process' is as read: which one a canary reached is not
+    /// known): the engine's rate scaled by the share of its increase over the window that was
+    /// not canaries, so that it is 0 for an engine that served nothing else.
+    fn net_rate(&self, group: &Group, p: Plain) -> Option<f64> {
+        let all = self.rate(group, p)?;
+        if *group != Group::All {
+            return Some(all);
+        }
+        let canary = |r: &Row| match p {
+            Plain::Requests => r.canaries.requests,
+            _ => r.canaries.generation_tokens,
+        };
+        let read: Vec<(f64, f64)> = self
+            .rows
+            .iter()
+            .filter_map(|r| Some((r.plain(group, p)?, canary(r))))
+            .collect();
+        let (Some(first), Some(last)) = (read.first(), read.last()) else {
+            return Some(all);
+        };
+        // The engine's increase, a drop counted as a reset, as `rate()` counts it.
+        let increase = last.0 - first.0
+            + read
+                .windows(2)
+                .filter(|w| w[1].0 < w[0].0)
+                .map(|w| w[0].0)
+                .sum::<f64>();
+        let canaries = last.1 - first.1;
+        if increase <= 0.0 || canaries <= 0.0 {
+            return Some(all);
+        }
+        Some(all * ((increase - canaries).max(0.0) / increase))
+    }
+
+    /// sysport's canaries over the window, as rates.
+    pub(crate) fn canaries(&self) -> CanaryRates {
+        CanaryRates {
+            requests_per_second: self.rate_of(|r| Some(r.canaries.requests)),
+            generation_tokens_per_second: self.rate_of(|r| Some(r.canaries.generation_tokens)),
+        }
     }
 
     /// `sum by (le) (rate(x_bucket[range]))`, for every bound the last reading keeps.

@@ -37,9 +37,10 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-pub(crate) use figures::{Figures, SparkPoint, Window};
+pub(crate) use figures::{CanaryRates, Figures, SparkPoint, Window};
 pub(crate) use sum::{MAX_BUCKETS, MAX_PIDS, MAX_RANKS, names};
 
+pub(crate) use row::Canaries;
 use row::{Group, Row};
 use sum::{LeftOut, Summer};
 
@@ -72,6 +73,8 @@ struct Upstream {
     /// upstream under the vLLM preset).
     names: Vec<String>,
     kept: Mutex<Kept>,
+    /// sysport's canaries the engine answered, so far.
+    canaries: Mutex<Canaries>,
     /// The figures as of the last reading (or of the last check, once readings stop coming).
     report: Mutex<Report>,
 }
@@ -102,6 +105,9 @@ pub(crate) struct Report {
     pub readings_total: u64,
     #[serde(flatten)]
     pub total: Figures,
+    /// sysport's own canaries, which `requests_per_second` and `generation_tokens_per_second`
+    /// leave out.
+    pub canaries: CanaryRates,
     /// The label that tells data-parallel ranks apart (`engine`, `dp_rank`), when the page
     /// has it.
     pub rank_label: Option<&'static str>,
@@ -167,6 +173,7 @@ impl Vitals {
                         preset: u.engine.preset(),
                         names: if read { names } else { Vec::new() },
                         kept: Mutex::new(Kept::default()),
+                        canaries: Mutex::new(Canaries::default()),
                         report: Mutex::new(build(&Kept::default(), None, window)),
                     }
                 })
@@ -185,10 +192,29 @@ impl Vitals {
         !self.names(i).is_empty()
     }
 
-    /// Keeps upstream `i`'s reading of `exp`, made by the check due `at`, and computes the
-    /// figures as of it. Readings older than the window (sparkline points older than five
-    /// minutes) go.
-    pub(crate) fn record(&self, i: usize, exp: &Exposition, at: Instant) {
+    /// Counts one of sysport's canaries that upstream `i`'s engine answered, asking it for
+    /// `tokens` generated tokens: the engine counts it among its requests, and the vitals leave
+    /// it out of them.
+    pub(crate) fn count_canary(&self, i: usize, tokens: f64) {
+        if let Some(u) = self.upstreams.get(i) {
+            let mut c = u.canaries.lock().expect("canaries lock");
+            c.requests += 1.0;
+            c.generation_tokens += tokens;
+        }
+    }
+
+    /// Upstream `i`'s canaries answered so far, for the reading of a check that begins now.
+    pub(crate) fn canaries(&self, i: usize) -> Canaries {
+        self.upstreams
+            .get(i)
+            .map(|u| *u.canaries.lock().expect("canaries lock"))
+            .unwrap_or_default()
+    }
+
+    /// Keeps upstream `i`'s reading of `exp`, made by the check due `at` (which began with
+    /// `canaries` answered), and computes the figures as of it. Readings older than the window
+    /// (sparkline points older than five minutes) go.
+    pub(crate) fn record(&self, i: usize, exp: &Exposition, at: Instant, canaries: Canaries) {
         let Some(u) = self.upstreams.get(i).filter(|u| !u.names.is_empty()) else {
             return;
         };
@@ -199,7 +225,8 @@ impl Vitals {
             return;
         }
         kept.recorded += 1;
-        let (row, rank_label, left_out) = kept.summer.sum(exp, u.preset, at, kept.rows.last());
+        let (mut row, rank_label, left_out) = kept.summer.sum(exp, u.preset, at, kept.rows.last());
+        row.canaries = canaries;
         kept.rank_label = rank_label;
         kept.left_out = left_out;
         let spacing = self.window / MAX_POINTS as u32;
@@ -308,6 +335,7 @@ fn build(kept: &Kept, end: Option<Instant>, window: Duration) -> Report {
         readings: rows.len(),
         readings_total: kept.recorded,
         total: w.figures(&Group::All),
+        canaries: w.canaries(),
         rank_label: kept.rank_label.filter(|_| !rows.is_empty()),
         ranks: parts(true),
         pids: parts(false),

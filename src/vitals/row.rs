@@ -96,6 +96,16 @@ pub(crate) struct Row {
     pub layout: Arc<Layout>,
     /// Each group's numbers (`NaN` where the page had none), sorted by group.
     pub groups: Vec<(Group, Box<[f64]>)>,
+    /// sysport's own canaries the engine had answered when the check began, as running totals.
+    pub canaries: Canaries,
+}
+
+/// Running totals of sysport's canaries that the engine answered: requests, and the tokens
+/// they asked it to generate.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct Canaries {
+    pub requests: f64,
+    pub generation_tokens: f64,
 }
 
 impl Row {

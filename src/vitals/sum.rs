@@ -260,6 +260,7 @@ impl Summer {
             at,
             layout,
             groups: rows,
+            canaries: super::row::Canaries::default(),
         };
         (row, rank_label, left_out)
     }

@@ -109,7 +109,7 @@ fn feed(v: &Vitals, engine: Engine, start: Instant, pages: impl Iterator<Item = 
     let p = engine.preset();
     for (n, page) in pages {
         let exp = parsed(&page, Format::Text, p.keep);
-        v.record(0, &exp, start + Duration::from_secs(5 * n));
+        v.record(0, &exp, start + Duration::from_secs(5 * n), v.canaries(0));
     }
 }
 
@@ -407,7 +407,7 @@ fn readings_in_a_long_window_are_thinned_to_max_points() {
     let p = Engine::Vllm.preset();
     for s in 0..=900u64 {
         let exp = parsed(&many_ranks(2, s as f64, ""), Format::Text, p.keep);
-        v.record(0, &exp, start + Duration::from_secs(s));
+        v.record(0, &exp, start + Duration::from_secs(s), v.canaries(0));
     }
     let r = v.report(0).expect("a report");
     assert!(r.readings <= MAX_POINTS + 1, "{} readings", r.readings);
@@ -462,4 +462,63 @@ vllm:kv_cache_usage_perc{engine=\"0\"} -5
         r.history.running[0].1, None,
         "a gap in the sparkline, not a number"
     );
+}
+
+/// An idle vLLM engine's page: only sysport's canaries, `canaries` of them so far (one token
+/// generated each), moved its counters.
+fn idle_page(canaries: u64) -> String {
+    let n = 100 + canaries;
+    format!(
+        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{engine=\"0\",model_name=\"m\"}} 0\n\
+         # TYPE vllm:request_success_total counter\nvllm:request_success_total{{engine=\"0\",finished_reason=\"length\",model_name=\"m\"}} {n}\n\
+         # TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total{{engine=\"0\",model_name=\"m\"}} {n}\n"
+    )
+}
+
+#[test]
+fn an_idle_engines_rates_leave_out_sysports_canaries_and_show_them_beside() {
+    let v = vitals(Engine::Vllm);
+    let start = Instant::now();
+    let p = Engine::Vllm.preset();
+    // A canary every third check (5 s apart), answered between checks.
+    let mut sent = 0;
+    for n in 0..12u64 {
+        let exp = parsed(&idle_page(sent), Format::Text, p.keep);
+        v.record(0, &exp, start + Duration::from_secs(5 * n), v.canaries(0));
+        if n % 3 == 2 {
+            sent += 1;
+            v.count_canary(0, 1.0);
+        }
+    }
+    let r = report_at(&v, start + Duration::from_secs(55));
+    assert_eq!(r.total.requests_per_second, Some(0.0), "{r:?}");
+    assert_eq!(r.total.generation_tokens_per_second, Some(0.0), "{r:?}");
+    let canaries = r.canaries.requests_per_second.expect("a canary rate");
+    assert!(canaries > 0.0, "{r:?}");
+    assert_eq!(r.canaries.generation_tokens_per_second, Some(canaries));
+    // Without them counted, the canaries would be the engine's traffic.
+    let v = vitals(Engine::Vllm);
+    let mut sent = 0;
+    for n in 0..12u64 {
+        let exp = parsed(&idle_page(sent), Format::Text, p.keep);
+        v.record(0, &exp, start + Duration::from_secs(5 * n), v.canaries(0));
+        if n % 3 == 2 {
+            sent += 1;
+        }
+    }
+    let r = report_at(&v, start + Duration::from_secs(55));
+    assert!(r.total.requests_per_second.expect("a rate") > 0.0);
+    // Real traffic beside canaries is kept whole: 10 requests a check, and the canaries.
+    let v = vitals(Engine::Vllm);
+    let mut sent = 0;
+    for n in 0..12u64 {
+        let exp = parsed(&idle_page(sent + 10 * n), Format::Text, p.keep);
+        v.record(0, &exp, start + Duration::from_secs(5 * n), v.canaries(0));
+        if n % 3 == 2 {
+            sent += 1;
+            v.count_canary(0, 1.0);
+        }
+    }
+    let r = report_at(&v, start + Duration::from_secs(55));
+    close(r.total.requests_per_second, 2.0);
 }

@@ -1,0 +1,103 @@
+//! Each upstream checked on its own schedule, through the real binary: a hanging neighbour
+//! delays no other upstream's checks, nor how soon `/health` tells of its failure.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use common::sidecar::Sidecar;
+use common::{Reply, Upstream, eventually};
+use tokio::net::TcpListener;
+
+const PAGE: &str = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n";
+
+/// A loopback port that accepts connections and never answers, holding each until the test
+/// ends; returns how many it took.
+async fn hanging() -> (String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let taken = Arc::new(AtomicUsize::new(0));
+    let count = taken.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        // Bounded: 20 upstreams, one connection each at a time, for the few seconds of the test.
+        while let Ok((tcp, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            held.push(tcp);
+            if held.len() > 1_000 {
+                held.remove(0);
+            }
+        }
+    });
+    (format!("http://{addr}"), taken)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_hanging_upstreams_delay_neither_a_healthy_ones_checks_nor_its_failure() {
+    // Measured before: one check loop joined every upstream's check, so a healthy upstream was
+    // checked only when the hanging ones timed out (every 10 s), and its failure reached
+    // /health up to 10 s late.
+    let healthy = Upstream::start(Reply::text(PAGE)).await;
+    let (hang, taken) = hanging().await;
+    let metrics = healthy.metrics_url();
+    let sp = Sidecar::launch("checks-own-schedule")
+        .config(|port| {
+            let mut y = format!(
+                "listen: {{host: 127.0.0.1, port: {port}}}\n\
+                 health: {{interval: 1s}}\n\
+                 shutdown: {{drain_delay: 0s}}\n\
+                 upstreams:\n  - name: healthy\n    url: {metrics}\n    keep: [\"vllm:\"]\n    \
+                 timeout: 2s\n"
+            );
+            for i in 0..20 {
+                y.push_str(&format!(
+                    "  - name: hanging{i}\n    url: {hang}/{i}/metrics\n    keep: [\"vllm:\"]\n    \
+                     timeout: 10s\n    required: false\n"
+                ));
+            }
+            y
+        })
+        .start()
+        .await;
+    eventually(Duration::from_secs(5), "ready", || async {
+        sp.get("/health", &[]).await.status == 200
+    })
+    .await;
+    eventually(Duration::from_secs(5), "the hanging ones asked", || async {
+        taken.load(Ordering::SeqCst) >= 20
+    })
+    .await;
+    // Checked every second while the others hang (their checks take 10 s each).
+    let before = healthy.requests();
+    let window = Duration::from_secs(6);
+    tokio::time::sleep(window).await;
+    let checks = healthy.requests() - before;
+    assert!(
+        (5..=8).contains(&checks),
+        "{checks} checks of the healthy upstream in {window:?}"
+    );
+    // Its failure is on /health within one interval and its own timeout.
+    let mut failing = Reply::text("engine error");
+    failing.status = StatusCode::INTERNAL_SERVER_ERROR;
+    healthy.set(failing);
+    let failed = Instant::now();
+    let within = Duration::from_secs(1) + Duration::from_secs(2);
+    eventually(within + Duration::from_secs(1), "/health 503", || async {
+        sp.get("/health", &[]).await.status == 503
+    })
+    .await;
+    let took = failed.elapsed();
+    // And its recovery.
+    healthy.set(Reply::text(PAGE));
+    eventually(
+        within + Duration::from_secs(1),
+        "/health 200 again",
+        || async { sp.get("/health", &[]).await.status == 200 },
+    )
+    .await;
+    let log = sp.stop().await;
+    assert!(took <= within + Duration::from_secs(1), "{took:?}\n{log}");
+}
