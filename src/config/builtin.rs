@@ -24,6 +24,7 @@ impl Default for Config {
             vitals: VitalsConfig::default(),
             views: Vec::new(),
             metric_relabel_configs: Vec::new(),
+            otlp: None,
             source: None,
         }
     }

@@ -140,6 +140,7 @@ impl Loader<'_> {
         });
         let vitals = window.map_or_else(VitalsConfig::default, |window| VitalsConfig { window });
         let views = self.views(raw.views, &upstreams, &health);
+        let otlp = self.otlp(raw.otlp);
 
         if !self.issues.is_empty() {
             // File problems in file order (the web configuration's after the main file's),
@@ -167,6 +168,7 @@ impl Loader<'_> {
             vitals,
             views,
             metric_relabel_configs,
+            otlp,
             source: self.file,
         })
     }

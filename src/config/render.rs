@@ -58,6 +58,7 @@ impl fmt::Display for Rendered<'_> {
             vitals,
             views,
             metric_relabel_configs,
+            otlp,
             source: _,
         } = self.config;
         writeln!(f, "listen:")?;
@@ -202,6 +203,7 @@ impl fmt::Display for Rendered<'_> {
         )?;
         writeln!(f, "vitals:")?;
         writeln!(f, "  window: {}", format_duration(vitals.window))?;
+        super::otlp::render(otlp.as_ref(), f)?;
         if views.is_empty() {
             return writeln!(f, "views: []");
         }

@@ -10,6 +10,7 @@ mod front;
 mod negotiate;
 mod page;
 mod parts;
+mod push;
 mod render;
 mod routes;
 mod start;

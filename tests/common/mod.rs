@@ -204,6 +204,7 @@ pub fn config(upstreams: Vec<UpstreamConfig>) -> Config {
         vitals: sysport::config::VitalsConfig::default(),
         views: Vec::new(),
         metric_relabel_configs: Vec::new(),
+        otlp: None,
         source: None,
     }
 }
