@@ -48,7 +48,7 @@
 pub mod config;
 pub mod demo;
 pub mod model;
-pub(crate) mod otlp;
+pub mod otlp;
 pub use sysport_expfmt as expfmt;
 pub(crate) mod canary;
 pub(crate) mod health;

@@ -51,7 +51,7 @@ struct Inner {
     got: Mutex<Vec<Got>>,
     /// Bodies larger than this get 413.
     limit: Mutex<Option<usize>>,
-    answered: Mutex<Vec<u16>>,
+    answered: Mutex<Vec<(u16, Instant)>>,
 }
 
 /// An OTLP/HTTP receiver on loopback.
@@ -103,7 +103,11 @@ async fn take(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) 
         .expect("lock")
         .is_some_and(|limit| body.len() > limit);
     let answer = |code: u16| {
-        inner.answered.lock().expect("lock").push(code);
+        inner
+            .answered
+            .lock()
+            .expect("lock")
+            .push((code, Instant::now()));
         StatusCode::from_u16(code).expect("code")
     };
     if too_large {
@@ -340,7 +344,12 @@ async fn a_429_with_retry_after_is_retried_after_it_within_the_interval() {
     let (_upstream, sysport) = start(PAGE, otlp(receiver.url(), 4000)).await;
     let got = wait_for(&receiver, 1, Duration::from_secs(15)).await;
     let answered = receiver.inner.answered.lock().expect("lock").clone();
-    assert_eq!(answered[..2], [429, 200]);
+    assert_eq!((answered[0].0, answered[1].0), (429, 200));
+    let waited = answered[1].1 - answered[0].1;
+    assert!(
+        waited >= Duration::from_secs(1),
+        "Retry-After: 1 honoured, waited {waited:?}"
+    );
     let text = get_text(&sysport.url("/metrics")).await;
     assert_eq!(
         metric(&text, "dynamo_sysport_otlp_exports_total")
@@ -433,7 +442,15 @@ async fn a_413_splits_the_request_until_every_piece_fits() {
             "{name} {engine}"
         );
     }
-    assert!(receiver.inner.answered.lock().expect("lock").contains(&413));
+    assert!(
+        receiver
+            .inner
+            .answered
+            .lock()
+            .expect("lock")
+            .iter()
+            .any(|(code, _)| *code == 413)
+    );
 }
 
 #[tokio::test]

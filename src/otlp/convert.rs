@@ -25,7 +25,7 @@ use crate::expfmt::{
 /// Why a page could not be converted.
 #[derive(Debug, thiserror::Error)]
 #[error("the rendered page does not parse: {0}")]
-pub(crate) struct PageError(#[from] expfmt::ParseError);
+pub struct PageError(#[from] expfmt::ParseError);
 
 /// One series' label pairs, unescaped, in the order written.
 type Labels = Vec<(String, String)>;
@@ -36,7 +36,7 @@ type Group = (Labels, Vec<(&'static [u8], Labels, f64)>);
 
 /// Converts pages, remembering when each cumulative series started.
 #[derive(Debug, Default)]
-pub(crate) struct Converter {
+pub struct Converter {
     /// Per series key: its start time and its last value (a histogram's or summary's count).
     starts: HashMap<String, (u64, f64)>,
     /// When the last page was converted; `None` before the first.
@@ -50,11 +50,7 @@ impl Converter {
     ///
     /// # Errors
     /// When the page does not parse (sysport's own rendering always does).
-    pub(crate) fn convert(
-        &mut self,
-        page: bytes::Bytes,
-        now_ns: u64,
-    ) -> Result<Vec<Metric>, PageError> {
+    pub fn convert(&mut self, page: bytes::Bytes, now_ns: u64) -> Result<Vec<Metric>, PageError> {
         let keep = [String::new()];
         let opts = ParseOptions {
             keep: &keep,

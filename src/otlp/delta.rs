@@ -40,17 +40,17 @@ const FORGET_AFTER: u32 = 60;
 
 /// Every series' totals.
 #[derive(Debug, Default)]
-pub(crate) struct Delta {
+pub struct Delta {
     series: HashMap<String, Series>,
 }
 
 /// What an export sent, recorded once it succeeded: (key, totals, time).
 #[derive(Debug, Default)]
-pub(crate) struct Pending(Vec<(String, Totals, u64)>);
+pub struct Pending(Vec<(String, Totals, u64)>);
 
 impl Delta {
     /// Turns the cumulative `metrics` into deltas since the last successful export.
-    pub(crate) fn apply(&mut self, metrics: &mut [Metric]) -> Pending {
+    pub fn apply(&mut self, metrics: &mut [Metric]) -> Pending {
         let mut pending = Vec::new();
         let delta = AggregationTemporality::Delta as i32;
         for s in self.series.values_mut() {
@@ -157,7 +157,7 @@ impl Delta {
     }
 
     /// Records what a successful export sent.
-    pub(crate) fn commit(&mut self, pending: Pending) {
+    pub fn commit(&mut self, pending: Pending) {
         for (key, totals, at) in pending.0 {
             if let Some(s) = self.series.get_mut(&key) {
                 s.sent = totals;
