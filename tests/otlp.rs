@@ -678,3 +678,152 @@ async fn grpc_export_with_gzip_and_headers_retried_after_unavailable() {
         "UNAVAILABLE retried within the interval"
     );
 }
+
+/// A receiver over TLS that requires a client certificate signed by `ca.crt`: HTTP/2 with a
+/// gRPC answer when `grpc`, else HTTP/1.1 with an OTLP/HTTP one. Counts the requests that got
+/// through, and the handshakes that failed.
+async fn mtls_receiver(pki: &common::pki::Pki, grpc: bool) -> (u16, Arc<Mutex<(usize, usize)>>) {
+    use http_body_util::{BodyExt, Full};
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(pki.path("ca.crt")).expect("ca") {
+        roots.add(cert.expect("cert")).expect("root");
+    }
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .expect("verifier");
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(pki.path("server.crt"))
+        .expect("server cert")
+        .collect::<Result<_, _>>()
+        .expect("certs");
+    let key = PrivateKeyDer::from_pem_file(pki.path("server.key")).expect("server key");
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .expect("server config");
+    tls.alpn_protocols = vec![if grpc {
+        b"h2".to_vec()
+    } else {
+        b"http/1.1".to_vec()
+    }];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = Arc::new(Mutex::new((0usize, 0usize)));
+    let counts = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, counts) = (acceptor.clone(), counts.clone());
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(tcp).await else {
+                    counts.lock().expect("lock").1 += 1;
+                    return;
+                };
+                let service = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let counts = counts.clone();
+                        async move {
+                            let _ = req.into_body().collect().await;
+                            counts.lock().expect("lock").0 += 1;
+                            let mut trailers = HeaderMap::new();
+                            trailers.insert("grpc-status", "0".parse().expect("h"));
+                            let answer = ExportMetricsServiceResponse::default().encode_to_vec();
+                            let mut message = vec![0u8];
+                            message.extend_from_slice(&(answer.len() as u32).to_be_bytes());
+                            message.extend_from_slice(&answer);
+                            let body = if grpc {
+                                Full::new(Bytes::from(message))
+                                    .with_trailers(async move { Some(Ok(trailers)) })
+                                    .boxed()
+                            } else {
+                                Full::new(Bytes::from(answer)).boxed()
+                            };
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(body))
+                        }
+                    },
+                );
+                let io = hyper_util::rt::TokioIo::new(stream);
+                if grpc {
+                    let _ = hyper::server::conn::http2::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(io, service)
+                    .await;
+                } else {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await;
+                }
+            });
+        }
+    });
+    (port, seen)
+}
+
+#[tokio::test]
+async fn mutual_tls_over_both_protocols_and_no_client_certificate_refused() {
+    let pki = common::pki::Pki::new("otlp-mtls");
+    pki.ca("ca");
+    pki.leaf("ca", "server", "DNS:localhost,IP:127.0.0.1");
+    pki.leaf("ca", "client", "DNS:sysport");
+    for grpc in [true, false] {
+        let (port, seen) = mtls_receiver(&pki, grpc).await;
+        let (protocol, path) = if grpc {
+            (OtlpProtocol::Grpc, "")
+        } else {
+            (OtlpProtocol::HttpProtobuf, "/v1/metrics")
+        };
+        let url = |port: u16| Url::parse(&format!("https://localhost:{port}{path}")).expect("url");
+        let mut o = otlp(url(port), 300);
+        o.protocol = protocol;
+        o.certificate = Some(pki.path("ca.crt"));
+        o.client_key = Some(pki.path("client.key"));
+        o.client_certificate = Some(pki.path("client.crt"));
+        let (_upstream, sysport) = start(PAGE, o.clone()).await;
+        eventually(
+            Duration::from_secs(10),
+            &format!("{protocol}: an export over mTLS"),
+            || async {
+                let text = get_text(&sysport.url("/metrics")).await;
+                metric(&text, "dynamo_sysport_otlp_exports_total")
+                    .label("result", "success")
+                    .value()
+                    >= 1.0
+            },
+        )
+        .await;
+        assert!(seen.lock().expect("lock").0 >= 1);
+        drop(sysport);
+        // Without the client certificate the handshake fails and nothing gets through.
+        let (port, seen) = mtls_receiver(&pki, grpc).await;
+        o.endpoint = url(port);
+        o.client_key = None;
+        o.client_certificate = None;
+        let (_upstream, sysport) = start(PAGE, o).await;
+        eventually(
+            Duration::from_secs(10),
+            &format!("{protocol}: refused without a certificate"),
+            || async {
+                let text = get_text(&sysport.url("/metrics")).await;
+                metric(&text, "dynamo_sysport_otlp_exports_total")
+                    .label("result", "failure")
+                    .value()
+                    >= 1.0
+            },
+        )
+        .await;
+        let (through, refused) = *seen.lock().expect("lock");
+        assert_eq!(through, 0, "{protocol}");
+        assert!(refused >= 1, "{protocol}");
+    }
+}
