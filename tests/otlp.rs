@@ -1,8 +1,8 @@
 //! OTLP push against in-process receivers on loopback: what arrives is what `/metrics` serves;
 //! gzip and headers; retries (429 with Retry-After, a receiver down for three intervals), a
-//! receiver that hangs (the export ends at its timeout, `/live` unaffected), 413 (the request
-//! split), `partial_success`, delta temporality that loses nothing, gRPC, and the last export
-//! on shutdown.
+//! receiver that hangs (the export ends at its timeout, `/live` unaffected), 413 and gRPC's
+//! RESOURCE_EXHAUSTED about size (the request split), `partial_success`, delta temporality that
+//! loses nothing, gRPC, mutual TLS, and the last export on shutdown.
 
 mod common;
 
@@ -569,7 +569,7 @@ type Calls = Arc<Mutex<Vec<(HashMap<String, String>, ExportMetricsServiceRequest
 
 /// A gRPC receiver: h2c, `MetricsService/Export`, answering UNAVAILABLE to the first `refuse`
 /// calls.
-async fn grpc_receiver(refuse: usize) -> (SocketAddr, Calls) {
+async fn grpc_receiver(refuse: usize, limit: usize) -> (SocketAddr, Calls) {
     use http_body_util::{BodyExt, Full};
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -603,7 +603,16 @@ async fn grpc_receiver(refuse: usize) -> (SocketAddr, Calls) {
                             };
                             let mut trailers = HeaderMap::new();
                             let mut message = Vec::new();
-                            if n <= refuse {
+                            if body.len() > limit {
+                                // grpc-go's words for a message over its receive limit.
+                                trailers.insert("grpc-status", "8".parse().expect("h"));
+                                trailers.insert(
+                                    "grpc-message",
+                                    "grpc:%20received%20message%20larger%20than%20max"
+                                        .parse()
+                                        .expect("h"),
+                                );
+                            } else if n <= refuse {
                                 trailers.insert("grpc-status", "14".parse().expect("h"));
                                 trailers.insert("grpc-message", "warming%20up".parse().expect("h"));
                             } else {
@@ -652,7 +661,7 @@ async fn grpc_receiver(refuse: usize) -> (SocketAddr, Calls) {
 
 #[tokio::test]
 async fn grpc_export_with_gzip_and_headers_retried_after_unavailable() {
-    let (addr, got) = grpc_receiver(1).await;
+    let (addr, got) = grpc_receiver(1, usize::MAX).await;
     let mut o = otlp(Url::parse(&format!("http://{addr}")).expect("url"), 3000);
     o.protocol = OtlpProtocol::Grpc;
     o.gzip = true;
@@ -825,5 +834,36 @@ async fn mutual_tls_over_both_protocols_and_no_client_certificate_refused() {
         let (through, refused) = *seen.lock().expect("lock");
         assert_eq!(through, 0, "{protocol}");
         assert!(refused >= 1, "{protocol}");
+    }
+}
+
+#[tokio::test]
+async fn grpc_resource_exhausted_about_size_splits_the_request() {
+    let (addr, got) = grpc_receiver(0, 700).await;
+    let mut o = otlp(Url::parse(&format!("http://{addr}")).expect("url"), 3000);
+    o.protocol = OtlpProtocol::Grpc;
+    let (_upstream, sysport) = start(PAGE, o).await;
+    eventually(Duration::from_secs(15), "an export in pieces", || async {
+        let text = get_text(&sysport.url("/metrics")).await;
+        metric(&text, "dynamo_sysport_otlp_exports_total")
+            .label("result", "success")
+            .value()
+            >= 1.0
+    })
+    .await;
+    let calls = got.lock().expect("lock").clone();
+    let sizes: Vec<usize> = calls.iter().map(|(_, r)| r.encoded_len()).collect();
+    assert!(
+        calls.len() >= 2,
+        "split into {} calls: {sizes:?}",
+        calls.len()
+    );
+    let all: Vec<Point> = calls.iter().flat_map(|(_, r)| points(r)).collect();
+    for name in [
+        "vllm:prompt_tokens_total",
+        "vllm:num_requests_running",
+        "vllm:e2e_request_latency_seconds",
+    ] {
+        assert!(all.iter().any(|(n, _, _)| n == name), "{name} arrived");
     }
 }
