@@ -318,6 +318,12 @@ async fn the_page_arrives_as_served_with_gzip_headers_and_resource() {
         status["otlp"]
     );
     assert_eq!(status["otlp"]["protocol"], "http/protobuf");
+    let (_, page) = sysport.get("/").await;
+    let line = page
+        .lines()
+        .find(|l| l.contains("id=\"otlp\""))
+        .expect("the status page's OTLP line");
+    assert!(line.contains("last success 20"), "{line}");
 }
 
 #[tokio::test]
