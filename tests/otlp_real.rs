@@ -240,10 +240,18 @@ fn collector(dir: &std::path::Path, grpc: u16, http: u16, tls: &str) -> Process 
     Process(child)
 }
 
-/// The last export in the Collector's file that holds `vllm:` points.
-fn last_export(dir: &std::path::Path) -> Option<serde_json::Value> {
+/// Lines in the Collector's file so far.
+fn lines_in(dir: &std::path::Path) -> usize {
+    std::fs::read_to_string(dir.join("received.jsonl")).map_or(0, |t| t.lines().count())
+}
+
+/// The last export in the Collector's file, after its first `skip` lines, that holds `vllm:`
+/// points.
+fn last_export(dir: &std::path::Path, skip: usize) -> Option<serde_json::Value> {
     let text = std::fs::read_to_string(dir.join("received.jsonl")).ok()?;
-    text.lines()
+    let lines: Vec<&str> = text.lines().skip(skip).collect();
+    lines
+        .into_iter()
         .rev()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find(|d| d.to_string().contains("\"vllm:"))
@@ -252,16 +260,17 @@ fn last_export(dir: &std::path::Path) -> Option<serde_json::Value> {
 /// One run against the Collector: sysport pushes with `o`; the file's last export equals
 /// `/metrics` read while the engine page stands still.
 async fn against_collector(dir: &std::path::Path, o: OtlpConfig, what: &str) {
+    let skip = lines_in(dir);
     let (_upstream, sysport) = sysport_with(o).await;
     eventually(
         Duration::from_secs(30),
         &format!("{what}: an export in the file"),
-        || async { last_export(dir).is_some() },
+        || async { last_export(dir, skip).is_some() },
     )
     .await;
     let page = flat_page(&get_text(&sysport.url("/metrics")).await);
     assert!(page.len() > 100, "{what}: the page has the engine's series");
-    let doc = last_export(dir).expect("an export");
+    let doc = last_export(dir, skip).expect("an export");
     let (got, resource) = flat_export(&doc);
     assert_same(&page, &got, what);
     assert_eq!(resource["service.name"], "vllm-worker");
@@ -277,8 +286,7 @@ async fn against_collector(dir: &std::path::Path, o: OtlpConfig, what: &str) {
         status.contains("\"last_success_at\":\"20"),
         "{what}: {status}"
     );
-    drop(sysport);
-    std::fs::remove_file(dir.join("received.jsonl")).ok();
+    sysport.shutdown().await.expect("clean shutdown");
 }
 
 #[tokio::test]
