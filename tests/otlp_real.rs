@@ -147,8 +147,11 @@ fn flat_export(doc: &serde_json::Value) -> (Flat, BTreeMap<String, String>) {
     (out, resource)
 }
 
-/// Compares what arrived with the page: every series, `_created` within a microsecond.
-fn assert_same(page: &Flat, got: &Flat, receiver: &str) {
+/// Compares what arrived with the page: every series, `_created` within a microsecond; with
+/// `ulps`, values within that many units in the last place (the Collector's file exporter
+/// writes a float in JSON with at most 16 significant digits: 1408.5526872003759 is written
+/// 1408.552687200376, one unit off).
+fn assert_same(page: &Flat, got: &Flat, receiver: &str, ulps: f64) {
     let missing: Vec<&String> = page.keys().filter(|k| !got.contains_key(*k)).collect();
     assert!(missing.is_empty(), "{receiver}: missing {missing:#?}");
     for (k, v) in page {
@@ -156,7 +159,7 @@ fn assert_same(page: &Flat, got: &Flat, receiver: &str) {
         let same = if k.contains("_created{") {
             (g - v).abs() < 1e-6 * v.abs().max(1.0)
         } else {
-            g == *v || (g.is_nan() && v.is_nan())
+            g == *v || (g.is_nan() && v.is_nan()) || (g - v).abs() <= ulps * f64::EPSILON * v.abs()
         };
         assert!(same, "{receiver}: {k} is {g}, /metrics says {v}");
     }
@@ -272,7 +275,7 @@ async fn against_collector(dir: &std::path::Path, o: OtlpConfig, what: &str) {
     assert!(page.len() > 100, "{what}: the page has the engine's series");
     let doc = last_export(dir, skip).expect("an export");
     let (got, resource) = flat_export(&doc);
-    assert_same(&page, &got, what);
+    assert_same(&page, &got, what, 2.0);
     assert_eq!(resource["service.name"], "vllm-worker");
     assert_eq!(resource["service.instance.id"], "worker-0");
     // HELP and units as on the page.
@@ -426,7 +429,7 @@ async fn prometheus_3_stores_every_series_as_served() {
     })
     .await;
     let got = query_all(&base).await;
-    assert_same(&page, &got, "prometheus 3");
+    assert_same(&page, &got, "prometheus 3", 0.0);
     let log = std::fs::read_to_string(pki.path("prometheus.log")).unwrap_or_default();
     assert!(!log.contains("level=ERROR"), "{log}");
 }
