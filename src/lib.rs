@@ -51,6 +51,7 @@ pub mod config;
 pub mod control;
 pub mod demo;
 pub mod model;
+pub mod otlp;
 pub use sysport_expfmt as expfmt;
 pub(crate) mod canary;
 pub(crate) mod health;

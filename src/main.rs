@@ -341,6 +341,7 @@ fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) 
             }
         };
     Config {
+        otlp: None,
         listen: Listen {
             host,
             port,

@@ -685,3 +685,45 @@ fn more_upstreams_than_the_limit_are_refused_at_the_first_one_over_it() {
         assert!(err.contains(&needle), "missing {needle:?} in:\n{err}");
     }
 }
+
+#[test]
+fn bad_otel_variables_exit_2_naming_the_variable_and_check_config_masks_headers() {
+    for (var, value) in [
+        ("OTEL_METRICS_EXPORTER", "prometheus"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "authorization"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "not a url"),
+    ] {
+        let out = Command::new(BIN)
+            .arg("check-config")
+            .env_remove("SYSPORT_CONFIG")
+            .env("OTEL_METRICS_EXPORTER", "otlp")
+            .env(var, value)
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{var}={value}: {err}");
+        assert!(err.contains(var), "{var}: {err}");
+    }
+    let shown = shown_config(
+        &[],
+        &[
+            ("OTEL_METRICS_EXPORTER", Some("otlp")),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", Some("http/protobuf")),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", Some("http://127.0.0.1:4318")),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                Some("authorization=Bearer%20s3cret"),
+            ),
+        ],
+    );
+    assert!(
+        shown.contains("  endpoint: http://127.0.0.1:4318/v1/metrics\n"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("  headers: \"authorization=***\"\n"),
+        "{shown}"
+    );
+    assert!(!shown.contains("s3cret"), "{shown}");
+}

@@ -151,9 +151,11 @@ async fn status_keeps_its_schema_and_agrees_with_health_and_metrics() {
             "listen",
             "config_file",
             "paths",
-            "upstreams"
+            "upstreams",
+            "otlp"
         ])
     );
+    assert!(status["otlp"].is_null(), "no OTLP export configured");
     assert_eq!(
         keys(&status["paths"]),
         set(&["metrics", "health", "live", "status", "views"])

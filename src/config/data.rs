@@ -37,6 +37,8 @@ pub struct Config {
     pub metric_relabel_configs: Vec<Rule>,
     /// Dynamo's control routes: who may reach them and which are served.
     pub control: ControlConfig,
+    /// OTLP push of the `/metrics` page; `None`: off.
+    pub otlp: Option<OtlpConfig>,
     /// The file this configuration was read from, if any (used by `SIGHUP` reload).
     pub source: Option<PathBuf>,
 }
@@ -323,5 +325,69 @@ impl Default for Limits {
             max_labels: 64,
             max_label_value_bytes: super::units::DEFAULT_MAX_LABEL_VALUE_BYTES,
         }
+    }
+}
+
+/// The wire protocol of OTLP export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// `grpc`: `opentelemetry.proto.collector.metrics.v1.MetricsService/Export` (Dynamo's).
+    Grpc,
+    /// `http/protobuf`: `POST` of the protobuf request to `/v1/metrics`.
+    HttpProtobuf,
+}
+
+/// How counters and histograms are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Temporality {
+    /// The totals since the series started (default).
+    Cumulative,
+    /// The change since the last export that reached the receiver.
+    Delta,
+}
+
+/// OTLP push, when on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtlpConfig {
+    /// Where requests go: for http/protobuf the whole URL, for gRPC its origin.
+    pub endpoint: Url,
+    pub protocol: OtlpProtocol,
+    /// Sent with every request, in order.
+    pub headers: Vec<(String, String)>,
+    /// gzip the request body.
+    pub gzip: bool,
+    /// How long one request may take, default 10 s (and never more than the interval).
+    pub timeout: Duration,
+    /// PEM CA certificates the receiver's certificate must chain to (else the system's roots).
+    pub certificate: Option<PathBuf>,
+    /// PEM private key of the client certificate (mTLS), with `client_certificate`.
+    pub client_key: Option<PathBuf>,
+    /// PEM client certificate chain (mTLS), with `client_key`.
+    pub client_certificate: Option<PathBuf>,
+    /// Time between exports, default 60 s.
+    pub interval: Duration,
+    pub temporality: Temporality,
+    /// The resource's attributes, `service.name` first.
+    pub resource: Vec<(String, String)>,
+    /// Requests larger than this (encoded, before gzip) are split in halves; `None`: only when
+    /// the receiver says a request is too large.
+    pub max_request_bytes: Option<usize>,
+}
+
+impl std::fmt::Display for OtlpProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OtlpProtocol::Grpc => "grpc",
+            OtlpProtocol::HttpProtobuf => "http/protobuf",
+        })
+    }
+}
+
+impl std::fmt::Display for Temporality {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Temporality::Cumulative => "cumulative",
+            Temporality::Delta => "delta",
+        })
     }
 }

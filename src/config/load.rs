@@ -144,6 +144,7 @@ impl Loader<'_> {
         let vitals = window.map_or_else(VitalsConfig::default, |window| VitalsConfig { window });
         let views = self.views(raw.views, &upstreams, &health);
         let control = self.control(raw.control);
+        let otlp = self.otlp(raw.otlp);
 
         if !self.issues.is_empty() {
             // File problems in file order (the web configuration's after the main file's),
@@ -172,6 +173,7 @@ impl Loader<'_> {
             views,
             metric_relabel_configs,
             control,
+            otlp,
             source: self.file,
         })
     }

@@ -40,6 +40,14 @@
 //!   max_labels: 64
 //!   max_label_value_bytes: 512KiB
 //! shutdown: { drain_delay: 5s }
+//! otlp:                                 # OTEL_* variables override each field
+//!   exporter: otlp                      # none (default): no push
+//!   endpoint: http://collector:4317
+//!   protocol: grpc                      # or http/protobuf
+//!   headers: "authorization=Bearer%20${TOKEN}"
+//!   compression: gzip
+//!   interval: 60s
+//!   temporality: cumulative             # or delta
 //! views:
 //!   - name: queue
 //!     families: { "vllm:num_requests_waiting": sum }
@@ -65,6 +73,9 @@ mod error;
 mod expand;
 mod load;
 mod loader;
+mod otlp;
+#[cfg(test)]
+mod otlp_tests;
 mod path;
 mod raw;
 mod relabel;
@@ -88,8 +99,9 @@ pub use control::{
     DYN_LORA_ENABLED, RoutePolicy,
 };
 pub use data::{
-    CanaryConfig, Config, HealthConfig, Limits, Listen, MAX_UPSTREAMS, ShutdownConfig, StallConfig,
-    StartingStatus, UpstreamConfig, ViewConfig, VitalsConfig,
+    CanaryConfig, Config, HealthConfig, Limits, Listen, MAX_UPSTREAMS, OtlpConfig, OtlpProtocol,
+    ShutdownConfig, StallConfig, StartingStatus, Temporality, UpstreamConfig, ViewConfig,
+    VitalsConfig,
 };
 pub use env::{
     DYN_CANARY_WAIT_TIME, DYN_HEALTH_CHECK_ENABLED, DYN_HEALTH_CHECK_PAYLOAD,
@@ -99,6 +111,11 @@ pub use env::{
 };
 pub use error::{ConfigError, ConfigIssue};
 pub use load::{Overrides, load, load_file};
+pub use otlp::{
+    OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
+    OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE, OTEL_METRIC_EXPORT_INTERVAL,
+    OTEL_METRICS_EXPORTER, OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME,
+};
 pub use render::Rendered;
 pub use web_config::{
     ClientAuth, MAX_BCRYPT_COST, Pem, TlsPlaces, TlsSettings, TlsVersion, WebConfig,

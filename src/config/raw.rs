@@ -91,6 +91,8 @@ section! {
         metric_relabel_configs: RawRules,
         /// Dynamo's control routes (`/engine/*`, `/v1/loras`): who may reach them.
         control: RawControl,
+        /// OTLP push of the `/metrics` page (off by default; `OTEL_*` variables override it).
+        otlp: RawOtlp,
     }
 }
 
@@ -102,6 +104,46 @@ section! {
         allow_unauthenticated: Text,
         /// How long one call to an engine may take (`30s`, default 30s).
         timeout: Text,
+    }
+}
+
+section! {
+    /// `otlp:` section; each field is overridden by its OpenTelemetry variable.
+    RawOtlp {
+        /// `otlp` to push, `none` (default) not to; `OTEL_METRICS_EXPORTER`.
+        exporter: Text,
+        /// The receiver's URL, used as given (`http://collector:4317`, or for http/protobuf
+        /// `http://collector:4318/v1/metrics`); `OTEL_EXPORTER_OTLP[_METRICS]_ENDPOINT`.
+        endpoint: Text,
+        /// `grpc` (default) or `http/protobuf`; `OTEL_EXPORTER_OTLP[_METRICS]_PROTOCOL`.
+        protocol: Text,
+        /// Request headers as `key=value,key2=value2` (percent-encoded where needed);
+        /// `OTEL_EXPORTER_OTLP[_METRICS]_HEADERS`.
+        headers: Text,
+        /// `gzip` or `none` (default); `OTEL_EXPORTER_OTLP[_METRICS]_COMPRESSION`.
+        compression: Text,
+        /// How long one request may take (`10s`, default 10s, at most the interval);
+        /// `OTEL_EXPORTER_OTLP[_METRICS]_TIMEOUT` in milliseconds.
+        timeout: Text,
+        /// PEM CA certificates for the receiver; `OTEL_EXPORTER_OTLP[_METRICS]_CERTIFICATE`.
+        certificate: Text,
+        /// PEM client key (mTLS); `OTEL_EXPORTER_OTLP[_METRICS]_CLIENT_KEY`.
+        client_key: Text,
+        /// PEM client certificate (mTLS); `OTEL_EXPORTER_OTLP[_METRICS]_CLIENT_CERTIFICATE`.
+        client_certificate: Text,
+        /// Time between exports (`60s`, default 60s); `OTEL_METRIC_EXPORT_INTERVAL` in
+        /// milliseconds.
+        interval: Text,
+        /// `cumulative` (default) or `delta`;
+        /// `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`.
+        temporality: Text,
+        /// `service.name` of the resource (default `sysport`); `OTEL_SERVICE_NAME`.
+        service_name: Text,
+        /// More resource attributes as `key=value,...`; `OTEL_RESOURCE_ATTRIBUTES`.
+        resource_attributes: Text,
+        /// Requests larger than this (`4MiB`) are split in halves; default: only when the
+        /// receiver answers that one is too large.
+        max_request_bytes: Text,
     }
 }
 

@@ -59,6 +59,7 @@ impl fmt::Display for Rendered<'_> {
             views,
             metric_relabel_configs,
             control,
+            otlp,
             source: _,
         } = self.config;
         writeln!(f, "listen:")?;
@@ -215,6 +216,7 @@ impl fmt::Display for Rendered<'_> {
             control.allow_unauthenticated
         )?;
         writeln!(f, "  timeout: {}", format_duration(control.timeout))?;
+        super::otlp::render(otlp.as_ref(), f)?;
         if views.is_empty() {
             return writeln!(f, "views: []");
         }

@@ -114,6 +114,8 @@ pub(super) struct App {
     pub(super) worker: tokio::runtime::Handle,
     pub(super) client: reqwest::Client,
     pub(super) shutting_down: watch::Sender<bool>,
+    /// The OTLP export's report, once it runs (`push`).
+    pub(super) otlp: std::sync::OnceLock<Arc<std::sync::Mutex<crate::otlp::Report>>>,
 }
 
 impl App {

@@ -13,6 +13,7 @@ mod held;
 mod negotiate;
 mod page;
 mod parts;
+mod push;
 mod render;
 mod routes;
 mod start;

@@ -344,6 +344,10 @@ fn facts(app: &App, runtime: &Runtime) -> status::Facts {
         telemetry: &app.telemetry,
         vitals: &runtime.vitals,
         listen: &app.listen,
+        otlp: app
+            .otlp
+            .get()
+            .map(|r| r.lock().expect("report lock").clone()),
     })
 }
 

@@ -150,6 +150,7 @@ impl Sysport {
             worker: tokio::runtime::Handle::current(),
             client,
             shutting_down: watch::channel(false).0,
+            otlp: std::sync::OnceLock::new(),
         });
         let guard = match auth {
             Some((users, headers)) => {
@@ -244,6 +245,7 @@ impl Sysport {
             closed: closed_rx.clone(),
         };
         let mut front = front.start()?;
+        let otlp = super::push::start(&app);
         tokio::select! {
             () = front.done() => return Ok(()),
             () = listener::until_set(&mut closed_rx) => {}
@@ -255,6 +257,7 @@ impl Sysport {
             tracing::warn!("in-flight requests did not finish in {SHUTDOWN_GRACE:?}; exiting");
             front.abort().await;
         }
+        super::push::finish(otlp, &app).await;
         Ok(())
     }
 }

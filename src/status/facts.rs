@@ -16,7 +16,7 @@ use crate::views::Views;
 use crate::vitals::{Report, Vitals};
 
 /// What the facts are read from: the running configuration's parts and sysport's own metrics.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Sources<'a> {
     pub config: &'a Config,
     pub scraper: &'a Scraper,
@@ -30,6 +30,8 @@ pub(crate) struct Sources<'a> {
     pub vitals: &'a Vitals,
     /// Where the main port listens, as a URL (`http://0.0.0.0:8081`).
     pub listen: &'a str,
+    /// The OTLP export, when on.
+    pub otlp: Option<crate::otlp::Report>,
 }
 
 /// Everything `/status` answers and `/` shows.
@@ -47,9 +49,23 @@ pub(crate) struct Facts {
     pub config_file: Option<String>,
     pub paths: Paths,
     pub upstreams: Vec<UpstreamFacts>,
+    /// The OTLP export, when on (`null` when off).
+    pub otlp: Option<OtlpFacts>,
     /// The effective configuration as `check-config` prints it (URL passwords as `***`).
     #[serde(skip)]
     pub config: String,
+}
+
+/// The OTLP export: where it goes and how its last exports went.
+#[derive(Debug, Serialize)]
+pub(crate) struct OtlpFacts {
+    pub endpoint: String,
+    pub protocol: String,
+    pub last_success_at: Option<Timestamp>,
+    /// Data points in the last export that succeeded.
+    pub last_points: u64,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<Timestamp>,
 }
 
 /// The routes this sysport serves.
@@ -257,6 +273,14 @@ impl Facts {
                 views: src.views.names().map(routes::view).collect(),
             },
             upstreams,
+            otlp: src.otlp.map(|r| OtlpFacts {
+                endpoint: r.endpoint,
+                protocol: r.protocol,
+                last_success_at: r.last_success.map(Timestamp),
+                last_points: r.last_points,
+                last_error: r.last_error,
+                last_error_at: r.last_error_at.map(Timestamp),
+            }),
             config: src.config.to_string(),
         }
     }

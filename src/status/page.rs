@@ -53,6 +53,22 @@ pub(super) fn render(f: &Facts) -> String {
         let _ = write!(out, "<a href=\"{0}\">{0}</a>", Esc(path));
     }
     out.push_str("</nav></header>\n");
+    if let Some(o) = &f.otlp {
+        let when = |t: Option<super::facts::Timestamp>| {
+            t.map_or_else(|| "never".to_owned(), |t| super::facts::rfc3339(t.0))
+        };
+        let _ = writeln!(
+            out,
+            "<p class=\"otlp\" id=\"otlp\">OTLP push to {} ({}): last success {}{}</p>",
+            Esc(&o.endpoint),
+            Esc(&o.protocol),
+            Esc(&when(o.last_success_at)),
+            match &o.last_error {
+                Some(e) => format!("; last error {}: {}", Esc(&when(o.last_error_at)), Esc(e)),
+                None => String::new(),
+            },
+        );
+    }
     match &f.not_ready_reason {
         Some(reason) => {
             let _ = writeln!(

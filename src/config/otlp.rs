@@ -1,0 +1,477 @@
+//! The `otlp:` section and the OpenTelemetry variables NVIDIA Dynamo reads: OTLP push of the
+//! `/metrics` page, off unless `OTEL_METRICS_EXPORTER=otlp` (or `otlp.exporter: otlp`).
+//!
+//! Each setting is taken from the metrics-specific variable, else the generic one, else the
+//! file, else the OpenTelemetry default (the specification's "Exporter configuration" page).
+//! Only the generic endpoint of http/protobuf gets `/v1/metrics` appended; the metrics-specific
+//! one and the file's are used as given.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::data::{OtlpConfig, OtlpProtocol, Temporality};
+use super::env;
+use super::loader::{Loader, Origin};
+use super::raw::{RawOtlp, Text};
+use crate::model::Url;
+
+pub const OTEL_METRICS_EXPORTER: &str = "OTEL_METRICS_EXPORTER";
+pub const OTEL_EXPORTER_OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+pub const OTEL_EXPORTER_OTLP_METRICS_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT";
+pub const OTEL_METRIC_EXPORT_INTERVAL: &str = "OTEL_METRIC_EXPORT_INTERVAL";
+pub const OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE: &str =
+    "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE";
+pub const OTEL_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
+pub const OTEL_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
+
+/// The settings with a generic and a metrics-specific variable: (metrics, generic).
+const PROTOCOL: (&str, &str) = (
+    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+);
+const HEADERS: (&str, &str) = (
+    "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+);
+const COMPRESSION: (&str, &str) = (
+    "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION",
+    "OTEL_EXPORTER_OTLP_COMPRESSION",
+);
+const TIMEOUT: (&str, &str) = (
+    "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+);
+const CERTIFICATE: (&str, &str) = (
+    "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_CERTIFICATE",
+);
+const CLIENT_KEY: (&str, &str) = (
+    "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY",
+    "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+);
+const CLIENT_CERTIFICATE: (&str, &str) = (
+    "OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+);
+
+/// Default request timeout (the specification's `OTEL_EXPORTER_OTLP_TIMEOUT`).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default interval (`OTEL_METRIC_EXPORT_INTERVAL`).
+const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
+
+impl Loader<'_> {
+    /// The OTLP settings; `None` when export is off.
+    pub(super) fn otlp(&mut self, raw: Option<RawOtlp>) -> Option<OtlpConfig> {
+        let raw = raw.unwrap_or_default();
+        self.unknown_keys(&raw.unknown, "otlp", RawOtlp::FIELDS);
+        let file_on = self
+            .file_value(raw.exporter.as_ref(), "otlp.exporter", parse_exporter)
+            .map(|(on, _)| on);
+        let on = match env::setting(self.env(), OTEL_METRICS_EXPORTER) {
+            Some(text) => match parse_exporter(&text) {
+                Ok(on) => on,
+                Err(message) => {
+                    self.issue(Origin::Env(OTEL_METRICS_EXPORTER), "", message);
+                    false
+                }
+            },
+            None => file_on.unwrap_or(false),
+        };
+        if !on {
+            return None;
+        }
+        let protocol = self
+            .pick(
+                PROTOCOL,
+                raw.protocol.as_ref(),
+                "otlp.protocol",
+                parse_protocol,
+            )
+            .unwrap_or(OtlpProtocol::Grpc);
+        let endpoint = self.endpoint(raw.endpoint.as_ref(), protocol)?;
+        let headers = self
+            .pick(
+                HEADERS,
+                raw.headers.as_ref(),
+                "otlp.headers",
+                parse_header_list,
+            )
+            .unwrap_or_default();
+        let gzip = self
+            .pick(
+                COMPRESSION,
+                raw.compression.as_ref(),
+                "otlp.compression",
+                parse_compression,
+            )
+            .unwrap_or(false);
+        let interval = self.single(
+            OTEL_METRIC_EXPORT_INTERVAL,
+            raw.interval.as_ref(),
+            "otlp.interval",
+            DEFAULT_INTERVAL,
+        );
+        let timeout = match self.pick(TIMEOUT, None, "otlp.timeout", parse_ms) {
+            Some(t) => t,
+            None => self
+                .file_value(raw.timeout.as_ref(), "otlp.timeout", positive)
+                .map_or(DEFAULT_TIMEOUT, |(t, _)| t),
+        };
+        let path = |t: &str| -> Result<PathBuf, String> { Ok(PathBuf::from(t.trim())) };
+        let certificate = self.pick(
+            CERTIFICATE,
+            raw.certificate.as_ref(),
+            "otlp.certificate",
+            path,
+        );
+        let client_key = self.pick(CLIENT_KEY, raw.client_key.as_ref(), "otlp.client_key", path);
+        let client_certificate = self.pick(
+            CLIENT_CERTIFICATE,
+            raw.client_certificate.as_ref(),
+            "otlp.client_certificate",
+            path,
+        );
+        if client_key.is_some() != client_certificate.is_some() {
+            self.issue(
+                Origin::Default,
+                "otlp.client_key",
+                "a client key and a client certificate go together: set both or neither",
+            );
+        }
+        for file in [&certificate, &client_key, &client_certificate]
+            .into_iter()
+            .flatten()
+        {
+            if let Err(err) = std::fs::metadata(file) {
+                self.issue(
+                    Origin::Default,
+                    "otlp",
+                    format!("cannot read {}: {err}", file.display()),
+                );
+            }
+        }
+        let temporality = self
+            .pick(
+                (OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE, ""),
+                raw.temporality.as_ref(),
+                "otlp.temporality",
+                parse_temporality,
+            )
+            .unwrap_or(Temporality::Cumulative);
+        let max_request_bytes = self
+            .file_value(
+                raw.max_request_bytes.as_ref(),
+                "otlp.max_request_bytes",
+                super::units::parse_bytes,
+            )
+            .map(|(n, _)| n);
+        let resource = self.resource(raw.service_name.as_ref(), raw.resource_attributes.as_ref());
+        Some(OtlpConfig {
+            endpoint,
+            protocol,
+            headers,
+            gzip,
+            timeout: timeout.min(interval),
+            certificate,
+            client_key,
+            client_certificate,
+            interval,
+            temporality,
+            resource,
+            max_request_bytes,
+        })
+    }
+
+    /// The metrics-specific variable, else the generic one, else the file's value.
+    fn pick<T>(
+        &mut self,
+        (metrics, generic): (&'static str, &'static str),
+        file: Option<&Text>,
+        field: &str,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        for var in [metrics, generic] {
+            if var.is_empty() {
+                continue;
+            }
+            if let Some(text) = env::setting(self.env(), var) {
+                return match parse(&text) {
+                    Ok(value) => Some(value),
+                    Err(message) => {
+                        self.issue(Origin::Env(var), var, message);
+                        None
+                    }
+                };
+            }
+        }
+        self.file_value(file, field, parse).map(|(value, _)| value)
+    }
+
+    /// A duration set in milliseconds by `var` or as a duration in the file.
+    fn single(
+        &mut self,
+        var: &'static str,
+        file: Option<&Text>,
+        field: &str,
+        default: Duration,
+    ) -> Duration {
+        if let Some(text) = env::setting(self.env(), var) {
+            match parse_ms(&text) {
+                Ok(d) => return d,
+                Err(message) => self.issue(Origin::Env(var), var, message),
+            }
+        }
+        self.file_value(file, field, positive)
+            .map_or(default, |(d, _)| d)
+    }
+
+    fn endpoint(&mut self, file: Option<&Text>, protocol: OtlpProtocol) -> Option<Url> {
+        let specific = OTEL_EXPORTER_OTLP_METRICS_ENDPOINT;
+        let generic = OTEL_EXPORTER_OTLP_ENDPOINT;
+        let (url, append) = if let Some(text) = env::setting(self.env(), specific) {
+            (self.env_url(specific, &text)?, false)
+        } else if let Some(text) = env::setting(self.env(), generic) {
+            (self.env_url(generic, &text)?, true)
+        } else if let Some((url, _)) = self.file_value(file, "otlp.endpoint", parse_endpoint) {
+            (url, false)
+        } else {
+            let default = match protocol {
+                OtlpProtocol::Grpc => "http://localhost:4317",
+                OtlpProtocol::HttpProtobuf => "http://localhost:4318/v1/metrics",
+            };
+            (Url::parse(default).expect("a valid default"), false)
+        };
+        Some(match (protocol, append) {
+            (OtlpProtocol::HttpProtobuf, true) => with_metrics_path(url),
+            _ => url,
+        })
+    }
+
+    fn env_url(&mut self, var: &'static str, text: &str) -> Option<Url> {
+        match parse_endpoint(text) {
+            Ok(url) => Some(url),
+            Err(message) => {
+                self.issue(Origin::Env(var), var, message);
+                None
+            }
+        }
+    }
+
+    /// `service.name` from `OTEL_SERVICE_NAME`, else `OTEL_RESOURCE_ATTRIBUTES`, else the file,
+    /// else `sysport`; then the other attributes (the environment's over the file's).
+    fn resource(
+        &mut self,
+        service: Option<&Text>,
+        attributes: Option<&Text>,
+    ) -> Vec<(String, String)> {
+        let mut attrs: Vec<(String, String)> = self
+            .file_value(attributes, "otlp.resource_attributes", parse_headers)
+            .map(|(a, _)| a)
+            .unwrap_or_default();
+        if let Some(text) = env::setting(self.env(), OTEL_RESOURCE_ATTRIBUTES) {
+            match parse_headers(&text) {
+                Ok(env_attrs) => {
+                    for (k, v) in env_attrs {
+                        attrs.retain(|(key, _)| *key != k);
+                        attrs.push((k, v));
+                    }
+                }
+                Err(message) => self.issue(
+                    Origin::Env(OTEL_RESOURCE_ATTRIBUTES),
+                    OTEL_RESOURCE_ATTRIBUTES,
+                    message,
+                ),
+            }
+        }
+        let file_service = self
+            .file_value(service, "otlp.service_name", |t| Ok(t.trim().to_owned()))
+            .map(|(s, _)| s);
+        let from_attrs = attrs
+            .iter()
+            .position(|(k, _)| k == "service.name")
+            .map(|i| attrs.remove(i).1);
+        let name = env::setting(self.env(), OTEL_SERVICE_NAME)
+            .or(from_attrs)
+            .or(file_service)
+            .unwrap_or_else(|| "sysport".to_owned());
+        let mut resource = vec![("service.name".to_owned(), name)];
+        resource.extend(attrs);
+        resource
+    }
+}
+
+fn parse_exporter(text: &str) -> Result<bool, String> {
+    match text.trim() {
+        "otlp" => Ok(true),
+        "none" => Ok(false),
+        other => Err(format!(
+            "unknown metrics exporter {other:?}: sysport exports `otlp`, or `none` for no export"
+        )),
+    }
+}
+
+fn parse_protocol(text: &str) -> Result<OtlpProtocol, String> {
+    match text.trim() {
+        "grpc" => Ok(OtlpProtocol::Grpc),
+        "http/protobuf" => Ok(OtlpProtocol::HttpProtobuf),
+        other => Err(format!(
+            "unknown OTLP protocol {other:?}: must be grpc or http/protobuf"
+        )),
+    }
+}
+
+fn parse_compression(text: &str) -> Result<bool, String> {
+    match text.trim() {
+        "gzip" => Ok(true),
+        "none" | "" => Ok(false),
+        other => Err(format!(
+            "unknown compression {other:?}: must be gzip or none"
+        )),
+    }
+}
+
+fn parse_temporality(text: &str) -> Result<Temporality, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "cumulative" => Ok(Temporality::Cumulative),
+        "delta" => Ok(Temporality::Delta),
+        other => Err(format!(
+            "unknown temporality preference {other:?}: must be cumulative or delta"
+        )),
+    }
+}
+
+fn parse_endpoint(text: &str) -> Result<Url, String> {
+    super::check::parse_url(text)
+}
+
+/// Milliseconds, as the OpenTelemetry variables give durations; more than zero.
+fn parse_ms(text: &str) -> Result<Duration, String> {
+    match text.trim().parse::<u64>() {
+        Ok(0) | Err(_) => Err(format!(
+            "invalid value {text:?}: must be a whole number of milliseconds above 0"
+        )),
+        Ok(ms) => Ok(Duration::from_millis(ms)),
+    }
+}
+
+fn positive(text: &str) -> Result<Duration, String> {
+    super::check::positive_duration(text)
+}
+
+/// The W3C Baggage-like list of `OTEL_EXPORTER_OTLP_HEADERS` and `OTEL_RESOURCE_ATTRIBUTES`:
+/// `key=value` entries separated by commas, each split on its first `=`, both sides
+/// percent-decoded and trimmed.
+pub(super) fn parse_headers(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for (i, entry) in text.split(',').enumerate() {
+        if entry.trim().is_empty() {
+            continue;
+        }
+        let Some((key, value)) = entry.split_once('=') else {
+            return Err(format!(
+                "entry {} {:?} is not key=value (a list of key=value, separated by commas)",
+                i + 1,
+                entry.trim()
+            ));
+        };
+        let key = percent_decode(key.trim()).map_err(|e| format!("entry {}: {e}", i + 1))?;
+        let value = percent_decode(value.trim()).map_err(|e| format!("entry {}: {e}", i + 1))?;
+        if key.is_empty() {
+            return Err(format!("entry {} has an empty key", i + 1));
+        }
+        out.push((key, value));
+    }
+    Ok(out)
+}
+
+/// [`parse_headers`], each key a valid HTTP header name and each value a valid header value.
+fn parse_header_list(text: &str) -> Result<Vec<(String, String)>, String> {
+    let headers = parse_headers(text)?;
+    for (key, value) in &headers {
+        if axum::http::HeaderName::from_bytes(key.as_bytes()).is_err() {
+            return Err(format!("{key:?} is not a valid header name"));
+        }
+        if axum::http::HeaderValue::from_str(value).is_err() {
+            return Err(format!("the value of {key:?} is not a valid header value"));
+        }
+    }
+    Ok(headers)
+}
+
+fn percent_decode(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad percent escape in {text:?}"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{text:?} does not decode to UTF-8"))
+}
+
+/// The generic endpoint's URL with the metrics signal's path appended.
+fn with_metrics_path(mut url: Url) -> Url {
+    let path = format!("{}/v1/metrics", url.path().trim_end_matches('/'));
+    url.set_path(&path);
+    url
+}
+
+/// The `otlp:` section as `check-config` prints it: header values as `***` (they often hold
+/// a token).
+pub(super) fn render(
+    otlp: Option<&OtlpConfig>,
+    f: &mut std::fmt::Formatter<'_>,
+) -> std::fmt::Result {
+    use super::units::{format_bytes, format_duration};
+    use std::fmt::Write as _;
+    let Some(o) = otlp else {
+        return writeln!(f, "otlp:\n  exporter: none");
+    };
+    let list = |pairs: &mut dyn Iterator<Item = (&str, &str)>| {
+        let mut out = String::new();
+        for (k, v) in pairs {
+            let _ = write!(out, "{}{k}={v}", if out.is_empty() { "" } else { "," });
+        }
+        format!("{out:?}")
+    };
+    writeln!(f, "otlp:")?;
+    writeln!(f, "  exporter: otlp")?;
+    writeln!(f, "  endpoint: {}", crate::model::ShownUrl(&o.endpoint))?;
+    writeln!(f, "  protocol: {}", o.protocol)?;
+    let mut masked = o.headers.iter().map(|(k, _)| (k.as_str(), "***"));
+    writeln!(f, "  headers: {}", list(&mut masked))?;
+    writeln!(f, "  compression: {}", if o.gzip { "gzip" } else { "none" })?;
+    writeln!(f, "  timeout: {}", format_duration(o.timeout))?;
+    for (name, path) in [
+        ("certificate", &o.certificate),
+        ("client_key", &o.client_key),
+        ("client_certificate", &o.client_certificate),
+    ] {
+        if let Some(path) = path {
+            writeln!(f, "  {name}: {:?}", path.display().to_string())?;
+        }
+    }
+    writeln!(f, "  interval: {}", format_duration(o.interval))?;
+    writeln!(f, "  temporality: {}", o.temporality)?;
+    let (service, rest) = o
+        .resource
+        .split_first()
+        .expect("service.name is always set");
+    writeln!(f, "  service_name: {:?}", service.1)?;
+    let mut attrs = rest.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    writeln!(f, "  resource_attributes: {}", list(&mut attrs))?;
+    if let Some(n) = o.max_request_bytes {
+        writeln!(f, "  max_request_bytes: {}", format_bytes(n))?;
+    }
+    Ok(())
+}
