@@ -20,6 +20,10 @@ use common::sidecar::Sidecar;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+/// Held by each test for its whole run: each measures memory or time, so none runs beside
+/// another's load.
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A stand-in engine whose page is made again every second by `page` (given the seconds since
 /// it started), with `/health` 200 and the routes of `extra`.
 struct Engine {
@@ -183,6 +187,7 @@ async fn probe(port: u16, path: &str) -> (u16, Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vitals_of_a_thousand_ranks_cost_a_few_mib_and_never_delay_a_probe() {
+    let _alone = ALONE.lock().await;
     let engine = Engine::start(|t| ranks_page(1000, t, ""), Router::new()).await;
     let churn = Engine::start(
         |t| ranks_page(100, t, &format!(",request_id=\"{t}\"")),
@@ -336,6 +341,7 @@ fn trickle() -> Response {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_canary_reads_a_bounded_answer_within_its_timeout() {
+    let _alone = ALONE.lock().await;
     for (answer, what, result) in [
         (
             endless as fn() -> Response,
@@ -451,6 +457,7 @@ async fn holder(port: u16, per_tick: usize, stop: Arc<AtomicBool>) -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_and_non_reading_clients_hold_no_more_than_the_answer_budget() {
+    let _alone = ALONE.lock().await;
     let engine = Engine::start(big_page, Router::new()).await;
     let sp = Sidecar::launch("bounds-holders")
         .config(|port| {
@@ -545,6 +552,7 @@ async fn slow_and_non_reading_clients_hold_no_more_than_the_answer_budget() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_of_as_many_upstreams_as_allowed_answers_within_a_second_beside_metrics() {
+    let _alone = ALONE.lock().await;
     // Measured before: /status walked every upstream's series once per upstream (500: 0.54 s,
     // 1,000: 3.2 s, 2,000: 19 s in a release build), and /metrics waited meanwhile.
     const N: usize = 2_000;

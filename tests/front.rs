@@ -160,6 +160,14 @@ async fn a_handshake_flood_reaches_neither_the_probe_port_nor_more_than_its_shar
     times.sort();
     let p99 = times[times.len() * 99 / 100];
     let connections = made.load(Ordering::Relaxed);
+    eprintln!(
+        "probe-port /live: {} probes, p50 {:?}, p99 {p99:?}, slowest {:?}; TLS /live {:?} after \
+         {tls_took:?}; the flood made {connections} connections",
+        times.len(),
+        times[times.len() / 2],
+        times.last(),
+        tls_answer.as_ref().ok(),
+    );
     assert!(
         connections >= 200,
         "the flood made {connections} connections"
