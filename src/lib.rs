@@ -54,6 +54,7 @@ pub mod model;
 pub use sysport_expfmt as expfmt;
 pub(crate) mod canary;
 pub(crate) mod health;
+pub(crate) mod incidents;
 pub mod listener;
 pub mod logging;
 pub(crate) mod numbers;

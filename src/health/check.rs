@@ -107,7 +107,11 @@ impl Checks {
                 Some(Err(e)) => Err(Unread::Scrape(e.clone())),
                 None => Err(Unread::NoResult),
             });
-            if self.health.observe(&self.board[i], at, result, reading) {
+            // The evidence kept should the verdict turn bad (`crate::incidents`).
+            let evidence = crate::incidents::Check::of(&result, &reading, &page);
+            let canary_due = self.health.observe(&self.board[i], at, result, reading);
+            (self.health.incidents).check(self.board[i].name(), evidence);
+            if canary_due {
                 due.push(i);
             }
             if self.vitals.reads(i) {
