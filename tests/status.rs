@@ -146,7 +146,8 @@ async fn status_keeps_its_schema_and_agrees_with_health_and_metrics() {
             "listen",
             "config_file",
             "paths",
-            "upstreams"
+            "upstreams",
+            "incidents"
         ])
     );
     assert_eq!(

@@ -47,10 +47,16 @@ pub(crate) struct Facts {
     pub config_file: Option<String>,
     pub paths: Paths,
     pub upstreams: Vec<UpstreamFacts>,
+    /// The latest incidents (at most [`LATEST_INCIDENTS`]), newest first, as `/incidents`
+    /// lists them.
+    pub incidents: Vec<serde_json::Value>,
     /// The effective configuration as `check-config` prints it (URL passwords as `***`).
     #[serde(skip)]
     pub config: String,
 }
+
+/// How many incidents the status page lists.
+pub(crate) const LATEST_INCIDENTS: usize = 5;
 
 /// The routes this sysport serves.
 #[derive(Debug, Serialize)]
@@ -250,6 +256,10 @@ impl Facts {
                 views: src.views.names().map(routes::view).collect(),
             },
             upstreams,
+            incidents: match src.health.incidents.list() {
+                serde_json::Value::Array(all) => all.into_iter().take(LATEST_INCIDENTS).collect(),
+                _ => Vec::new(),
+            },
             config: src.config.to_string(),
         }
     }
