@@ -586,3 +586,27 @@ async fn a_down_upstream_is_logged_without_its_url_password() {
     let log = sidecar.log();
     assert!(!log.contains("s3cret"), "{log}");
 }
+
+#[test]
+fn an_incidents_dir_that_cannot_be_written_stops_the_start_naming_it() {
+    // A directory under a regular file can be neither made nor written to, even by root.
+    let blocker = temp_file("blocker", "not a directory\n");
+    let dir = blocker.join("incidents");
+    let path = temp_file(
+        "incidents-dir",
+        &format!(
+            "upstreams:\n  - name: vllm\n    url: http://127.0.0.1:9/metrics\nincidents:\n  dir: {}\n  keep: 5\n",
+            dir.display()
+        ),
+    );
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let needle = format!("{}:5:8: incidents.dir", path.display());
+    assert!(err.contains(&needle), "missing {needle:?} in:\n{err}");
+    assert!(err.contains(&dir.display().to_string()), "{err}");
+}

@@ -240,3 +240,49 @@ async fn down_after_up_and_a_restart_each_open_one() {
     assert_eq!(list[0]["kind"], "restarted", "newest first: {list}");
     assert_eq!(list[1]["kind"], "down");
 }
+
+async fn bytes(sp: &Running, path: &str) -> Vec<u8> {
+    let r = common::client()
+        .get(sp.url(path))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(r.status(), 200, "{path}");
+    r.bytes().await.expect("body").to_vec()
+}
+
+#[tokio::test]
+async fn a_restarted_sysport_serves_the_kept_incidents_byte_for_byte() {
+    let dir = std::env::temp_dir().join(format!("sysport-incidents-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut engine = Upstream::start(page(0, 5, 1000.0)).await;
+    let mut c = stall_config(&engine, "pw");
+    c.incidents.dir = Some(dir.clone());
+    let sp = Running::start(c.clone()).await;
+    eventually(MARGIN, "vllm up", || async {
+        sp.get("/health").await.0 == StatusCode::OK
+    })
+    .await;
+    engine.stop().await;
+    let down = until_incident(&sp, "a down incident", |i| i["kind"] == "down").await;
+    let id = down["id"].as_str().expect("id").to_owned();
+    engine.restart().await;
+    until_incident(&sp, "down closed", |i| {
+        i["id"] == id.as_str() && i["duration_seconds"].is_number()
+    })
+    .await;
+    let list = bytes(&sp, "/incidents").await;
+    let json = bytes(&sp, &format!("/incidents/{id}")).await;
+    let bundle = bytes(&sp, &format!("/incidents/{id}.tar.gz")).await;
+    sp.shutdown().await.expect("clean shutdown");
+    assert!(dir.join(format!("{id}.tar.gz")).is_file());
+
+    let again = Running::start(c).await;
+    assert_eq!(bytes(&again, "/incidents").await, list);
+    assert_eq!(bytes(&again, &format!("/incidents/{id}")).await, json);
+    assert_eq!(
+        bytes(&again, &format!("/incidents/{id}.tar.gz")).await,
+        bundle
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -26,6 +26,7 @@ impl Default for Config {
             views: Vec::new(),
             metric_relabel_configs: Vec::new(),
             control: ControlConfig::default(),
+            incidents: super::IncidentsConfig::default(),
             source: None,
         }
     }

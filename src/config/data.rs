@@ -33,6 +33,8 @@ pub struct Config {
     pub metric_relabel_configs: Vec<Rule>,
     /// Dynamo's control routes: who may reach them and which are served.
     pub control: ControlConfig,
+    /// Where incidents are kept.
+    pub incidents: IncidentsConfig,
     /// The file this configuration was read from, if any (used by `SIGHUP` reload).
     pub source: Option<PathBuf>,
 }
@@ -318,6 +320,27 @@ impl Default for Limits {
             max_families: 20_000,
             max_labels: 64,
             max_label_value_bytes: 512 << 10,
+        }
+    }
+}
+
+/// Where incidents are kept (docs/incidents.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncidentsConfig {
+    /// Written to and read back from at start; `None`: in memory only.
+    pub dir: Option<PathBuf>,
+    /// Most incidents kept, in memory and in `dir`.
+    pub keep: usize,
+    /// Most bytes the incidents take in `dir`.
+    pub max_bytes: usize,
+}
+
+impl Default for IncidentsConfig {
+    fn default() -> Self {
+        IncidentsConfig {
+            dir: None,
+            keep: 20,
+            max_bytes: 256 << 20,
         }
     }
 }

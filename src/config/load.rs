@@ -141,6 +141,7 @@ impl Loader<'_> {
         let vitals = window.map_or_else(VitalsConfig::default, |window| VitalsConfig { window });
         let views = self.views(raw.views, &upstreams, &health);
         let control = self.control(raw.control);
+        let incidents = self.incidents(raw.incidents);
 
         if !self.issues.is_empty() {
             // File problems in file order (the web configuration's after the main file's),
@@ -169,6 +170,7 @@ impl Loader<'_> {
             views,
             metric_relabel_configs,
             control,
+            incidents,
             source: self.file,
         })
     }

@@ -63,6 +63,7 @@ mod engine_tests;
 mod env;
 mod error;
 mod expand;
+mod incidents;
 mod load;
 mod loader;
 mod path;
@@ -88,8 +89,8 @@ pub use control::{
     DYN_LORA_ENABLED, RoutePolicy,
 };
 pub use data::{
-    CanaryConfig, Config, HealthConfig, Limits, Listen, ShutdownConfig, StallConfig,
-    StartingStatus, UpstreamConfig, ViewConfig, VitalsConfig,
+    CanaryConfig, Config, HealthConfig, IncidentsConfig, Limits, Listen, ShutdownConfig,
+    StallConfig, StartingStatus, UpstreamConfig, ViewConfig, VitalsConfig,
 };
 pub use env::{
     DYN_CANARY_WAIT_TIME, DYN_HEALTH_CHECK_ENABLED, DYN_HEALTH_CHECK_PAYLOAD,

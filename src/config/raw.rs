@@ -91,6 +91,21 @@ section! {
         metric_relabel_configs: RawRules,
         /// Dynamo's control routes (`/engine/*`, `/v1/loras`): who may reach them.
         control: RawControl,
+        /// Where the incidents (docs/incidents.md) are kept across restarts.
+        incidents: RawIncidents,
+    }
+}
+
+section! {
+    /// `incidents:` section.
+    RawIncidents {
+        /// A directory sysport writes each closed incident to and reads them back from at
+        /// start (default none: the last `keep` in memory only). Relative to the file.
+        dir: Text,
+        /// Most incidents kept (`20`, default 20), in memory and in `dir`; the oldest go first.
+        keep: Text,
+        /// Most bytes the incidents take in `dir` (`256MiB`, default 256MiB).
+        max_bytes: Text,
     }
 }
 

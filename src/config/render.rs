@@ -59,6 +59,7 @@ impl fmt::Display for Rendered<'_> {
             views,
             metric_relabel_configs,
             control,
+            incidents,
             source: _,
         } = self.config;
         writeln!(f, "listen:")?;
@@ -215,6 +216,12 @@ impl fmt::Display for Rendered<'_> {
             control.allow_unauthenticated
         )?;
         writeln!(f, "  timeout: {}", format_duration(control.timeout))?;
+        writeln!(f, "incidents:")?;
+        if let Some(dir) = &incidents.dir {
+            writeln!(f, "  dir: {}", quoted(&dir.display().to_string()))?;
+        }
+        writeln!(f, "  keep: {}", incidents.keep)?;
+        writeln!(f, "  max_bytes: {}", format_bytes(incidents.max_bytes))?;
         if views.is_empty() {
             return writeln!(f, "views: []");
         }

@@ -99,7 +99,7 @@ impl Health {
             upstreams,
         });
         gauges::register_metrics(&config.upstreams, &self.telemetry);
-        self.incidents.set_config(config.render().to_string());
+        (self.incidents).configure(&config.incidents, config.render().to_string());
         *self.board.write().expect("board lock") = board.clone();
         for u in &board.upstreams {
             gauges::set_engine_gauges(

@@ -2,20 +2,19 @@
 //! engine pages as kept (`page-before.prom.gz`, `page-opening.prom.gz`). The archive is small
 //! and flat, so a minimal ustar writer does it without another dependency.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::time::UNIX_EPOCH;
 
 use super::incident::Incident;
 
-/// The bundle of `incident`.
-pub(super) fn write(incident: &Incident) -> Vec<u8> {
+/// The bundle of `incident`, whose JSON as served is `json`.
+pub(super) fn write(incident: &Incident, json: &[u8]) -> Vec<u8> {
     let mtime = incident
         .opened
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let json = serde_json::to_vec_pretty(&incident.to_json()).expect("JSON of plain data");
     let mut tar = Vec::new();
-    append(&mut tar, "incident.json", &json, mtime);
+    append(&mut tar, "incident.json", json, mtime);
     for (name, page) in [
         ("page-before.prom.gz", &incident.page_before),
         ("page-opening.prom.gz", &incident.page_opening),
@@ -58,4 +57,18 @@ fn octal(field: &mut [u8], value: u64) {
     let text = format!("{value:0digits$o}");
     field[..digits].copy_from_slice(&text.as_bytes()[text.len() - digits..]);
     field[digits] = 0;
+}
+
+/// The `incident.json` of a bundle this module wrote; `None` for anything else.
+pub(super) fn read_json(bundle: &[u8]) -> Option<Vec<u8>> {
+    let mut tar = Vec::new();
+    flate2::read::GzDecoder::new(bundle)
+        .read_to_end(&mut tar)
+        .ok()?;
+    let h = tar.get(..512)?;
+    let name = &h[..100];
+    let size = std::str::from_utf8(&h[124..135]).ok()?;
+    let size = usize::from_str_radix(size, 8).ok()?;
+    (name.starts_with(b"incident.json\0") && &h[257..263] == b"ustar\0")
+        .then(|| tar.get(512..512 + size).map(<[u8]>::to_vec))?
 }

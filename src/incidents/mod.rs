@@ -14,6 +14,7 @@
 mod bundle;
 mod incident;
 mod scan;
+mod store;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -24,14 +25,15 @@ use prometheus::{IntCounterVec, Opts};
 use serde_json::Value;
 
 pub(crate) use incident::{CanaryRun, Change, Incident, Kind, Row};
+pub(crate) use store::Kept;
+use store::Store;
 
+use crate::config::IncidentsConfig;
 use crate::model::Reading;
 use crate::telemetry::Telemetry;
 
 /// How long before an opening the readings and canaries are kept.
 pub(crate) const BEFORE: Duration = Duration::from_secs(600);
-/// Closed incidents kept in memory, the latest.
-pub(crate) const KEEP: usize = 20;
 /// Checks in a row with a good verdict that close an incident.
 pub(crate) const SETTLE_CHECKS: u32 = 3;
 
@@ -68,13 +70,16 @@ impl Check {
 /// Every upstream's incidents.
 pub(crate) struct Incidents {
     inner: Mutex<Inner>,
+    /// With `incidents.dir`: the directory, written outside `inner`'s lock.
+    store: Mutex<Option<Store>>,
     opened: IntCounterVec,
 }
 
 struct Inner {
     tracks: HashMap<String, Track>,
-    /// Closed incidents, oldest first, at most [`KEEP`].
-    closed: VecDeque<Arc<Incident>>,
+    /// Closed incidents, oldest first, at most `keep`.
+    closed: VecDeque<Arc<Kept>>,
+    keep: usize,
     seq: u64,
     config: String,
 }
@@ -120,16 +125,53 @@ impl Incidents {
             inner: Mutex::new(Inner {
                 tracks: HashMap::new(),
                 closed: VecDeque::new(),
+                keep: IncidentsConfig::default().keep,
                 seq: 0,
                 config: String::new(),
             }),
+            store: Mutex::new(None),
             opened,
         }
     }
 
-    /// The effective configuration (as `check-config` prints it) the next incidents keep.
-    pub(crate) fn set_config(&self, rendered: String) {
-        self.lock().config = rendered;
+    /// Puts `config` in force, and `rendered` (the effective configuration as `check-config`
+    /// prints it) for the next incidents to keep. A directory new to it is read back.
+    pub(crate) fn configure(&self, config: &IncidentsConfig, rendered: String) {
+        let mut store = self.store.lock().expect("store lock");
+        let read = match (&mut *store, &config.dir) {
+            (Some(s), Some(dir)) if s.dir == *dir => {
+                s.keep = config.keep;
+                s.max_bytes = config.max_bytes;
+                Vec::new()
+            }
+            (_, Some(dir)) => {
+                let s = store.insert(Store::new(dir.clone(), config.keep, config.max_bytes));
+                s.read_back()
+            }
+            (_, None) => {
+                *store = None;
+                Vec::new()
+            }
+        };
+        let mut inner = self.lock();
+        inner.config = rendered;
+        inner.keep = config.keep;
+        for kept in read {
+            if inner.closed.iter().all(|k| k.id != kept.id) {
+                let seq = kept.id.rsplit('-').next().and_then(|s| s.parse().ok());
+                inner.seq = inner.seq.max(seq.unwrap_or(0));
+                inner.closed.push_back(Arc::new(kept));
+            }
+        }
+        inner.trim();
+    }
+
+    /// Writes `kept` to the directory, if there is one.
+    fn persist(&self, kept: Option<Arc<Kept>>) {
+        let Some(kept) = kept else { return };
+        if let Some(store) = self.store.lock().expect("store lock").as_mut() {
+            store.write(&kept);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -172,6 +214,12 @@ impl Incidents {
 
     /// A check of `upstream` read `check`.
     pub(crate) fn check(&self, upstream: &str, check: Check) {
+        let kept = self.check_locked(upstream, check);
+        self.persist(kept);
+    }
+
+    /// [`Incidents::check`] under the lock; what is to be written.
+    fn check_locked(&self, upstream: &str, check: Check) -> Option<Arc<Kept>> {
         let mut inner = self.lock();
         let body = check.page.as_deref().unwrap_or_default();
         let started = scan::value(body, "process_start_time_seconds");
@@ -204,11 +252,14 @@ impl Incidents {
         }
         let track = inner.track(upstream);
         let page = check.page.map(|p| (check.at, p));
+        let mut write = None;
         match track.open.as_mut() {
             Some(open) => {
                 if track.wants_page {
                     open.page_opening = page.as_ref().map(|(at, p)| compress(*at, p));
                     track.wants_page = false;
+                    // Kept as of its opening, should sysport stop before it closes.
+                    write = Some(Arc::new(Kept::of(open)));
                 }
                 open.push_row(row);
                 if track.bad {
@@ -235,11 +286,12 @@ impl Incidents {
                 duration_seconds = took.unwrap_or_default().as_secs_f64(),
                 "incident closed"
             );
-            inner.closed.push_back(Arc::new(done));
-            while inner.closed.len() > KEEP {
-                inner.closed.pop_front();
-            }
+            let kept = Arc::new(Kept::of(&done));
+            inner.closed.push_back(kept.clone());
+            inner.trim();
+            write = Some(kept);
         }
+        write
     }
 
     /// A canary of `upstream` ended.
@@ -297,31 +349,52 @@ impl Incidents {
 
     /// Every incident, open and closed, newest first, in short.
     pub(crate) fn list(&self) -> Value {
-        let mut all = self.all();
-        all.sort_by(|a, b| b.opened.cmp(&a.opened).then_with(|| b.id.cmp(&a.id)));
-        all.iter().map(|i| i.summary()).collect()
-    }
-
-    /// The incident `id`, open or closed.
-    pub(crate) fn get(&self, id: &str) -> Option<Arc<Incident>> {
-        self.all().into_iter().find(|i| i.id == id)
-    }
-
-    /// The bundle of incident `id`: a gzip-compressed tar of its JSON and pages.
-    pub(crate) fn bundle(&self, id: &str) -> Option<Vec<u8>> {
-        self.get(id).map(|i| bundle::write(&i))
-    }
-
-    fn all(&self) -> Vec<Arc<Incident>> {
         let inner = self.lock();
-        let open = inner.tracks.values().filter_map(|t| t.open.clone());
-        open.map(Arc::new)
-            .chain(inner.closed.iter().cloned())
-            .collect()
+        let open = inner.tracks.values().filter_map(|t| t.open.as_ref());
+        let mut all: Vec<(f64, &str, Value)> = open
+            .map(|i| (unix(i.opened), i.id.as_str(), i.summary()))
+            .chain((inner.closed.iter()).map(|k| (k.opened, k.id.as_str(), k.summary.clone())))
+            .collect();
+        all.sort_by(|a, b| {
+            b.0.total_cmp(&a.0)
+                .then_with(|| order(b.1).cmp(&order(a.1)))
+        });
+        all.into_iter().map(|(_, _, v)| v).collect()
+    }
+
+    /// Incident `id` as served: its JSON text and its bundle (a gzip-compressed tar of the
+    /// JSON and the pages). An open one is made now; a closed one is as it was first served.
+    pub(crate) fn get(&self, id: &str) -> Option<Arc<Kept>> {
+        let inner = self.lock();
+        let open = inner.tracks.values().filter_map(|t| t.open.as_ref());
+        if let Some(open) = open.into_iter().find(|i| i.id == id) {
+            return Some(Arc::new(Kept::of(open)));
+        }
+        inner.closed.iter().find(|k| k.id == id).cloned()
     }
 }
 
+/// An id's sequence number, which orders incidents opened in the same second.
+fn order(id: &str) -> u64 {
+    id.rsplit('-')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+fn unix(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 impl Inner {
+    /// Drops the oldest closed incidents beyond `keep`.
+    fn trim(&mut self) {
+        while self.closed.len() > self.keep {
+            self.closed.pop_front();
+        }
+    }
+
     fn track(&mut self, upstream: &str) -> &mut Track {
         if !self.tracks.contains_key(upstream) {
             self.tracks.insert(upstream.to_owned(), Track::default());

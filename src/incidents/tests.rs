@@ -24,6 +24,14 @@ fn check(page: &str, running: f64, progress: f64) -> Check {
     }
 }
 
+/// The open incident of `upstream`.
+fn open_of(inc: &Incidents, upstream: &str) -> Incident {
+    inc.lock().tracks[upstream]
+        .open
+        .clone()
+        .expect("an open incident")
+}
+
 fn gunzip(gz: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     flate2::read::GzDecoder::new(gz)
@@ -46,7 +54,7 @@ fn count(t: &Telemetry, upstream: &str, kind: &str) -> u64 {
 #[test]
 fn a_stall_opens_with_what_came_before_and_closes_after_settling() {
     let (inc, t) = incidents();
-    inc.set_config("upstreams: []\n".into());
+    inc.configure(&IncidentsConfig::default(), "upstreams: []\n".into());
     inc.verdict("vllm", "up", false, None);
     for p in 0..5 {
         inc.check("vllm", check(&format!("progress {p}\n"), 2.0, f64::from(p)));
@@ -63,7 +71,7 @@ fn a_stall_opens_with_what_came_before_and_closes_after_settling() {
     let id = list[0]["id"].as_str().expect("id").to_owned();
     assert_eq!(list[0]["kind"], "stalled");
     assert_eq!(list[0]["closed_unix_seconds"], Value::Null, "still open");
-    let open = inc.get(&id).expect("open incident");
+    let open = open_of(&inc, "vllm");
     assert_eq!(open.before.len(), 5, "the readings before the opening");
     assert_eq!(open.before[4].reading.expect("read").progress, Some(4.0));
     assert_eq!(
@@ -78,15 +86,12 @@ fn a_stall_opens_with_what_came_before_and_closes_after_settling() {
 
     inc.verdict("vllm", "up", false, None);
     for p in 5..5 + SETTLE_CHECKS {
-        assert!(
-            inc.get(&id).expect("kept").closed.is_none(),
-            "closes only once settled"
-        );
+        assert_eq!(open_of(&inc, "vllm").id, id, "closes only once settled");
         inc.check("vllm", check("progress 9\n", 1.0, f64::from(p)));
     }
-    let closed = inc.get(&id).expect("kept after closing");
-    assert!(closed.closed.is_some());
-    let json = closed.to_json();
+    let kept = inc.get(&id).expect("kept after closing");
+    let json: Value = serde_json::from_slice(&kept.json).expect("JSON");
+    assert!(json["closed_unix_seconds"].is_number());
     assert_eq!(json["timeline"][0]["reason"], "engine stalled: 2 running");
     assert_eq!(json["timeline"][1]["verdict"], "up");
     assert_eq!(json["readings"].as_array().expect("during").len(), 4);
@@ -137,7 +142,7 @@ fn a_flapping_engine_extends_the_open_incident() {
         1,
         "one incident, not fifty"
     );
-    let one = inc.get(list[0]["id"].as_str().expect("id")).expect("open");
+    let one = open_of(&inc, "v");
     assert_eq!(one.timeline.len(), 100);
     assert_eq!(count(&t, "v", "canary_failed"), 1);
 }
@@ -158,7 +163,7 @@ fn a_changed_start_time_is_a_restart() {
             .expect("reason")
             .contains("100 → 250")
     );
-    let one = inc.get(list[0]["id"].as_str().expect("id")).expect("kept");
+    let one = open_of(&inc, "l");
     assert_eq!(
         gunzip(&one.page_opening.as_ref().expect("opening").gzip),
         b"process_start_time_seconds 250\n"
@@ -184,9 +189,7 @@ fn every_part_stays_within_its_bound() {
     for _ in 0..incident::MAX_CANARIES + 7 {
         inc.canary("v", run());
     }
-    let one = inc
-        .get(inc.list()[0]["id"].as_str().expect("id"))
-        .expect("open");
+    let one = open_of(&inc, "v");
     assert!(one.before.len() <= incident::MAX_READINGS);
     assert_eq!(one.timeline.len(), incident::MAX_TIMELINE);
     assert!(one.timeline_dropped > 0);
@@ -205,7 +208,7 @@ fn every_part_stays_within_its_bound() {
         }
     }
     let closed = inc.lock().closed.len();
-    assert_eq!(closed, KEEP);
+    assert_eq!(closed, IncidentsConfig::default().keep);
 }
 
 const MAX_READINGS_TEST: usize = incident::MAX_READINGS + 20;
@@ -231,9 +234,7 @@ fn readings_older_than_the_window_are_not_kept() {
     inc.canary("v", run());
     inc.verdict("v", "up", false, None);
     inc.verdict("v", "stalled", true, None);
-    let one = inc
-        .get(inc.list()[0]["id"].as_str().expect("id"))
-        .expect("open");
+    let one = open_of(&inc, "v");
     assert_eq!(
         one.before.len(),
         1,
@@ -255,9 +256,7 @@ fn a_16_mb_page_is_kept_compressed_and_whole() {
     inc.check("v", check(&page, 1.0, 1.0));
     inc.verdict("v", "stalled", true, None);
     inc.check("v", check(&page, 1.0, 1.0));
-    let one = inc
-        .get(inc.list()[0]["id"].as_str().expect("id"))
-        .expect("open");
+    let one = open_of(&inc, "v");
     let before = one.page_before.as_ref().expect("before");
     assert!(!before.cut);
     assert!(
@@ -303,7 +302,7 @@ fn the_bundle_holds_the_json_and_both_pages() {
     inc.verdict("v", "stalled", true, Some("engine stalled".into()));
     inc.check("v", check("a 2\n", 1.0, 1.0));
     let id = inc.list()[0]["id"].as_str().expect("id").to_owned();
-    let files = untar(&gunzip(&inc.bundle(&id).expect("bundle")));
+    let files = untar(&gunzip(&inc.get(&id).expect("kept").bundle));
     let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,
@@ -318,5 +317,133 @@ fn the_bundle_holds_the_json_and_both_pages() {
     assert_eq!(json["kind"], "stalled");
     assert_eq!(gunzip(&files[1].1), b"a 1\n");
     assert_eq!(gunzip(&files[2].1), b"a 2\n");
-    assert!(inc.bundle("nope").is_none());
+    assert!(inc.get("nope").is_none());
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("sysport-incidents-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// Opens and closes one `down` incident of `upstream`, with `page` before and at the opening.
+fn freeze_and_thaw(inc: &Incidents, upstream: &str, page: &str) {
+    inc.verdict(upstream, "up", false, None);
+    inc.check(upstream, check(page, 0.0, 1.0));
+    inc.verdict(upstream, "down", true, Some("gone".into()));
+    inc.check(upstream, check(page, 0.0, 1.0));
+    inc.verdict(upstream, "up", false, None);
+    for _ in 0..SETTLE_CHECKS {
+        inc.check(upstream, check(page, 0.0, 1.0));
+    }
+}
+
+fn bundles(dir: &std::path::Path) -> Vec<(String, u64)> {
+    let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .expect("dir")
+        .map(|e| e.expect("entry"))
+        .map(|e| {
+            let len = e.metadata().expect("metadata").len();
+            (e.file_name().to_string_lossy().into_owned(), len)
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn kept_incidents_are_read_back_byte_for_byte_within_keep_and_max_bytes() {
+    let dir = temp_dir("keep");
+    let config = IncidentsConfig {
+        dir: Some(dir.clone()),
+        keep: 7,
+        max_bytes: 1 << 20,
+    };
+    let (inc, _t) = incidents();
+    inc.configure(&config, "incidents: {}\n".into());
+    for n in 0..200 {
+        freeze_and_thaw(&inc, "v", &format!("counter {n}\n"));
+        let files = bundles(&dir);
+        assert!(files.len() <= config.keep, "{files:?}");
+        assert!(
+            files.iter().all(|(name, _)| name.ends_with(".tar.gz")),
+            "no temporary file left: {files:?}"
+        );
+    }
+    let list = inc.list();
+    assert_eq!(list.as_array().expect("list").len(), config.keep);
+    let served: Vec<(Bytes, Bytes)> = list
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|i| {
+            let kept = inc.get(i["id"].as_str().expect("id")).expect("kept");
+            (kept.json.clone(), kept.bundle.clone())
+        })
+        .collect();
+
+    // A new sysport with the same directory lists the same, and serves the same bytes.
+    let (again, _t2) = incidents();
+    again.configure(&config, "incidents: {}\n".into());
+    assert_eq!(again.list(), list);
+    for (i, (json, bundle)) in list.as_array().expect("list").iter().zip(&served) {
+        let kept = again.get(i["id"].as_str().expect("id")).expect("read back");
+        assert_eq!(&kept.json, json);
+        assert_eq!(&kept.bundle, bundle);
+    }
+    // A new incident does not take a kept one's id.
+    freeze_and_thaw(&again, "v", "counter 1\n");
+    assert_eq!(again.list().as_array().expect("list").len(), config.keep);
+    let ids: std::collections::BTreeSet<String> = again
+        .list()
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|i| i["id"].as_str().expect("id").to_owned())
+        .collect();
+    assert_eq!(ids.len(), config.keep);
+
+    // max_bytes: the oldest go until the rest fit.
+    let big = "x".repeat(100_000);
+    let tight = IncidentsConfig {
+        max_bytes: 5_000,
+        ..config.clone()
+    };
+    again.configure(&tight, String::new());
+    for n in 0..20 {
+        // Incompressible enough that one bundle is about 1–2 KB.
+        freeze_and_thaw(&again, "w", &format!("{n} {}\n", &big[..n * 37 % 1000]));
+        let total: u64 = bundles(&dir).iter().map(|(_, len)| len).sum();
+        assert!(total <= 5_000, "{total} bytes on disk");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_failed_write_leaves_the_incident_in_memory() {
+    let dir = temp_dir("full");
+    let config = IncidentsConfig {
+        dir: Some(dir.clone()),
+        keep: 5,
+        max_bytes: 1 << 20,
+    };
+    let (inc, _t) = incidents();
+    inc.configure(&config, String::new());
+    // The directory goes away and a file takes its place: every write fails.
+    std::fs::remove_dir_all(&dir).expect("remove");
+    std::fs::write(&dir, b"in the way").expect("a file");
+    freeze_and_thaw(&inc, "v", "a 1\n");
+    freeze_and_thaw(&inc, "v", "a 2\n");
+    let list = inc.list();
+    assert_eq!(list.as_array().expect("list").len(), 2, "{list}");
+    let id = list[0]["id"].as_str().expect("id");
+    assert!(!inc.get(id).expect("in memory").bundle.is_empty());
+    let store = inc.store.lock().expect("lock");
+    assert!(
+        store.as_ref().expect("a store").said(),
+        "the error was said"
+    );
+    drop(store);
+    let _ = std::fs::remove_file(&dir);
 }

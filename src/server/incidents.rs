@@ -17,11 +17,11 @@ pub(super) fn answer(incidents: &Incidents, path: &str) -> (Response, bool) {
     let Some((id, bundle)) = routes::incident(path) else {
         return (not_found(), false);
     };
+    let Some(kept) = incidents.get(id) else {
+        return (not_found(), false);
+    };
     if bundle {
-        let Some(tar) = incidents.bundle(id) else {
-            return (not_found(), false);
-        };
-        let mut r = Response::new(Body::from(Bytes::from(tar)));
+        let mut r = Response::new(Body::from(kept.bundle.clone()));
         let h = r.headers_mut();
         h.insert(
             header::CONTENT_TYPE,
@@ -35,18 +35,15 @@ pub(super) fn answer(incidents: &Incidents, path: &str) -> (Response, bool) {
         }
         return (r, true);
     }
-    match incidents.get(id) {
-        Some(incident) => (json(incident.to_json().to_string()), false),
-        None => (not_found(), false),
-    }
+    (json(kept.json.clone()), false)
 }
 
 fn not_found() -> Response {
     (StatusCode::NOT_FOUND, "no such incident\n").into_response()
 }
 
-fn json(body: String) -> Response {
-    let mut r = Response::new(Body::from(body));
+fn json(body: impl Into<Bytes>) -> Response {
+    let mut r = Response::new(Body::from(body.into()));
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

@@ -206,6 +206,7 @@ pub fn config(upstreams: Vec<UpstreamConfig>) -> Config {
         views: Vec::new(),
         metric_relabel_configs: Vec::new(),
         control: sysport::config::ControlConfig::default(),
+        incidents: sysport::config::IncidentsConfig::default(),
         source: None,
     }
 }
