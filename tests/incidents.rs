@@ -286,3 +286,111 @@ async fn a_restarted_sysport_serves_the_kept_incidents_byte_for_byte() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A stand-in for py-spy: a shell script that prints what it was asked (`dump --nonblocking
+/// --pid P`) as py-spy prints a thread, or fails, or hangs.
+fn fake_py_spy(name: &str, body: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("sysport-py-spy-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("py-spy");
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("script");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path
+}
+
+/// Freezes a busy engine behind a sysport with `py_spy`, and returns the stalled incident once
+/// its stacks are in.
+async fn stalled_with_stacks(
+    py_spy: std::path::PathBuf,
+    timeout: Duration,
+) -> (Running, Upstream, Value) {
+    let engine = Upstream::start(page(3, 100, 1000.0)).await;
+    let mut c = stall_config(&engine, "pw");
+    c.incidents.py_spy = Some(py_spy);
+    c.incidents.stacks_timeout = timeout;
+    let sp = Running::start(c).await;
+    let opened = until_incident(&sp, "a stalled incident", |i| i["kind"] == "stalled").await;
+    let id = opened["id"].as_str().expect("id").to_owned();
+    let deadline = tokio::time::Instant::now() + timeout + MARGIN;
+    loop {
+        let incident = json(&sp, &format!("/incidents/{id}")).await;
+        if !incident["stacks"].is_null() {
+            return (sp, engine, incident);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no stacks: {incident}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_stacks_of_the_process_on_the_engines_port_are_in_the_bundle() {
+    let py_spy = fake_py_spy(
+        "ok",
+        "echo \"Process $4: python3 -m vllm.entrypoints.openai.api_server\"\n\
+         echo \"Thread 0x7F01 (idle): \\\"MainThread\\\"\"\n\
+         echo \"    busy_loop (vllm/v1/engine/core.py:787)\"\n\
+         echo \"args: $*\"",
+    );
+    let (sp, _engine, incident) = stalled_with_stacks(py_spy, Duration::from_secs(10)).await;
+    let processes = incident["stacks"]["processes"]
+        .as_array()
+        .expect("processes");
+    // The test's own process serves the stand-in engine's port.
+    assert_eq!(processes[0]["pid"], std::process::id(), "{incident}");
+    assert_eq!(processes[0]["result"], "ok");
+    let id = incident["id"].as_str().expect("id");
+    let tar = gunzip(&bytes(&sp, &format!("/incidents/{id}.tar.gz")).await);
+    let files = untar(&tar);
+    let (_, stacks) = files
+        .iter()
+        .find(|(n, _)| n == "stacks.txt")
+        .expect("stacks.txt");
+    let stacks = String::from_utf8_lossy(stacks);
+    assert!(
+        stacks.contains("busy_loop (vllm/v1/engine/core.py:787)"),
+        "{stacks}"
+    );
+    assert!(
+        stacks.contains(&format!(
+            "args: dump --nonblocking --pid {}",
+            std::process::id()
+        )),
+        "{stacks}"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_or_hanging_or_missing_py_spy_is_said_and_the_incident_still_opens() {
+    let failing = fake_py_spy(
+        "fails",
+        "echo 'Error: Permission denied (os error 13)' >&2\nexit 1",
+    );
+    let (_sp, _engine, incident) = stalled_with_stacks(failing, Duration::from_secs(10)).await;
+    let p = &incident["stacks"]["processes"][0];
+    assert_eq!(p["result"], "failed", "{incident}");
+    assert!(
+        p["error"]
+            .as_str()
+            .expect("error")
+            .contains("Permission denied (os error 13)"),
+        "{incident}"
+    );
+
+    let hanging = fake_py_spy("hangs", "exec sleep 600");
+    let started = std::time::Instant::now();
+    let (_sp, _engine, incident) = stalled_with_stacks(hanging, Duration::from_secs(1)).await;
+    let p = &incident["stacks"]["processes"][0];
+    assert_eq!(p["result"], "timeout", "{incident}");
+    assert!(started.elapsed() < Duration::from_secs(1) + STALL_AFTER + MARGIN);
+
+    let missing = std::env::temp_dir().join("sysport-no-such-py-spy");
+    let (_sp, _engine, incident) = stalled_with_stacks(missing, Duration::from_secs(1)).await;
+    let error = incident["stacks"]["processes"][0]["error"]
+        .as_str()
+        .expect("error");
+    assert!(error.starts_with("cannot run"), "{incident}");
+}

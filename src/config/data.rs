@@ -333,6 +333,10 @@ pub struct IncidentsConfig {
     pub keep: usize,
     /// Most bytes the incidents take in `dir`.
     pub max_bytes: usize,
+    /// py-spy, for the engine's Python stacks; `None`: found on `PATH`.
+    pub py_spy: Option<PathBuf>,
+    /// How long one process's dump may take before it is killed.
+    pub stacks_timeout: Duration,
 }
 
 impl Default for IncidentsConfig {
@@ -341,6 +345,8 @@ impl Default for IncidentsConfig {
             dir: None,
             keep: 20,
             max_bytes: 256 << 20,
+            py_spy: None,
+            stacks_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -29,12 +29,26 @@ impl Loader<'_> {
         {
             incidents.max_bytes = max;
         }
+        if let Some((timeout, _)) = self.file_value(
+            raw.stacks_timeout.as_ref(),
+            "incidents.stacks_timeout",
+            super::check::positive_duration,
+        ) {
+            incidents.stacks_timeout = timeout;
+        }
         let base = self
             .file
             .as_deref()
             .and_then(Path::parent)
             .map(Path::to_owned)
             .unwrap_or_default();
+        if let Some((py_spy, _)) = self.file_value(raw.py_spy.as_ref(), "incidents.py_spy", |t| {
+            (!t.is_empty())
+                .then(|| base.join(t))
+                .ok_or_else(|| "must name a file".to_owned())
+        }) {
+            incidents.py_spy = Some(py_spy);
+        }
         if let Some((dir, at)) = self.file_value(raw.dir.as_ref(), "incidents.dir", |t| {
             (!t.is_empty())
                 .then(|| base.join(t))

@@ -106,6 +106,10 @@ section! {
         keep: Text,
         /// Most bytes the incidents take in `dir` (`256MiB`, default 256MiB).
         max_bytes: Text,
+        /// py-spy for the engine's Python stacks (default: `py-spy` on `PATH`).
+        py_spy: Text,
+        /// How long one process's stack dump may take before it is killed (`10s`, default 10s).
+        stacks_timeout: Text,
     }
 }
 

@@ -222,6 +222,14 @@ impl fmt::Display for Rendered<'_> {
         }
         writeln!(f, "  keep: {}", incidents.keep)?;
         writeln!(f, "  max_bytes: {}", format_bytes(incidents.max_bytes))?;
+        if let Some(py_spy) = &incidents.py_spy {
+            writeln!(f, "  py_spy: {}", quoted(&py_spy.display().to_string()))?;
+        }
+        writeln!(
+            f,
+            "  stacks_timeout: {}",
+            format_duration(incidents.stacks_timeout)
+        )?;
         if views.is_empty() {
             return writeln!(f, "views: []");
         }

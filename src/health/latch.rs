@@ -74,7 +74,7 @@ impl Health {
             shutting_down: AtomicBool::new(false),
             ready: AtomicBool::new(false),
             recompute: Mutex::new(()),
-            incidents: Arc::new(Incidents::new(&telemetry)),
+            incidents: Incidents::shared(&telemetry),
             telemetry,
         }
     }
@@ -99,7 +99,10 @@ impl Health {
             upstreams,
         });
         gauges::register_metrics(&config.upstreams, &self.telemetry);
-        (self.incidents).configure(&config.incidents, config.render().to_string());
+        let ports = (config.upstreams.iter())
+            .filter_map(|u| Some((u.name.clone(), u.url.port_or_known_default()?)))
+            .collect();
+        (self.incidents).configure(&config.incidents, config.render().to_string(), ports);
         *self.board.write().expect("board lock") = board.clone();
         for u in &board.upstreams {
             gauges::set_engine_gauges(

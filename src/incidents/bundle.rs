@@ -23,6 +23,9 @@ pub(super) fn write(incident: &Incident, json: &[u8]) -> Vec<u8> {
             append(&mut tar, name, &page.gzip, mtime);
         }
     }
+    if let Some(stacks) = incident.stacks_text() {
+        append(&mut tar, "stacks.txt", stacks.as_bytes(), mtime);
+    }
     // Two zero blocks end the archive.
     tar.extend_from_slice(&[0; 1024]);
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
+use super::stacks::Taken;
 use crate::model::Reading;
 
 /// At most this many verdict changes per incident: a flapping engine keeps the first ones and
@@ -122,6 +123,8 @@ pub(crate) struct Incident {
     /// The page at the last check before the opening, and at the opening.
     pub page_before: Option<Page>,
     pub page_opening: Option<Page>,
+    /// The engine's stacks, once taken (`None` while being taken, or never asked for).
+    pub stacks: Option<super::stacks::Taken>,
     pub version: &'static str,
     /// The effective configuration as `check-config` prints it (passwords as `***`).
     pub config: String,
@@ -184,7 +187,42 @@ impl Incident {
         v["page_before"] = page_json(self.page_before.as_ref(), "page-before.prom.gz");
         v["page_opening"] = page_json(self.page_opening.as_ref(), "page-opening.prom.gz");
         v["config"] = Value::from(self.config.as_str());
+        v["stacks"] = match &self.stacks {
+            None => Value::Null,
+            Some(Taken::Unavailable(why)) => json!({ "unavailable": why }),
+            Some(Taken::Dumps(dumps)) => json!({
+                "file": "stacks.txt",
+                "processes": dumps.iter().map(|d| json!({
+                    "pid": d.pid,
+                    "result": d.result,
+                    "error": d.error,
+                    "bytes": d.text.len(),
+                    "cut": d.cut,
+                })).collect::<Vec<_>>(),
+            }),
+        };
         v
+    }
+
+    /// Every dump, one after the other under a line naming its process (the bundle's
+    /// `stacks.txt`); `None` without dumps.
+    pub(crate) fn stacks_text(&self) -> Option<String> {
+        let Some(Taken::Dumps(dumps)) = &self.stacks else {
+            return None;
+        };
+        let mut text = String::new();
+        for d in dumps {
+            text.push_str(&format!("=== pid {}: {}", d.pid, d.result));
+            if let Some(e) = &d.error {
+                text.push_str(&format!(" ({e})"));
+            }
+            text.push('\n');
+            text.push_str(&d.text);
+            if !d.text.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+        Some(text)
     }
 }
 

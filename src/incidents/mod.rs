@@ -14,10 +14,11 @@
 mod bundle;
 mod incident;
 mod scan;
+mod stacks;
 mod store;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -72,6 +73,10 @@ pub(crate) struct Incidents {
     inner: Mutex<Inner>,
     /// With `incidents.dir`: the directory, written outside `inner`'s lock.
     store: Mutex<Option<Store>>,
+    /// py-spy and its limits, as configured.
+    taker: Mutex<Option<Arc<stacks::Taker>>>,
+    /// Itself, for the stacks taken after an opening to find their incident.
+    me: Weak<Incidents>,
     opened: IntCounterVec,
 }
 
@@ -82,6 +87,8 @@ struct Inner {
     keep: usize,
     seq: u64,
     config: String,
+    /// Each upstream's port, where its engine's processes listen.
+    ports: HashMap<String, u16>,
 }
 
 /// One upstream: what came before, and its open incident.
@@ -107,8 +114,19 @@ impl std::fmt::Debug for Incidents {
 }
 
 impl Incidents {
-    /// No incident yet; `dynamo_sysport_incidents_total` registered with `telemetry`.
+    /// No incident yet, and no stacks taken; `dynamo_sysport_incidents_total` registered with
+    /// `telemetry`.
+    #[cfg(test)]
     pub(crate) fn new(telemetry: &Telemetry) -> Incidents {
+        Incidents::with_self(telemetry, Weak::new())
+    }
+
+    /// One that takes the engine's stacks at each opening (see [`Incidents::configure`]).
+    pub(crate) fn shared(telemetry: &Telemetry) -> Arc<Incidents> {
+        Arc::new_cyclic(|me| Incidents::with_self(telemetry, me.clone()))
+    }
+
+    fn with_self(telemetry: &Telemetry, me: Weak<Incidents>) -> Incidents {
         let opened = IntCounterVec::new(
             Opts::new(
                 "incidents_total",
@@ -128,15 +146,28 @@ impl Incidents {
                 keep: IncidentsConfig::default().keep,
                 seq: 0,
                 config: String::new(),
+                ports: HashMap::new(),
             }),
             store: Mutex::new(None),
+            taker: Mutex::new(None),
+            me,
             opened,
         }
     }
 
     /// Puts `config` in force, and `rendered` (the effective configuration as `check-config`
     /// prints it) for the next incidents to keep. A directory new to it is read back.
-    pub(crate) fn configure(&self, config: &IncidentsConfig, rendered: String) {
+    /// `ports` are the upstreams' ports, by name.
+    pub(crate) fn configure(
+        &self,
+        config: &IncidentsConfig,
+        rendered: String,
+        ports: HashMap<String, u16>,
+    ) {
+        *self.taker.lock().expect("taker lock") = Some(Arc::new(stacks::Taker::new(
+            config.py_spy.clone(),
+            config.stacks_timeout,
+        )));
         let mut store = self.store.lock().expect("store lock");
         let read = match (&mut *store, &config.dir) {
             (Some(s), Some(dir)) if s.dir == *dir => {
@@ -156,6 +187,7 @@ impl Incidents {
         let mut inner = self.lock();
         inner.config = rendered;
         inner.keep = config.keep;
+        inner.ports = ports;
         for kept in read {
             if inner.closed.iter().all(|k| k.id != kept.id) {
                 let seq = kept.id.rsplit('-').next().and_then(|s| s.parse().ok());
@@ -334,6 +366,7 @@ impl Incidents {
             canaries_dropped: 0,
             page_before: track.last_page.as_ref().map(|(at, p)| compress(*at, p)),
             page_opening: None,
+            stacks: None,
             version: env!("CARGO_PKG_VERSION"),
             config,
         };
@@ -345,6 +378,37 @@ impl Incidents {
         track.open = Some(incident);
         track.wants_page = true;
         track.good_checks = 0;
+        let port = inner.ports.get(upstream).copied();
+        self.take_stacks(upstream, &id, port);
+    }
+
+    /// Takes the engine's stacks on the runtime, and adds them to incident `id` when done.
+    fn take_stacks(&self, upstream: &str, id: &str, port: Option<u16>) {
+        let (Some(me), Ok(runtime)) = (self.me.upgrade(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let taker = self.taker.lock().expect("taker lock").clone();
+        let (Some(taker), Some(port)) = (taker, port) else {
+            return;
+        };
+        let (upstream, id) = (upstream.to_owned(), id.to_owned());
+        runtime.spawn(async move {
+            let taken = taker.take(port).await;
+            let kept = {
+                let mut inner = me.lock();
+                let track = inner.track(&upstream);
+                track
+                    .open
+                    .as_mut()
+                    .filter(|open| open.id == id)
+                    .map(|open| {
+                        open.stacks = Some(taken);
+                        Arc::new(Kept::of(open))
+                    })
+            };
+            me.persist(kept);
+        });
     }
 
     /// Every incident, open and closed, newest first, in short.

@@ -1,3 +1,4 @@
+use std::collections::HashMap;
 use std::io::Read;
 use std::time::{Duration, SystemTime};
 
@@ -54,7 +55,11 @@ fn count(t: &Telemetry, upstream: &str, kind: &str) -> u64 {
 #[test]
 fn a_stall_opens_with_what_came_before_and_closes_after_settling() {
     let (inc, t) = incidents();
-    inc.configure(&IncidentsConfig::default(), "upstreams: []\n".into());
+    inc.configure(
+        &IncidentsConfig::default(),
+        "upstreams: []\n".into(),
+        HashMap::new(),
+    );
     inc.verdict("vllm", "up", false, None);
     for p in 0..5 {
         inc.check("vllm", check(&format!("progress {p}\n"), 2.0, f64::from(p)));
@@ -359,9 +364,10 @@ fn kept_incidents_are_read_back_byte_for_byte_within_keep_and_max_bytes() {
         dir: Some(dir.clone()),
         keep: 7,
         max_bytes: 1 << 20,
+        ..IncidentsConfig::default()
     };
     let (inc, _t) = incidents();
-    inc.configure(&config, "incidents: {}\n".into());
+    inc.configure(&config, "incidents: {}\n".into(), HashMap::new());
     for n in 0..200 {
         freeze_and_thaw(&inc, "v", &format!("counter {n}\n"));
         let files = bundles(&dir);
@@ -385,7 +391,7 @@ fn kept_incidents_are_read_back_byte_for_byte_within_keep_and_max_bytes() {
 
     // A new sysport with the same directory lists the same, and serves the same bytes.
     let (again, _t2) = incidents();
-    again.configure(&config, "incidents: {}\n".into());
+    again.configure(&config, "incidents: {}\n".into(), HashMap::new());
     assert_eq!(again.list(), list);
     for (i, (json, bundle)) in list.as_array().expect("list").iter().zip(&served) {
         let kept = again.get(i["id"].as_str().expect("id")).expect("read back");
@@ -410,7 +416,7 @@ fn kept_incidents_are_read_back_byte_for_byte_within_keep_and_max_bytes() {
         max_bytes: 5_000,
         ..config.clone()
     };
-    again.configure(&tight, String::new());
+    again.configure(&tight, String::new(), HashMap::new());
     for n in 0..20 {
         // Incompressible enough that one bundle is about 1–2 KB.
         freeze_and_thaw(&again, "w", &format!("{n} {}\n", &big[..n * 37 % 1000]));
@@ -427,9 +433,10 @@ fn a_failed_write_leaves_the_incident_in_memory() {
         dir: Some(dir.clone()),
         keep: 5,
         max_bytes: 1 << 20,
+        ..IncidentsConfig::default()
     };
     let (inc, _t) = incidents();
-    inc.configure(&config, String::new());
+    inc.configure(&config, String::new(), HashMap::new());
     // The directory goes away and a file takes its place: every write fails.
     std::fs::remove_dir_all(&dir).expect("remove");
     std::fs::write(&dir, b"in the way").expect("a file");
