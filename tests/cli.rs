@@ -116,7 +116,15 @@ fn configmap_config() -> String {
 #[test]
 fn the_shipped_configurations_are_valid() {
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/sysport.example.yaml");
-    let configmap = temp_file("configmap", &configmap_config());
+    // The ConfigMap's incidents directory is the pod's volume; here, a directory of the test's.
+    let incidents = std::env::temp_dir().join(format!("sysport-cli-{}-kept", std::process::id()));
+    let configmap = temp_file(
+        "configmap",
+        &configmap_config().replace(
+            "/var/lib/sysport/incidents",
+            &incidents.display().to_string(),
+        ),
+    );
     for path in [PathBuf::from(example), configmap] {
         let out = Command::new(BIN)
             .arg("check-config")
