@@ -55,6 +55,7 @@ pub mod otlp;
 pub use sysport_expfmt as expfmt;
 pub(crate) mod canary;
 pub(crate) mod health;
+pub(crate) mod incidents;
 pub mod listener;
 pub mod logging;
 pub(crate) mod numbers;

@@ -387,6 +387,7 @@ fn demo_config(engines: &sysport::demo::DemoUpstreams, host: IpAddr, port: u16) 
         views: Vec::new(),
         metric_relabel_configs: Vec::new(),
         control: config::ControlConfig::default(),
+        incidents: config::IncidentsConfig::default(),
         source: None,
     }
 }

@@ -116,7 +116,15 @@ fn configmap_config() -> String {
 #[test]
 fn the_shipped_configurations_are_valid() {
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/sysport.example.yaml");
-    let configmap = temp_file("configmap", &configmap_config());
+    // The ConfigMap's incidents directory is the pod's volume; here, a directory of the test's.
+    let incidents = std::env::temp_dir().join(format!("sysport-cli-{}-kept", std::process::id()));
+    let configmap = temp_file(
+        "configmap",
+        &configmap_config().replace(
+            "/var/lib/sysport/incidents",
+            &incidents.display().to_string(),
+        ),
+    );
     for path in [PathBuf::from(example), configmap] {
         let out = Command::new(BIN)
             .arg("check-config")
@@ -726,4 +734,28 @@ fn bad_otel_variables_exit_2_naming_the_variable_and_check_config_masks_headers(
         "{shown}"
     );
     assert!(!shown.contains("s3cret"), "{shown}");
+}
+
+#[test]
+fn an_incidents_dir_that_cannot_be_written_stops_the_start_naming_it() {
+    // A directory under a regular file can be neither made nor written to, even by root.
+    let blocker = temp_file("blocker", "not a directory\n");
+    let dir = blocker.join("incidents");
+    let path = temp_file(
+        "incidents-dir",
+        &format!(
+            "upstreams:\n  - name: vllm\n    url: http://127.0.0.1:9/metrics\nincidents:\n  dir: {}\n  keep: 5\n",
+            dir.display()
+        ),
+    );
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let needle = format!("{}:5:8: incidents.dir", path.display());
+    assert!(err.contains(&needle), "missing {needle:?} in:\n{err}");
+    assert!(err.contains(&dir.display().to_string()), "{err}");
 }

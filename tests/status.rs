@@ -152,7 +152,8 @@ async fn status_keeps_its_schema_and_agrees_with_health_and_metrics() {
             "config_file",
             "paths",
             "upstreams",
-            "otlp"
+            "otlp",
+            "incidents"
         ])
     );
     assert!(status["otlp"].is_null(), "no OTLP export configured");

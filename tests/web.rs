@@ -135,6 +135,13 @@ async fn https_with_basic_auth_guards_metrics_and_leaves_the_probes_open() {
         .await
         .expect("answers");
     assert_eq!(other.status(), 401);
+    // The incidents (engine pages, configuration) are as guarded as /metrics.
+    for path in ["/incidents", "/incidents/1-1", "/incidents/1-1.tar.gz"] {
+        let anonymous = client.get(https(&sp, path)).send().await.expect("answers");
+        assert_eq!(anonymous.status(), 401, "{path}");
+    }
+    let listed = as_prometheus(&client, &sp, "/incidents").await;
+    assert_eq!(listed, "[]");
 
     // Plain HTTP on the TLS port gets a 400 that says why, and no metrics.
     let plain = common::client()

@@ -27,6 +27,7 @@ impl Default for Config {
             metric_relabel_configs: Vec::new(),
             control: ControlConfig::default(),
             otlp: None,
+            incidents: super::IncidentsConfig::default(),
             source: None,
         }
     }

@@ -29,3 +29,31 @@ fn the_section_loads_renders_back_and_names_a_bad_value() {
     let c = load_yaml("", &env(&[(DYN_LORA_ENABLED, "TRUE")]));
     assert!(c.expect("valid").control.lora);
 }
+
+#[test]
+fn the_incidents_section_loads_renders_back_and_names_a_bad_value() {
+    let dir = std::env::temp_dir().join(format!("sysport-incidents-cfg-{}", std::process::id()));
+    let yaml = format!(
+        "incidents:\n  dir: {}\n  keep: 7\n  max_bytes: 1MiB\n",
+        dir.display()
+    );
+    let c = ok(&yaml);
+    assert_eq!(c.incidents.dir.as_deref(), Some(dir.as_path()));
+    assert_eq!(c.incidents.keep, 7);
+    assert_eq!(c.incidents.max_bytes, 1 << 20);
+    assert_eq!(ok(&c.to_string()).incidents, c.incidents);
+    assert_eq!(ok("").incidents, IncidentsConfig::default());
+    let issues = problems(
+        "incidents:\n  keep: 0\n  max_bytes: lots\n  dri: x\n",
+        &no_env(),
+    );
+    let shown: Vec<String> = issues.iter().map(ToString::to_string).collect();
+    assert_eq!(shown.len(), 3, "{shown:?}");
+    assert!(
+        shown[0].contains(":2:") && shown[0].contains("incidents.keep"),
+        "{shown:?}"
+    );
+    assert!(shown[1].contains(":3:") && shown[1].contains("incidents.max_bytes"));
+    assert!(shown[2].contains(":4:") && shown[2].contains("incidents.dri"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

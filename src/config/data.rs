@@ -39,6 +39,8 @@ pub struct Config {
     pub control: ControlConfig,
     /// OTLP push of the `/metrics` page; `None`: off.
     pub otlp: Option<OtlpConfig>,
+    /// Where incidents are kept.
+    pub incidents: IncidentsConfig,
     /// The file this configuration was read from, if any (used by `SIGHUP` reload).
     pub source: Option<PathBuf>,
 }
@@ -389,5 +391,29 @@ impl std::fmt::Display for Temporality {
             Temporality::Cumulative => "cumulative",
             Temporality::Delta => "delta",
         })
+/// Where incidents are kept (docs/incidents.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncidentsConfig {
+    /// Written to and read back from at start; `None`: in memory only.
+    pub dir: Option<PathBuf>,
+    /// Most incidents kept, in memory and in `dir`.
+    pub keep: usize,
+    /// Most bytes the incidents take in `dir`.
+    pub max_bytes: usize,
+    /// py-spy, for the engine's Python stacks; `None`: found on `PATH`.
+    pub py_spy: Option<PathBuf>,
+    /// How long one process's dump may take before it is killed.
+    pub stacks_timeout: Duration,
+}
+
+impl Default for IncidentsConfig {
+    fn default() -> Self {
+        IncidentsConfig {
+            dir: None,
+            keep: 20,
+            max_bytes: 256 << 20,
+            py_spy: None,
+            stacks_timeout: Duration::from_secs(10),
+        }
     }
 }

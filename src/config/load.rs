@@ -145,6 +145,7 @@ impl Loader<'_> {
         let views = self.views(raw.views, &upstreams, &health);
         let control = self.control(raw.control);
         let otlp = self.otlp(raw.otlp);
+        let incidents = self.incidents(raw.incidents);
 
         if !self.issues.is_empty() {
             // File problems in file order (the web configuration's after the main file's),
@@ -174,6 +175,7 @@ impl Loader<'_> {
             metric_relabel_configs,
             control,
             otlp,
+            incidents,
             source: self.file,
         })
     }

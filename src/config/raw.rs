@@ -93,6 +93,25 @@ section! {
         control: RawControl,
         /// OTLP push of the `/metrics` page (off by default; `OTEL_*` variables override it).
         otlp: RawOtlp,
+        /// Where the incidents (docs/incidents.md) are kept across restarts.
+        incidents: RawIncidents,
+    }
+}
+
+section! {
+    /// `incidents:` section.
+    RawIncidents {
+        /// A directory sysport writes each closed incident to and reads them back from at
+        /// start (default none: the last `keep` in memory only). Relative to the file.
+        dir: Text,
+        /// Most incidents kept (`20`, default 20), in memory and in `dir`; the oldest go first.
+        keep: Text,
+        /// Most bytes the incidents take in `dir` (`256MiB`, default 256MiB).
+        max_bytes: Text,
+        /// py-spy for the engine's Python stacks (default: `py-spy` on `PATH`).
+        py_spy: Text,
+        /// How long one process's stack dump may take before it is killed (`10s`, default 10s).
+        stacks_timeout: Text,
     }
 }
 

@@ -60,6 +60,7 @@ impl fmt::Display for Rendered<'_> {
             metric_relabel_configs,
             control,
             otlp,
+            incidents,
             source: _,
         } = self.config;
         writeln!(f, "listen:")?;
@@ -217,6 +218,20 @@ impl fmt::Display for Rendered<'_> {
         )?;
         writeln!(f, "  timeout: {}", format_duration(control.timeout))?;
         super::otlp::render(otlp.as_ref(), f)?;
+        writeln!(f, "incidents:")?;
+        if let Some(dir) = &incidents.dir {
+            writeln!(f, "  dir: {}", quoted(&dir.display().to_string()))?;
+        }
+        writeln!(f, "  keep: {}", incidents.keep)?;
+        writeln!(f, "  max_bytes: {}", format_bytes(incidents.max_bytes))?;
+        if let Some(py_spy) = &incidents.py_spy {
+            writeln!(f, "  py_spy: {}", quoted(&py_spy.display().to_string()))?;
+        }
+        writeln!(
+            f,
+            "  stacks_timeout: {}",
+            format_duration(incidents.stacks_timeout)
+        )?;
         if views.is_empty() {
             return writeln!(f, "views: []");
         }

@@ -104,7 +104,10 @@ impl Checks {
             Some(Err(e)) => Err(Unread::Scrape(e.clone())),
             None => Err(Unread::NoResult),
         });
+        // The evidence kept should the verdict turn bad (`crate::incidents`).
+        let evidence = crate::incidents::Check::of(&result, &reading, &page);
         let due = self.health.observe(&self.board[i], at, result, reading);
+        (self.health.incidents).check(self.board[i].name(), evidence);
         if self.vitals.reads(i) {
             // Done before the next check.
             self.summing

@@ -16,6 +16,7 @@ use super::upstream::{CheckError, State, UpstreamHealth};
 use super::verdict::Verdict;
 use crate::canary::Outcome;
 use crate::config::{Config, StartingStatus};
+use crate::incidents::Incidents;
 use crate::model::Reading;
 use crate::stall::Unread;
 use crate::telemetry::Telemetry;
@@ -58,6 +59,8 @@ pub(crate) struct Health {
     ready: AtomicBool,
     recompute: Mutex<()>,
     telemetry: Telemetry,
+    /// Told of every verdict change, check and canary (the evidence kept when an engine wedges).
+    pub(crate) incidents: Arc<Incidents>,
 }
 
 impl Health {
@@ -71,6 +74,7 @@ impl Health {
             shutting_down: AtomicBool::new(false),
             ready: AtomicBool::new(false),
             recompute: Mutex::new(()),
+            incidents: Incidents::shared(&telemetry),
             telemetry,
         }
     }
@@ -110,6 +114,10 @@ impl Health {
             upstreams,
         });
         gauges::register_metrics(&config.upstreams, &self.telemetry);
+        let ports = (config.upstreams.iter())
+            .filter_map(|u| Some((u.name.clone(), u.url.port_or_known_default()?)))
+            .collect();
+        (self.incidents).configure(&config.incidents, config.render().to_string(), ports);
         *self.board.write().expect("board lock") = board.clone();
         for u in &board.upstreams {
             gauges::set_engine_gauges(
@@ -179,6 +187,8 @@ impl Health {
     ) {
         if self.is_current(u) {
             gauges::count_canary(&self.telemetry, u.name(), &outcome);
+            self.incidents
+                .canary(u.name(), crate::incidents::CanaryRun::of(&outcome));
         }
         self.update(u, |state| {
             let Some(tracker) = state.canary.as_mut() else {
@@ -205,6 +215,10 @@ impl Health {
             let after = Verdict::of(&state, starting, now);
             if current {
                 after.log_change(u.name(), &before);
+                if after.word() != before.word() {
+                    let bad = !after.ready() && !matches!(after, Verdict::Unchecked(_));
+                    (self.incidents).verdict(u.name(), after.word(), bad, after.reason());
+                }
                 gauges::set_engine_gauges(u.name(), &state, &self.telemetry);
             }
             out

@@ -22,6 +22,20 @@ pub const LORAS: &str = "/v1/loras";
 /// Dynamo's control routes: `/engine/{name}`, each mapped to an engine's own route.
 pub const ENGINE: &str = "/engine";
 
+/// The incidents kept when an engine wedged: `GET /incidents` lists them, `/incidents/{id}` is
+/// one as JSON, `/incidents/{id}.tar.gz` its bundle.
+pub const INCIDENTS: &str = "/incidents";
+
+/// What a path under `/incidents/` asks for: the incident's id, and whether its bundle.
+pub fn incident(path: &str) -> Option<(&str, bool)> {
+    let rest = path.strip_prefix(INCIDENTS)?.strip_prefix('/')?;
+    let (id, bundle) = match rest.strip_suffix(".tar.gz") {
+        Some(id) => (id, true),
+        None => (rest, false),
+    };
+    (!id.is_empty() && !id.contains('/')).then_some((id, bundle))
+}
+
 /// The engine-neutral route name a path asks for, when it is under `/engine/`.
 pub fn engine_route(path: &str) -> Option<&str> {
     path.strip_prefix(ENGINE)?
@@ -57,6 +71,16 @@ mod tests {
         assert_eq!(view_name("/metrics"), None);
         assert_eq!(view_name("/metricsx/router"), None);
         assert_eq!(view_name("/metrics/"), Some(""));
+    }
+
+    #[test]
+    fn incident_paths_read_back_as_their_id() {
+        assert_eq!(incident("/incidents/17-2"), Some(("17-2", false)));
+        assert_eq!(incident("/incidents/17-2.tar.gz"), Some(("17-2", true)));
+        assert_eq!(incident("/incidents/"), None);
+        assert_eq!(incident("/incidents/.tar.gz"), None);
+        assert_eq!(incident("/incidents/a/b"), None);
+        assert_eq!(incident("/incidentsx/a"), None);
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod control;
 mod front;
 mod gzip;
 mod held;
+mod incidents;
 mod negotiate;
 mod page;
 mod parts;

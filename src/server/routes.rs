@@ -73,6 +73,10 @@ enum Route {
     Metadata,
     /// `/engine/*` or `/v1/loras`: forwarded to an engine (see `control`).
     Control(super::control::Kind),
+    /// `/incidents`: the incidents, newest first.
+    Incidents,
+    /// `/incidents/{id}` or `/incidents/{id}.tar.gz`: one, or its bundle.
+    Incident,
 }
 
 impl Route {
@@ -88,6 +92,7 @@ impl Route {
                     .map(Route::View)
             })
             .or_else(|| super::control::kind(path).map(Route::Control))
+            .or_else(|| routes::incident(path).map(|_| Route::Incident))
     }
 
     /// The route's path, as `dynamo_sysport_http_requests_total` labels it.
@@ -96,6 +101,7 @@ impl Route {
             Route::View(v) => Cow::Owned(routes::view(runtime.views.name(v))),
             Route::Control(super::control::Kind::Engine) => Cow::Borrowed(routes::ENGINE),
             Route::Control(super::control::Kind::Loras) => Cow::Borrowed(routes::LORAS),
+            Route::Incident => Cow::Borrowed("/incidents/{id}"),
             route => Cow::Borrowed(
                 table(&runtime.config)
                     .into_iter()
@@ -115,7 +121,7 @@ impl Route {
 /// configuration, which keeps them off `/metrics` and `/live/engine`; one on `/` or `/status`
 /// wins over the status page. No view's path is one of these (the configuration refuses a view
 /// on a probe's path).
-fn table(config: &Config) -> [(&str, Route); 7] {
+fn table(config: &Config) -> [(&str, Route); 8] {
     [
         (routes::METRICS, Route::Metrics),
         (&config.health.path, Route::Health),
@@ -124,6 +130,7 @@ fn table(config: &Config) -> [(&str, Route); 7] {
         (routes::STATUS_PAGE, Route::Page),
         (routes::STATUS, Route::Status),
         (routes::METADATA, Route::Metadata),
+        (routes::INCIDENTS, Route::Incidents),
     ]
 }
 
@@ -197,7 +204,9 @@ fn probe(app: &App, runtime: &Runtime, route: Route, req: &Request) -> Option<Re
         | Route::Page
         | Route::Status
         | Route::Metadata
-        | Route::Control(_) => None,
+        | Route::Control(_)
+        | Route::Incidents
+        | Route::Incident => None,
     }
 }
 
@@ -217,6 +226,11 @@ async fn answer(
             (finish(app, body, gzip).await, "")
         }
         Route::Control(kind) => (super::control::answer(app, runtime, kind, req).await, ""),
+        Route::Incidents | Route::Incident => {
+            let (body, compressed) =
+                super::incidents::answer(&app.health.incidents, req.uri().path());
+            (finish(app, body, gzip && !compressed).await, "")
+        }
         Route::Status => {
             let body = json_response(StatusCode::OK, facts(app, runtime).to_json());
             (finish(app, body, gzip).await, "")

@@ -51,6 +51,9 @@ pub(crate) struct Facts {
     pub upstreams: Vec<UpstreamFacts>,
     /// The OTLP export, when on (`null` when off).
     pub otlp: Option<OtlpFacts>,
+    /// The latest incidents (at most [`LATEST_INCIDENTS`]), newest first, as `/incidents`
+    /// lists them.
+    pub incidents: Vec<serde_json::Value>,
     /// The effective configuration as `check-config` prints it (URL passwords as `***`).
     #[serde(skip)]
     pub config: String,
@@ -67,6 +70,8 @@ pub(crate) struct OtlpFacts {
     pub last_error: Option<String>,
     pub last_error_at: Option<Timestamp>,
 }
+/// How many incidents the status page lists.
+pub(crate) const LATEST_INCIDENTS: usize = 5;
 
 /// The routes this sysport serves.
 #[derive(Debug, Serialize)]
@@ -281,6 +286,10 @@ impl Facts {
                 last_error: r.last_error,
                 last_error_at: r.last_error_at.map(Timestamp),
             }),
+            incidents: match src.health.incidents.list() {
+                serde_json::Value::Array(all) => all.into_iter().take(LATEST_INCIDENTS).collect(),
+                _ => Vec::new(),
+            },
             config: src.config.to_string(),
         }
     }

@@ -11,6 +11,7 @@ use super::facts::{Facts, HealthFacts, Timestamp, UpstreamFacts};
 use super::history::WINDOW_SECONDS;
 use super::words::{Esc, seconds};
 use crate::health::Badge as State;
+use crate::model::routes;
 
 /// How often the page reloads itself, in seconds.
 pub(crate) const REFRESH_SECONDS: u32 = 5;
@@ -48,7 +49,12 @@ pub(super) fn render(f: &Facts) -> String {
     let links = [p.metrics]
         .into_iter()
         .chain(p.views.iter().map(String::as_str))
-        .chain([p.health.as_str(), p.live.as_str(), p.status]);
+        .chain([
+            p.health.as_str(),
+            p.live.as_str(),
+            p.status,
+            routes::INCIDENTS,
+        ]);
     for path in links {
         let _ = write!(out, "<a href=\"{0}\">{0}</a>", Esc(path));
     }
@@ -86,7 +92,9 @@ pub(super) fn render(f: &Facts) -> String {
     for u in &f.upstreams {
         card(u, now, &mut out);
     }
-    out.push_str("</main>\n<details><summary>Effective configuration");
+    out.push_str("</main>\n");
+    incidents(&f.incidents, &mut out);
+    out.push_str("<details><summary>Effective configuration");
     if let Some(file) = &f.config_file {
         let _ = write!(out, " (from {})", Esc(file));
     }
@@ -99,6 +107,35 @@ pub(super) fn render(f: &Facts) -> String {
         Esc(p.status),
     );
     out
+}
+
+/// The latest incidents, each linked to its JSON and its bundle.
+fn incidents(list: &[serde_json::Value], out: &mut String) {
+    if list.is_empty() {
+        return;
+    }
+    out.push_str("<section id=\"incidents\"><h2>Latest incidents</h2><ul>\n");
+    for i in list {
+        let id = i["id"].as_str().unwrap_or_default();
+        let opened = i["opened_unix_seconds"].as_f64().unwrap_or_default();
+        let opened = SystemTime::UNIX_EPOCH + Duration::from_secs_f64(opened);
+        let state = match i["duration_seconds"].as_f64() {
+            Some(d) => format!("closed after {d:.0} s"),
+            None => "open".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "<li><a href=\"{path}/{id}\">{upstream}: {kind}</a> at {at}, {state} \
+             (<a href=\"{path}/{id}.tar.gz\">bundle</a>): {reason}</li>",
+            path = routes::INCIDENTS,
+            id = Esc(id),
+            upstream = Esc(i["upstream"].as_str().unwrap_or_default()),
+            kind = Esc(i["kind"].as_str().unwrap_or_default()),
+            at = super::facts::rfc3339(opened),
+            reason = Esc(i["reason"].as_str().unwrap_or_default()),
+        );
+    }
+    out.push_str("</ul></section>\n");
 }
 
 /// One upstream's card.

@@ -207,6 +207,7 @@ pub fn config(upstreams: Vec<UpstreamConfig>) -> Config {
         metric_relabel_configs: Vec::new(),
         control: sysport::config::ControlConfig::default(),
         otlp: None,
+        incidents: sysport::config::IncidentsConfig::default(),
         source: None,
     }
 }

@@ -40,12 +40,15 @@ kills a whole group). Prints one line per check, the measured figures, and
 `real-engines: N passed, M failed`.
 """
 
+import io
 import json
 import math
 import os
 import signal
 import statistics
+import shutil
 import subprocess
+import tarfile
 import sys
 import threading
 import time
@@ -151,6 +154,13 @@ def group_members(pgid):
 
 def fmt_members(members):
     return ", ".join(f"{comm} ({pid}, {state})" for pid, comm, state in members) or "none"
+
+
+def py_spy():
+    """py-spy for the incidents' stacks: $SYSPORT_PY_SPY, else on PATH, else the tools' venv
+    (python3 -m venv ~/.cache/sysport/tools/py-spy-venv; its pip install py-spy==0.4.3)."""
+    return (os.environ.get("SYSPORT_PY_SPY") or shutil.which("py-spy")
+            or os.path.expanduser("~/.cache/sysport/tools/py-spy-venv/bin/py-spy"))
 
 
 def within(took, bound):
@@ -387,10 +397,41 @@ upstreams:
 {extra}  - name: llama
     engine: llamacpp
     url: "http://127.0.0.1:{self.llama_port}/metrics"
-{extra}""")
+{extra}incidents:
+  py_spy: "{py_spy()}"
+  stacks_timeout: 20s
+""")
         return path
 
     # -- reading sysport
+
+    def stalled_incident(self, since):
+        """The vllm incident that opened at or after `since` (unix seconds) with 'stalled' in its
+        timeline, once its stacks are in: its JSON and the bundle's stacks.txt."""
+        def opened():
+            status, body, _ = http_get(f"{self.sysport}/incidents", timeout=5.0)
+            expect(status == 200, f"/incidents: HTTP {status}")
+            for i in json.loads(body):
+                if i["upstream"] == "vllm" and i["opened_unix_seconds"] >= since - INTERVAL:
+                    return i["id"]
+            expect(False, f"no vllm incident opened since the freeze: {body[:300]}")
+
+        iid = eventually(opened, 10, 0.2)
+
+        def with_stacks():
+            status, body, _ = http_get(f"{self.sysport}/incidents/{iid}", timeout=5.0)
+            expect(status == 200, f"/incidents/{iid}: HTTP {status}")
+            doc = json.loads(body)
+            expect(doc["stacks"] is not None, "stacks not taken yet")
+            return doc
+
+        doc = eventually(with_stacks, 30, 0.5)
+        with urllib.request.urlopen(f"{self.sysport}/incidents/{iid}.tar.gz", timeout=10) as resp:
+            bundle = resp.read()
+        with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:gz") as tar:
+            names = tar.getnames()
+            stacks = tar.extractfile("stacks.txt").read().decode() if "stacks.txt" in names else ""
+        return {"doc": doc, "names": names, "stacks": stacks}
 
     def health(self, base=None):
         status, body = probe(f"{base or self.sysport}/health", timeout=2.0)
@@ -1243,6 +1284,7 @@ scrape_configs:
                     t.join(250)
                 raise
             t0 = time.monotonic()
+            frozen_at = time.time()
             os.kill(worker, signal.SIGSTOP)
             engine_codes = set()
             try:
@@ -1261,6 +1303,13 @@ scrape_configs:
                         # numbers can be compared with them exactly, requests running.
                         r["router"] = self.router_snapshot()
                     time.sleep(0.1)
+                if tstall is not None:
+                    # Still frozen: the incident, and the worker's stacks taken while it is.
+                    try:
+                        r["incident"] = self.stalled_incident(frozen_at)
+                    except Failed as err:
+                        r["incident_error"] = str(err)
+                    r["worker"] = worker
             finally:
                 os.kill(worker, signal.SIGCONT)
                 t1 = time.monotonic()
@@ -1295,6 +1344,26 @@ scrape_configs:
 
         self.check(f"frozen while busy: sysport says 'engine stalled' within stall_after + interval + {MARGIN:g} s",
                    stalled)
+
+        def incident():
+            expect("incident" in r, f"no incident: {r.get('incident_error')}")
+            doc, stacks = r["incident"]["doc"], r["incident"]["stacks"]
+            expect(doc["kind"] == "stalled", f"kind {doc['kind']!r}, timeline {doc['timeline']}")
+            flat = [x["progress"] for x in doc["readings_before"][-3:]]
+            expect(len(doc["readings_before"]) >= 5, f"{len(doc['readings_before'])} readings before")
+            expect(r["incident"]["names"][:3] == ["incident.json", "page-before.prom.gz", "page-opening.prom.gz"],
+                   f"bundle {r['incident']['names']}")
+            procs = {p["pid"]: p for p in (doc["stacks"].get("processes") or [])}
+            expect(r["worker"] in procs, f"the worker {r['worker']} not among {doc['stacks']}")
+            expect(procs[r["worker"]]["result"] == "ok", f"worker's dump: {procs[r['worker']]}")
+            part = stacks.split(f"=== pid {r['worker']}:", 1)[-1].split("=== pid ", 1)[0]
+            frames = [ln.strip() for ln in part.splitlines() if "vllm/" in ln]
+            expect(frames, f"no vLLM frame in the frozen worker's stacks: {part[:600]!r}")
+            return (f"incident {doc['id']} stalled, {len(procs)} processes dumped; the frozen worker's "
+                    f"frames include {frames[0]!r}; last progress readings {flat}")
+
+        self.check("frozen while busy: an incident 'stalled' with the frozen worker's Python stacks (vLLM frames)",
+                   incident)
 
         def finished():
             expect(r["alive"] == 0, f"{r['alive']} completions still running {r['finished']:.0f} s after SIGCONT")

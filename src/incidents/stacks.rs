@@ -1,0 +1,263 @@
+//! The engine's Python stacks at an incident's opening, taken with py-spy
+//! (`py-spy dump --nonblocking --pid P`, which works on a running and on a stopped process)
+//! for every process of the engine: the process listening on the upstream's port, found from
+//! `/proc/net/tcp{,6}` and `/proc/*/fd`, and its descendants. One dump at a time, each bounded
+//! in time (killed at `stacks_timeout`) and in output ([`MAX_OUTPUT`]); when none can be taken,
+//! the reason.
+
+use std::collections::{BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+
+/// Most bytes kept of one process's dump (and of its error output, a tenth of it).
+pub(crate) const MAX_OUTPUT: usize = 4 << 20;
+
+/// What was taken.
+#[derive(Debug, Clone)]
+pub(crate) enum Taken {
+    /// One dump per process of the engine.
+    Dumps(Vec<Dump>),
+    /// Why there are none: no py-spy, no such process.
+    Unavailable(String),
+}
+
+/// One process's dump.
+#[derive(Debug, Clone)]
+pub(crate) struct Dump {
+    pub pid: u32,
+    /// `ok`, `failed` (py-spy's own words in `error`) or `timeout`.
+    pub result: &'static str,
+    pub error: Option<String>,
+    pub text: String,
+    pub cut: bool,
+}
+
+/// py-spy and its limits.
+#[derive(Debug)]
+pub(crate) struct Taker {
+    pub py_spy: Option<PathBuf>,
+    pub timeout: Duration,
+    /// One dump at a time, whatever the number of incidents opening.
+    one: tokio::sync::Mutex<()>,
+}
+
+impl Taker {
+    pub(crate) fn new(configured: Option<PathBuf>, timeout: Duration) -> Taker {
+        Taker {
+            py_spy: configured.or_else(|| on_path("py-spy")),
+            timeout,
+            one: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The stacks of every process of the engine listening on `port`.
+    pub(crate) async fn take(&self, port: u16) -> Taken {
+        let Some(py_spy) = self.py_spy.clone() else {
+            return Taken::Unavailable(
+                "no py-spy: none on PATH and incidents.py_spy not set".to_owned(),
+            );
+        };
+        let pids = match processes(port) {
+            Ok(pids) => pids,
+            Err(why) => return Taken::Unavailable(why),
+        };
+        let mut dumps = Vec::new();
+        for pid in pids {
+            let _one = self.one.lock().await;
+            dumps.push(dump(&py_spy, pid, self.timeout).await);
+        }
+        Taken::Dumps(dumps)
+    }
+}
+
+/// `name` in a directory of `PATH`, if it is there.
+fn on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// One process's dump, within `timeout`.
+async fn dump(py_spy: &Path, pid: u32, timeout: Duration) -> Dump {
+    let mut dump = Dump {
+        pid,
+        result: "failed",
+        error: None,
+        text: String::new(),
+        cut: false,
+    };
+    let spawned = tokio::process::Command::new(py_spy)
+        .args(["dump", "--nonblocking", "--pid", &pid.to_string()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            dump.error = Some(format!("cannot run {}: {e}", py_spy.display()));
+            return dump;
+        }
+    };
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let run = async {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        let mut out_bounded = (&mut stdout).take(MAX_OUTPUT as u64 + 1);
+        let mut err_bounded = (&mut stderr).take(MAX_OUTPUT as u64 / 10);
+        let (_, _) = tokio::join!(
+            out_bounded.read_to_end(&mut out),
+            err_bounded.read_to_end(&mut err),
+        );
+        // Whatever is left unread is the process's to drop: closing the pipes ends it.
+        drop(stdout);
+        drop(stderr);
+        (child.wait().await, out, err)
+    };
+    match tokio::time::timeout(timeout, run).await {
+        Err(_) => {
+            dump.result = "timeout";
+            dump.error = Some(format!("py-spy took over {timeout:?}: killed"));
+        }
+        Ok((status, mut out, err)) => {
+            dump.cut = out.len() > MAX_OUTPUT;
+            out.truncate(MAX_OUTPUT);
+            dump.text = String::from_utf8_lossy(&out).into_owned();
+            match status {
+                Ok(s) if s.success() => dump.result = "ok",
+                Ok(s) => {
+                    let words = String::from_utf8_lossy(&err).trim().to_owned();
+                    dump.error = Some(format!("py-spy {s}: {words}"));
+                }
+                Err(e) => dump.error = Some(format!("py-spy: {e}")),
+            }
+        }
+    }
+    dump
+}
+
+/// The process listening on `port` and its descendants, in order; or why there is none.
+pub(crate) fn processes(port: u16) -> Result<Vec<u32>, String> {
+    let inodes = listening(port);
+    if inodes.is_empty() {
+        return Err(format!(
+            "no such process: nothing listens on port {port} here"
+        ));
+    }
+    let mut denied = false;
+    let mut roots = BTreeSet::new();
+    let mut parents = Vec::new();
+    for pid in pids() {
+        if let Some(ppid) = parent(pid) {
+            parents.push((pid, ppid));
+        }
+        match std::fs::read_dir(format!("/proc/{pid}/fd")) {
+            Ok(fds) => {
+                let holds = fds.filter_map(Result::ok).any(|fd| {
+                    std::fs::read_link(fd.path()).ok().is_some_and(|l| {
+                        let l = l.to_string_lossy();
+                        l.strip_prefix("socket:[")
+                            .and_then(|s| s.strip_suffix(']'))
+                            .and_then(|s| s.parse::<u64>().ok())
+                            .is_some_and(|i| inodes.contains(&i))
+                    })
+                });
+                if holds {
+                    roots.insert(pid);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => denied = true,
+            Err(_) => {}
+        }
+    }
+    if roots.is_empty() {
+        return Err(if denied {
+            format!(
+                "no permission: the process listening on port {port} is not readable \
+                 (another user's; in Kubernetes, SYS_PTRACE)"
+            )
+        } else {
+            format!(
+                "no such process: the process listening on port {port} is not visible \
+                 (in Kubernetes, shareProcessNamespace: true)"
+            )
+        });
+    }
+    // Descendants, breadth first.
+    let mut all: Vec<u32> = roots.iter().copied().collect();
+    let mut at = 0;
+    while at < all.len() {
+        let p = all[at];
+        for (child, _) in parents.iter().filter(|(_, ppid)| *ppid == p) {
+            if !all.contains(child) {
+                all.push(*child);
+            }
+        }
+        at += 1;
+    }
+    Ok(all)
+}
+
+/// The inodes of the sockets listening on `port` (IPv4 and IPv6).
+fn listening(port: u16) -> HashSet<u64> {
+    let mut inodes = HashSet::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // sl local_address rem_address st ... inode (the tenth field); 0A is LISTEN.
+            let (Some(local), Some(state), Some(inode)) = (f.get(1), f.get(3), f.get(9)) else {
+                continue;
+            };
+            let local_port = local
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            if *state == "0A" && local_port == Some(port) {
+                if let Ok(inode) = inode.parse() {
+                    inodes.insert(inode);
+                }
+            }
+        }
+    }
+    inodes
+}
+
+fn pids() -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// The parent of `pid`, from `/proc/<pid>/stat` (the field after the command's parenthesis).
+fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listening_process_is_found_from_its_port() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let found = processes(port).expect("this process listens");
+        assert_eq!(found.first(), Some(&std::process::id()));
+        drop(listener);
+        let why = processes(port).expect_err("nothing listens now");
+        assert!(why.starts_with("no such process"), "{why}");
+    }
+}
