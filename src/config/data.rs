@@ -391,6 +391,9 @@ impl std::fmt::Display for Temporality {
             Temporality::Cumulative => "cumulative",
             Temporality::Delta => "delta",
         })
+    }
+}
+
 /// Where incidents are kept (docs/incidents.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IncidentsConfig {

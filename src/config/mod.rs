@@ -100,7 +100,9 @@ pub use control::{
     DYN_LORA_ENABLED, RoutePolicy,
 };
 pub use data::{
-    CanaryConfig, Config, HealthConfig, IncidentsConfig, Limits, Listen, MAX_UPSTREAMS, OtlpConfig, OtlpProtocol, ShutdownConfig, StallConfig, StartingStatus, Temporality, UpstreamConfig, ViewConfig, VitalsConfig,
+    CanaryConfig, Config, HealthConfig, IncidentsConfig, Limits, Listen, MAX_UPSTREAMS, OtlpConfig,
+    OtlpProtocol, ShutdownConfig, StallConfig, StartingStatus, Temporality, UpstreamConfig,
+    ViewConfig, VitalsConfig,
 };
 pub use env::{
     DYN_CANARY_WAIT_TIME, DYN_HEALTH_CHECK_ENABLED, DYN_HEALTH_CHECK_PAYLOAD,
