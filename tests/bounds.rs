@@ -16,6 +16,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
+use common::probe;
 use common::sidecar::Sidecar;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -164,25 +165,6 @@ fn rss_mib(pid: u32) -> f64 {
 
 async fn status(sp: &Sidecar) -> serde_json::Value {
     serde_json::from_slice(&sp.get("/status", &[]).await.body).expect("JSON")
-}
-
-/// One probe on a fresh connection, as the kubelet makes it: the time to the whole answer.
-async fn probe(port: u16, path: &str) -> (u16, Duration) {
-    let started = Instant::now();
-    let mut tcp = TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connect");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    tcp.write_all(request.as_bytes()).await.expect("send");
-    let mut answer = Vec::new();
-    tcp.read_to_end(&mut answer).await.expect("read");
-    let text = String::from_utf8_lossy(&answer);
-    let code = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (code, started.elapsed())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -521,7 +503,9 @@ async fn slow_and_non_reading_clients_hold_no_more_than_the_answer_budget() {
         codes.get(&503).copied().unwrap_or(0) > 0,
         "over the budget new answers are refused: {codes:?}"
     );
-    // Once they have left, memory goes back near where it was.
+    // Once they have left, memory goes back to within about one budget of where it was (the
+    // body blocks kept for the next fetches and the allocator's cache; before the budget and
+    // mimalloc, 1.2 GiB stayed).
     tokio::time::sleep(Duration::from_secs(10)).await;
     let after = rss_mib(sp.pid());
     eprintln!(
@@ -538,7 +522,7 @@ async fn slow_and_non_reading_clients_hold_no_more_than_the_answer_budget() {
     )
     .expect("text");
     assert!(
-        after < baseline + 32.0,
+        after < baseline + 64.0,
         "RSS {after:.0} MiB 10 s after the clients left, baseline {baseline:.0} MiB:\n{own}"
     );
     let page = String::from_utf8(

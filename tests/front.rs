@@ -14,7 +14,7 @@ use common::pki::Pki;
 use common::sidecar::{Sidecar, free_port};
 use common::{Reply, Upstream, metric};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpSocket;
 
 const PAGE: &str = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n";
 
@@ -62,26 +62,6 @@ async fn replay(
             }
         }
     }
-}
-
-/// A probe on a fresh connection, as the kubelet makes it: its status and the time to the
-/// whole answer.
-async fn probe(port: u16) -> (u16, Duration) {
-    let started = Instant::now();
-    let mut tcp = TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connect");
-    tcp.write_all(b"GET /live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .expect("send");
-    let mut answer = Vec::new();
-    tcp.read_to_end(&mut answer).await.expect("read");
-    let code = String::from_utf8_lossy(&answer)
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (code, started.elapsed())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,7 +126,7 @@ async fn a_handshake_flood_reaches_neither_the_probe_port_nor_more_than_its_shar
     let mut times = Vec::new();
     let until = Instant::now() + Duration::from_secs(8);
     while Instant::now() < until {
-        let (code, took) = probe(probe_port).await;
+        let (code, took) = common::probe(probe_port, "/live").await;
         assert_eq!(code, 200, "the probe port's /live");
         times.push(took);
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -447,3 +447,23 @@ fn quoted(s: &str) -> Option<(String, &str)> {
     }
     None
 }
+
+/// One probe on a fresh connection, as the kubelet makes it: the time to the whole answer.
+pub async fn probe(port: u16, path: &str) -> (u16, Duration) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let started = std::time::Instant::now();
+    let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    tcp.write_all(request.as_bytes()).await.expect("send");
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer).await.expect("read");
+    let text = String::from_utf8_lossy(&answer);
+    let code = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, started.elapsed())
+}

@@ -1248,7 +1248,8 @@ scrape_configs:
                 if r["running_at_freeze"] >= 10:
                     return
             expect(False, f"in 3 tries the 20 completions had ended by the time vLLM's worker froze "
-                          f"(vLLM's running gauge said {r['running_at_freeze']:g})")
+                          f"(vLLM's running gauge said {r['running_at_freeze']:g}), or sysport never "
+                          f"saw them running ({r.get('unseen', 'it did')})")
 
         def freeze_once():
             self.wait_idle()
@@ -1279,10 +1280,13 @@ scrape_configs:
 
             try:
                 seen = eventually(running, 30, 0.1)
-            except Failed:
+            except Failed as err:
+                # On two busy cores vLLM's /metrics can take longer than the upstream's timeout
+                # while 20 completions run, and the checks then read nothing new: try again.
                 for t in threads:
                     t.join(250)
-                raise
+                r["running_at_freeze"], r["unseen"] = 0, str(err)
+                return
             t0 = time.monotonic()
             frozen_at = time.time()
             os.kill(worker, signal.SIGSTOP)
