@@ -15,6 +15,7 @@
 #                                   SYSPORT_PROMTOOL3    promtool 3.16.0
 #                                   SYSPORT_OTELCOL      the Collector (otelcol --config FILE)
 #                                   SYSPORT_AIPERF       aiperf 0.13.0
+#                                   SYSPORT_PY_SPY       py-spy 0.4.3 (the incidents' stacks)
 #                                 fails with a message on stderr when setup has not been done
 #   scripts/real-tools.sh lock    (maintainers) re-resolve scripts/real-tools/aiperf-requirements.txt
 #   scripts/real-tools.sh --help  this text
@@ -54,6 +55,11 @@ PROMTOOL=$BIN/promtool-$PROMETHEUS_VERSION
 OTELCOL=$BIN/otelcol-$OTELCOL_VERSION
 AIPERF_VENV=$DIR/aiperf-venv
 AIPERF=$AIPERF_VENV/bin/aiperf
+# py-spy for the incidents' stacks (tests/real/run.py): PyPI's binary wheel, pinned by sha256.
+PY_SPY_VERSION=0.4.3
+PY_SPY_SHA256=8a4277225f470d394a85cca0cdd944bef87f0097b6f20150a6dd3ac2e92806b8
+PY_SPY_VENV=$DIR/py-spy-venv
+PY_SPY=$PY_SPY_VENV/bin/py-spy
 STAMPS=$DIR/stamps
 PIP_FLAGS=(--no-cache-dir --progress-bar off --disable-pip-version-check)
 
@@ -111,7 +117,11 @@ key_aiperf() {
   echo "python3: $(python_version)"
   echo "lock: $(basename "$AIPERF_LOCK") sha256:$(sha256 "$AIPERF_LOCK")"
 }
-COMPONENTS=(prometheus3 otelcol aiperf)
+key_pyspy() {
+  echo "component: py-spy"
+  echo "py-spy: $PY_SPY_VERSION sha256:$PY_SPY_SHA256"
+}
+COMPONENTS=(prometheus3 otelcol aiperf pyspy)
 
 is_done() {
   local c=$1
@@ -120,6 +130,7 @@ is_done() {
     prometheus3) [ -x "$PROMETHEUS" ] && [ -x "$PROMTOOL" ] ;;
     otelcol) [ -x "$OTELCOL" ] ;;
     aiperf) [ -x "$AIPERF" ] ;;
+    pyspy) [ -x "$PY_SPY" ] ;;
   esac
 }
 stamp() {
@@ -179,6 +190,19 @@ build_otelcol() {
   log "otelcol: $v"
 }
 
+install_pyspy() {
+  rm -rf "$PY_SPY_VENV"
+  python3 -m venv "$PY_SPY_VENV"
+  local req
+  req=$(mktemp)
+  echo "py-spy==$PY_SPY_VERSION --hash=sha256:$PY_SPY_SHA256" >"$req"
+  "$PY_SPY_VENV/bin/python" -m pip install "${PIP_FLAGS[@]}" --require-hashes --no-deps \
+    --only-binary :all: -r "$req"
+  rm -f "$req"
+  "$PY_SPY" --version >/dev/null || die "py-spy: \`py-spy --version\` failed"
+  log "py-spy: $("$PY_SPY" --version)"
+}
+
 install_aiperf() {
   python3 -c 'import venv, ensurepip' 2>/dev/null || die "python3's venv module is missing (apt-get install python3-venv)"
   rm -rf "$AIPERF_VENV"
@@ -230,6 +254,7 @@ cmd_setup() {
   component prometheus3 build_prometheus3
   component otelcol build_otelcol
   component aiperf install_aiperf
+  component pyspy install_pyspy
   log "setup done in $((SECONDS - t0)) s; $(du -sh "$DIR" 2>/dev/null | cut -f1) in $DIR"
 }
 
@@ -239,7 +264,8 @@ cmd_env() {
     is_done "$c" || die "$c is not set up in $DIR (or its pins changed): run scripts/real-tools.sh setup"
   done
   echo "export SYSPORT_PROMETHEUS3=$(shquote "$PROMETHEUS") SYSPORT_PROMTOOL3=$(shquote "$PROMTOOL")" \
-    "SYSPORT_OTELCOL=$(shquote "$OTELCOL") SYSPORT_AIPERF=$(shquote "$AIPERF")"
+    "SYSPORT_OTELCOL=$(shquote "$OTELCOL") SYSPORT_AIPERF=$(shquote "$AIPERF")" \
+    "SYSPORT_PY_SPY=$(shquote "$PY_SPY")"
 }
 
 # lock: re-resolve aiperf-requirements.txt in a scratch venv (pip's --dry-run --report gives the
