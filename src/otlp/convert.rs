@@ -461,22 +461,7 @@ pub(crate) fn string_kv(key: &str, value: &str) -> KeyValue {
     }
 }
 
-/// HELP text with its escapes undone (`\\`, `\n`, and OpenMetrics' `\"`).
+/// HELP text with its escapes undone (`\\`, `\n`, and OpenMetrics' `\"`: a label value's).
 fn unescape_help(raw: &[u8]) -> String {
-    let mut out = Vec::with_capacity(raw.len());
-    let mut bytes = raw.iter();
-    while let Some(&b) = bytes.next() {
-        match (b, bytes.as_slice().first()) {
-            (b'\\', Some(b'n')) => {
-                out.push(b'\n');
-                bytes.next();
-            }
-            (b'\\', Some(&c @ (b'\\' | b'"'))) => {
-                out.push(c);
-                bytes.next();
-            }
-            (b, _) => out.push(b),
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8_lossy(&crate::expfmt::unescape_label_value(raw)).into_owned()
 }

@@ -104,16 +104,19 @@ impl Drop for Charge {
 /// `bytes`, charged to `ledger` until the last copy of it is dropped (written or abandoned).
 pub(super) fn charged(ledger: &Arc<Ledger>, bytes: Bytes) -> Bytes {
     let charge = ledger.charge(bytes.len());
-    Bytes::from_owner(Owned {
-        bytes,
-        _charge: charge,
-    })
+    hold(bytes, charge)
+}
+
+/// `bytes`, holding `what` (a charge, a shared rendering) until the last copy of them is
+/// dropped: an answer's last run keeps what it was made from alive until it is written.
+pub(super) fn hold<T: Send + 'static>(bytes: Bytes, what: T) -> Bytes {
+    Bytes::from_owner(Owned { bytes, _what: what })
 }
 
 /// Bytes that hold something until they are dropped.
-pub(super) struct Owned<T> {
-    pub(super) bytes: Bytes,
-    pub(super) _charge: T,
+struct Owned<T> {
+    bytes: Bytes,
+    _what: T,
 }
 
 impl<T> AsRef<[u8]> for Owned<T> {

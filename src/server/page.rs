@@ -11,7 +11,7 @@ use bytes::Bytes;
 
 use super::app::{App, Runtime};
 use super::gzip::{self, Deflated};
-use super::held::{self, Owned};
+use super::held::hold;
 use super::negotiate::Exposition;
 use super::parts::Parts;
 use super::render::{RenderKey, Rendered, Sources};
@@ -106,16 +106,22 @@ pub(super) async fn response(
             let tail = hold(Bytes::from(d.finish_with(&own)), cell);
             vec![gzip::header(), d.data.clone(), tail]
         }
-        // A selective read's own rendering: charged for this answer alone.
-        (Engines::Plain(runs), None) => {
-            let total = runs.iter().map(Bytes::len).sum::<usize>() + own.len();
-            let own = hold(own, app.held.charge(total));
-            runs.iter().cloned().chain([own]).collect()
-        }
-        (Engines::Gzip(d), None) => {
-            let tail = d.finish_with(&own);
-            let member = [gzip::header(), d.data.clone(), Bytes::from(tail)].concat();
-            vec![held::charged(&app.held, Bytes::from(member))]
+        // A selective read's own rendering: charged for this answer alone, held by its last run.
+        (engines, None) => {
+            let mut parts = match engines {
+                Engines::Plain(runs) => runs.iter().cloned().chain([own]).collect(),
+                Engines::Gzip(d) => {
+                    let tail = Bytes::from(d.finish_with(&own));
+                    vec![gzip::header(), d.data, tail]
+                }
+            };
+            // An empty run is not sent, so it could not hold the charge.
+            parts.retain(|p: &Bytes| !p.is_empty());
+            let total = parts.iter().map(Bytes::len).sum();
+            if let Some(last) = parts.pop() {
+                parts.push(hold(last, app.held.charge(total)));
+            }
+            parts
         }
     };
     let mut r = Response::new(body(parts));
@@ -133,15 +139,6 @@ pub(super) async fn response(
 enum Engines {
     Plain(Arc<[Bytes]>),
     Gzip(Deflated),
-}
-
-/// `bytes`, holding `what` until the last copy of them is dropped: the answer's last run keeps
-/// its rendering findable (`render::Renders`) and charged until written or abandoned.
-fn hold<T: Send + 'static>(bytes: Bytes, what: T) -> Bytes {
-    Bytes::from_owner(Owned {
-        bytes,
-        _charge: what,
-    })
 }
 
 /// The response body of runs: one buffer for a small answer, else the runs (mostly the
