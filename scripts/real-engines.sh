@@ -86,27 +86,16 @@ LLAMA_VOCAB=$DIR/llama/ggml-vocab-llama-spm.gguf
 LLAMA_MODEL=$DIR/models/tiny-llama.gguf
 BUILD=$DIR/build
 STAMPS=$DIR/stamps
+SETUP_NAME=real-engines
+# shellcheck source=setup-common.sh
+. "$HERE/setup-common.sh"
 PIP_FLAGS=(--no-cache-dir --progress-bar off --disable-pip-version-check)
 
-log() { echo "real-engines: $*"; }
-die() { echo "real-engines: error: $*" >&2; exit 1; }
-usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
-sha256() { sha256sum "$1" | cut -d' ' -f1; }
 now() { echo "$EPOCHREALTIME"; }
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
-# Single-quoted for sh and bash.
-shquote() { local s=$1; printf "'%s'" "${s//\'/\'\\\'\'}"; }
 
 # ---- stamps ---------------------------------------------------------------------------------
 # Each component's key: its pins, one per line, and the keys of what it is made from.
-PY_VERSION=
-python_version() {
-  if [ -z "$PY_VERSION" ]; then
-    PY_VERSION=$(python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null) ||
-      die "python3 is missing (CPython $PYTHON_MINOR is expected)"
-  fi
-  echo "$PY_VERSION"
-}
 key_vllm_venv() {
   echo "component: vllm-venv"
   echo "python3: $(python_version)"
@@ -159,11 +148,6 @@ is_done() {
     llama-model) [ -f "$LLAMA_MODEL" ] ;;
     check) [ -x "$VLLM_WRAPPER" ] ;;
   esac
-}
-stamp() {
-  mkdir -p "$STAMPS"
-  "key_${1//-/_}" >"$STAMPS/$1.tmp"
-  mv -f "$STAMPS/$1.tmp" "$STAMPS/$1"
 }
 
 # ---- Debian packages ------------------------------------------------------------------------
@@ -563,26 +547,8 @@ run_check() {
 }
 
 # ---- commands -------------------------------------------------------------------------------
-all_done() {
-  local c
-  for c in "${COMPONENTS[@]}"; do is_done "$c" || return 1; done
-}
 
 # component NAME FUNCTION...: run the functions unless NAME's stamp is current, then stamp it.
-component() {
-  local c=$1
-  shift
-  if is_done "$c"; then
-    log "$c: in place"
-    return 0
-  fi
-  local t0=$SECONDS f
-  rm -f "$STAMPS/$c"
-  log "$c: setting up"
-  for f in "$@"; do "$f"; done
-  stamp "$c"
-  log "$c: done ($((SECONDS - t0)) s)"
-}
 
 cmd_setup() {
   local t0=$SECONDS

@@ -61,13 +61,11 @@ PY_SPY_SHA256=8a4277225f470d394a85cca0cdd944bef87f0097b6f20150a6dd3ac2e92806b8
 PY_SPY_VENV=$DIR/py-spy-venv
 PY_SPY=$PY_SPY_VENV/bin/py-spy
 STAMPS=$DIR/stamps
+SETUP_NAME=real-tools
+# shellcheck source=setup-common.sh
+. "$HERE/setup-common.sh"
 PIP_FLAGS=(--no-cache-dir --progress-bar off --disable-pip-version-check)
 
-log() { echo "real-tools: $*"; }
-die() { echo "real-tools: error: $*" >&2; exit 1; }
-usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
-sha256() { sha256sum "$1" | cut -d' ' -f1; }
-shquote() { local s=$1; printf "'%s'" "${s//\'/\'\\\'\'}"; }
 
 # Go with its caches in $DIR and nothing taken from the machine's own settings.
 go_env() {
@@ -88,14 +86,6 @@ check_go() {
   v=$(go_version)
   [ "$(printf '%s\n%s\n' "$GO_MIN" "$v" | sort -V | head -n 1)" = "$GO_MIN" ] ||
     die "go is $v; Go $GO_MIN or newer is needed"
-}
-PY_VERSION=
-python_version() {
-  if [ -z "$PY_VERSION" ]; then
-    PY_VERSION=$(python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null) ||
-      die "python3 is missing"
-  fi
-  echo "$PY_VERSION"
 }
 
 # ---- stamps ---------------------------------------------------------------------------------
@@ -132,11 +122,6 @@ is_done() {
     aiperf) [ -x "$AIPERF" ] ;;
     pyspy) [ -x "$PY_SPY" ] ;;
   esac
-}
-stamp() {
-  mkdir -p "$STAMPS"
-  "key_$1" >"$STAMPS/$1.tmp"
-  mv -f "$STAMPS/$1.tmp" "$STAMPS/$1"
 }
 
 # ---- components -----------------------------------------------------------------------------
@@ -219,24 +204,7 @@ install_aiperf() {
 }
 
 # ---- commands -------------------------------------------------------------------------------
-component() {
-  local c=$1 f=$2
-  if is_done "$c"; then
-    log "$c: in place"
-    return 0
-  fi
-  local t0=$SECONDS
-  rm -f "$STAMPS/$c"
-  log "$c: setting up"
-  "$f"
-  stamp "$c"
-  log "$c: done ($((SECONDS - t0)) s)"
-}
 
-all_done() {
-  local c
-  for c in "${COMPONENTS[@]}"; do is_done "$c" || return 1; done
-}
 
 cmd_setup() {
   local t0=$SECONDS
