@@ -11,6 +11,9 @@
 # built from its own Go module (pinned by bench/passthrough/go.mod and go.sum, from the Go module
 # proxy) into $SYSPORT_TOOLS_DIR/bin (default ~/.cache/sysport/tools, the cache
 # scripts/real-tools.sh uses), outside the clone. Builds target/release/sysport.
+# go.sum was written with GOSUMDB=off: the module proxy here serves exporter_exporter v0.5.0 but
+# not its checksum database entry (404), so the hashes pin what the proxy served, unchecked by
+# sum.golang.org; -mod=readonly then refuses any module not in go.sum.
 #
 # Usage: bash bench/passthrough.sh [OUT_DIR]   (default bench/out/passthrough)
 #        SYSPORT_PT_SYSPORTS=OLD_BIN bash bench/passthrough.sh OUT   (another sysport build
