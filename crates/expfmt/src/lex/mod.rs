@@ -8,13 +8,17 @@
 mod labels;
 mod value;
 
-use super::Format;
-use super::hash::PairHasher;
+use crate::format::Format;
+use crate::hash::PairHasher;
 
 pub(crate) use self::labels::label_pairs;
 use self::labels::{Pair, Prev, lex_labels};
 use self::value::lex_value;
 pub use self::value::valid_float;
+
+/// The most labels a caller may add to every series ([`crate::ParseOptions::added_labels`]): the
+/// lexer notes which of them a line already carries in one byte ([`SampleLex::present`]).
+pub const MAX_ADDED_LABELS: usize = 8;
 
 /// Why a line was rejected. Cheap to construct: malformed lines are counted, and only the
 /// first of a body is kept ([`crate::ParseStats::first_malformed`]).
