@@ -58,10 +58,4 @@ pub use text::write_text;
 pub use values::write_value;
 
 #[cfg(test)]
-mod prior_tests;
-#[cfg(test)]
-mod proptests;
-#[cfg(test)]
-mod split_tests;
-#[cfg(test)]
-mod tests;
+mod testing;

@@ -9,7 +9,7 @@ use crate::lex::SampleLex;
 /// The offsets of the line's parts are kept relative to the line as `u16`. A line with a
 /// timestamp or an exemplar, or one too long for `u16` offsets, keeps its whole [`SampleLex`] in
 /// a side table of the exposition instead (rare: the engines sysport fronts write neither), so
-/// [`Exposition::lex`] is the way to read any of them.
+/// [`Exposition::lex`](super::Exposition::lex) is the way to read any of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sample {
     /// Start of the line in the body.

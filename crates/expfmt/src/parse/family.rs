@@ -314,7 +314,7 @@ mod tests {
         let keep = ["vllm:".to_string()];
         let opts = ParseOptions {
             keep: &keep,
-            limits: crate::tests::LIMITS,
+            limits: crate::testing::LIMITS,
             added_labels: &[],
             hasher: PairHasher::new(1),
             allow_reserved: false,

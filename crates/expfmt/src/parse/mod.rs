@@ -12,8 +12,12 @@
 
 mod family;
 mod helper;
-pub(super) mod prior;
-pub(super) mod split;
+mod prior;
+#[cfg(test)]
+mod prior_tests;
+mod split;
+#[cfg(test)]
+mod split_tests;
 
 use self::prior::{UNSEEN, usable};
 use self::split::{

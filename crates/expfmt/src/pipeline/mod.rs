@@ -164,6 +164,11 @@ pub fn parse_merge_write<T: Target>(
 }
 
 #[cfg(test)]
+mod contract_tests;
+#[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::hash::PairHasher;
