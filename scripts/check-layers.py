@@ -18,12 +18,19 @@ A cycle is a strongly connected component of more than one file: every file in i
 other one through imports. The layers say who may use whom: a file of a module on layer N may
 import modules on layer N or below, never above.
 
+The exposition crate (crates/expfmt/src) is checked for one rule of its own: its lib.rs is only
+the crate's face, so it holds modules and public re-exports (`mod x;`, `pub use x::Y;`) and
+defines nothing, and no file of the crate imports an item defined in lib.rs (a path into the
+crate root, `crate::Y` or `super::Y`, that names an item lib.rs defines). Each module imports
+what it uses from the module that defines it.
+
 Usage: python3 scripts/check-layers.py --self-test (adds cycles on purpose to copies of src/ and
                                                    fails unless each is caught)
        python3 scripts/check-layers.py            (exits 1 on a cycle or an import against the
                                                    layers, 0 when there is none)
        python3 scripts/check-layers.py --report   (prints the same, always exits 0)
        python3 scripts/check-layers.py --src DIR  (another source tree, for the script's own test)
+       python3 scripts/check-layers.py --expfmt DIR  (another crates/expfmt/src, the same way)
 """
 import os
 import re
@@ -31,6 +38,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARCHITECTURE = os.path.join(ROOT, "docs", "architecture.md")
+EXPFMT = os.path.join(ROOT, "crates", "expfmt", "src")
 
 
 def read_layers(path=ARCHITECTURE):
@@ -361,10 +369,97 @@ def top(rel):
     return rel.split("/")[0].removesuffix(".rs")
 
 
+def top_items(text):
+    """The top-level items of a file whose comments and literals are blanked, as (line, text),
+    attributes (`#[..]`, `#![..]`) left out."""
+    items, i, n, depth, start = [], 0, len(text), 0, None
+    while i < n:
+        c = text[i]
+        if depth == 0 and c == "#" and re.match(r"#!?\s*\[", text[i:i + 8]):
+            i = text.index("[", i)
+            level = 0
+            while i < n:
+                level += text[i] == "["
+                level -= text[i] == "]"
+                i += 1
+                if level == 0:
+                    break
+            continue
+        if start is None:
+            if c.isspace():
+                i += 1
+                continue
+            start = i
+        if c in "{([":
+            depth += 1
+        elif c in "})]":
+            depth -= 1
+        end = None
+        if depth == 0 and c == ";":
+            end = i + 1
+        elif depth == 0 and c == "}":
+            j = i + 1
+            while j < n and text[j].isspace():
+                j += 1
+            end = j + 1 if j < n and text[j] == ";" else i + 1
+        if end is not None:
+            items.append((text.count("\n", 0, start) + 1, re.sub(r"\s+", " ", text[start:end])))
+            start, i = None, end
+            continue
+        i += 1
+    return items
+
+
+ITEM_NAME = re.compile(r"\b(struct|enum|union|trait|type|fn|const|static|mod|macro_rules!)\s*(" + IDENT + ")")
+
+
+def root_definitions(lib_text):
+    """What a lib.rs (blanked) holds besides modules and public re-exports, as (line, what, name);
+    name is the item a path could import (None for an `impl`, a private `use`, ...)."""
+    out = []
+    for line, item in top_items(lib_text):
+        if re.fullmatch(r"(?:pub(?:\s*\([^)]*\))?\s+)?mod\s+" + IDENT + r"\s*;", item):
+            continue
+        if re.match(r"pub\s+use\b", item):
+            continue
+        head = item.rstrip(";") if re.match(r"(?:pub\S*\s+)?use\b", item) else re.split(r"[{;=]", item)[0].strip()
+        m = ITEM_NAME.search(head)
+        out.append((line, head, m.group(2) if m else None))
+    return out
+
+
+class RootImports(Graph):
+    """The paths of a crate's files (lib.rs aside) into items its lib.rs defines."""
+
+    def __init__(self, src, defined):
+        self.defined, self.hits = defined, []
+        super().__init__(src)
+
+    def _add(self, file_mod, scope, written, line):
+        me = self.files[file_mod]
+        full = self._resolve(scope, written)
+        if me == "lib.rs" or full is None or not self.defined:
+            return
+        if full == ():  # a glob: `use super::*` in a child of the root
+            self.hits.append((me, line, written + "::*", "every item lib.rs defines"))
+            return
+        if full[0] in self.defined and full[:1] not in self.files and full[:1] not in self.inline:
+            self.hits.append((me, line, written, full[0]))
+
+
+def check_root(src):
+    """lib.rs's definitions and the imports of them from the crate's other files."""
+    with open(os.path.join(src, "lib.rs"), encoding="utf-8") as f:
+        defined = root_definitions(strip_code(f.read()))
+    g = RootImports(src, {name for _, _, name in defined if name})
+    return defined, sorted(set(g.hits))
+
+
 def self_test():
     """The check fails on a cycle added on purpose: between two files of one module (a child
     importing its sibling back) and between two modules (the bottom layer importing one above
-    it), and passes on the tree as it is. Runs on copies of src/ in a temporary folder."""
+    it), and passes on the tree as it is; it fails when the exposition crate's lib.rs defines an
+    item, used or not. Runs on copies of src/ and crates/expfmt/src in a temporary folder."""
     import contextlib
     import io
     import shutil
@@ -375,6 +470,15 @@ def self_test():
         ("config/data.rs imports config/load.rs, which imports it", ("config/data.rs", "use super::load::Overrides;\n"), 1),
         ("model imports telemetry, which imports model", ("model/mod.rs", "use crate::telemetry::Telemetry;\n"), 1),
         ("stall imports canary, beside it", ("stall/mod.rs", "use crate::canary::Tracker;\n"), 1),
+    ]
+    expfmt_cases = [
+        ("expfmt's lib.rs defines a type that parse/mod.rs imports",
+         [("lib.rs", "pub struct Extra;\n"), ("parse/mod.rs", "use crate::Extra;\n")],
+         [" pub struct Extra\n", "parse/mod.rs:"]),
+        ("expfmt's lib.rs defines a function nothing names", [("lib.rs", "fn unused() {}\n")],
+         [" fn unused()\n"]),
+        ("expfmt's lib.rs imports a type for itself", [("lib.rs", "use bytes::Bytes;\n")],
+         [" use bytes::Bytes\n"]),
     ]
     failed = 0
     for what, change, want in cases:
@@ -393,6 +497,21 @@ def self_test():
         ok = got == want and (cycle or against) == bool(change)
         failed += not ok
         print(f"{'ok  ' if ok else 'FAIL'}  {what}: exit {got}, {'a cycle found' if cycle else 'no cycle'}")
+    for what, changes, wanted in expfmt_cases:
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "src")
+            shutil.copytree(EXPFMT, src)
+            for path, line in changes:
+                with open(os.path.join(src, path), "a", encoding="utf-8") as f:
+                    f.write(line)
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                got = main(["--expfmt", src])
+        text = out.getvalue()
+        missing = [w.strip() for w in wanted if w not in text]
+        ok = got == 1 and not missing
+        failed += not ok
+        print(f"{'ok  ' if ok else 'FAIL'}  {what}: exit {got}, {'reported' if not missing else 'not reported: ' + ', '.join(missing)}")
     return 1 if failed else 0
 
 
@@ -403,6 +522,7 @@ def main(argv):
     src = os.path.join(ROOT, "src")
     if "--src" in argv:
         src = argv[argv.index("--src") + 1]
+    expfmt = argv[argv.index("--expfmt") + 1] if "--expfmt" in argv else EXPFMT
     g = Graph(src)
     cycles = g.cycles()
     violations, unknown = g.violations()
@@ -425,6 +545,20 @@ def main(argv):
         print("no import cycle, no import against the layers")
     else:
         print(f"\n{len(cycles)} cycles, {len(violations)} imports against the layers")
+    defined, upward = check_root(expfmt)
+    if defined:
+        print(f"\n{len(defined)} items in lib.rs of {expfmt} besides modules and `pub use` re-exports "
+              f"(move each into the module it belongs to):")
+        for line, head, _ in defined:
+            print(f"  lib.rs:{line} {head}")
+    if upward:
+        print(f"\n{len(upward)} imports of items defined in lib.rs of {expfmt} (import from the "
+              f"module that defines the item):")
+        for f, line, written, name in upward:
+            print(f"  {f}:{line} uses {written} ({name})")
+    if not defined and not upward:
+        print(f"{os.path.relpath(expfmt, ROOT)}: lib.rs defines nothing, no file imports into it")
+    bad = bad or bool(defined or upward)
     return 0 if report or not bad else 1
 
 

@@ -10,7 +10,8 @@ use std::collections::hash_map::Entry;
 
 use super::hash::{PairHasher, PassThrough, pair_hash};
 use super::lex::label_pairs;
-use super::{Exposition, Family, Kind, Sample, Selection};
+use super::model::{Exposition, Family, Kind, Sample, Span};
+use super::select::Selection;
 
 /// A label sysport adds to every engine series that lacks it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,7 +25,7 @@ impl AddedLabel {
     /// A label from its name and plain value.
     pub fn new(name: &str, value: &str) -> AddedLabel {
         let mut escaped = Vec::with_capacity(value.len());
-        super::escape_label_value(value.as_bytes(), &mut escaped);
+        crate::rewrite::escape_label_value(value.as_bytes(), &mut escaped);
         AddedLabel {
             name: name.as_bytes().to_vec(),
             escaped,
@@ -233,7 +234,7 @@ impl<'a> Merge<'a> {
                 .iter()
                 .map(|f| {
                     let (base, suffix) = s.family_name(f);
-                    let text = |t: Option<super::Span>| t.map_or(0, |t| (t.end - t.start) as usize);
+                    let text = |t: Option<Span>| t.map_or(0, |t| (t.end - t.start) as usize);
                     3 * (base.len() + suffix.len() + 24) + text(f.help) + text(f.unit)
                 })
                 .sum()

@@ -10,10 +10,11 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::format::Format;
 use super::hash::PassThrough;
 use super::lex::{label_pairs, valid_float};
 use super::merge::{END, Merge, OutFamily, group_key};
-use super::{Exposition, Family, Format, Kind, Role, Sample, Suffix};
+use super::model::{Exposition, Family, Kind, Role, Sample, Suffix};
 
 /// What OpenMetrics output had to leave out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

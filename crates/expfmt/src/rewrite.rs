@@ -5,8 +5,9 @@
 
 use std::borrow::Cow;
 
-use super::text::{write_help_as_text, write_seconds_as_millis};
-use super::{Exposition, Family, Format, Sample};
+use crate::format::Format;
+use crate::model::{Exposition, Family, Sample};
+use crate::text::{write_help_as_text, write_seconds_as_millis};
 
 /// A label value as written in an exposition (`\\`, `\"` and `\n` escaped), unescaped.
 pub fn unescape_label_value(raw: &[u8]) -> Cow<'_, [u8]> {
@@ -162,11 +163,11 @@ impl Exposition {
 mod tests {
     use bytes::Bytes;
 
-    use super::super::{
-        AddedLabel, Format, MergeOptions, PairHasher, ParseLimits, ParseOptions, merge, parse,
-        write_text,
-    };
     use super::*;
+    use crate::hash::PairHasher;
+    use crate::merge::{AddedLabel, MergeOptions, merge};
+    use crate::parse::{ParseLimits, ParseOptions, parse};
+    use crate::text::write_text;
 
     const PAGE: &str = "# HELP a_total A.\n# TYPE a_total counter\na_total{x=\"1\"} 1\n\
                         a_total{x=\"2\"} 2\na_total{x=\"3\"} 3\n# TYPE b gauge\nb 4\n\

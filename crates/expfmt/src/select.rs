@@ -8,7 +8,7 @@
 //! MetricPoint. So `?name=` gives the same series in both output formats, whichever of the two
 //! names a reader asks for.
 
-use super::Suffix;
+use crate::model::Suffix;
 
 /// The families one read selects.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,9 +4,10 @@
 //! canonical shape and needs no added label: one `memcpy` per line. Anything else is written
 //! token by token from the lexed offsets, so values, timestamps and label order never change.
 
-use super::merge::{END, Merge};
-use super::out::Sink;
-use super::{Exposition, Family, Format, Sample};
+use crate::format::Format;
+use crate::merge::{END, Merge};
+use crate::model::{Exposition, Family, Sample};
+use crate::out::Sink;
 
 /// Writes a merge as text format 0.0.4, appending to `out`.
 pub fn write_text<S: Sink>(m: &Merge<'_>, out: &mut S) {

@@ -4,9 +4,11 @@
 
 use std::io::Write as _;
 
-use super::lex::label_pairs;
-use super::text::{write_help_as_text, write_seconds_as_millis};
-use super::{Exposition, Family, Format, ParseLimits, Sample};
+use crate::format::Format;
+use crate::lex::label_pairs;
+use crate::model::{Exposition, Family, Sample};
+use crate::parse::ParseLimits;
+use crate::text::{write_help_as_text, write_seconds_as_millis};
 
 impl ParseLimits {
     /// For text sysport wrote itself (its own metrics, views of pages already parsed within
@@ -118,7 +120,7 @@ mod tests {
             ("Infinity", f64::INFINITY),
             ("+infinity", f64::INFINITY),
         ] {
-            assert!(super::super::valid_float(text.as_bytes()), "{text}");
+            assert!(crate::lex::valid_float(text.as_bytes()), "{text}");
             assert_eq!(parse_float(text.as_bytes()), want, "{text}");
         }
         assert!(parse_float(b"NaN").is_nan());
@@ -149,7 +151,7 @@ mod tests {
             -0.0,
         ] {
             let text = written(v);
-            assert!(super::super::valid_float(text.as_bytes()), "{text}");
+            assert!(crate::lex::valid_float(text.as_bytes()), "{text}");
             assert_eq!(
                 parse_float(text.as_bytes()).to_bits(),
                 v.to_bits(),

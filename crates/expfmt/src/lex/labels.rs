@@ -155,12 +155,7 @@ fn lex_pair(
     let name_end = i;
     let name = &line[ns..name_end];
     let mut present = 0u8;
-    for (bit, added) in opts
-        .added
-        .iter()
-        .enumerate()
-        .take(super::super::MAX_ADDED_LABELS)
-    {
+    for (bit, added) in opts.added.iter().enumerate().take(super::MAX_ADDED_LABELS) {
         if *added == name {
             present |= 1 << bit;
         }

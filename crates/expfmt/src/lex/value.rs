@@ -3,7 +3,7 @@
 
 use super::labels::lex_labels;
 use super::{LabelScratch, LexOptions, LineError, SampleLex, skip_blanks, token};
-use crate::Format;
+use crate::format::Format;
 
 /// The rest of a sample line from `i`, just after its name or labels: the value, then a
 /// timestamp or exemplar if any.

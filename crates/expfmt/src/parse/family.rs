@@ -5,7 +5,9 @@
 //! name, else to its name minus a type suffix, else (OpenMetrics renderers with
 //! prometheus/client_python#1177) to a declared name with `:` written as `_`.
 
-use super::{Decl, Family, Format, Kind, NONE, Parser, RESERVED_PREFIX, Role, Span, Suffix};
+use super::{Decl, NONE, Parser};
+use crate::format::Format;
+use crate::model::{Family, Kind, RESERVED_PREFIX, Role, Span, Suffix};
 
 impl Parser<'_, '_> {
     /// Adds the declarations with `:` made since the last call to the escaped-name index.
@@ -301,7 +303,8 @@ fn escaped_eq(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{PairHasher, ParseOptions};
+    use crate::hash::PairHasher;
+    use crate::parse::ParseOptions;
 
     #[test]
     fn names_with_equal_hashes_are_told_apart() {
@@ -311,7 +314,7 @@ mod tests {
         let keep = ["vllm:".to_string()];
         let opts = ParseOptions {
             keep: &keep,
-            limits: crate::tests::LIMITS,
+            limits: crate::testing::LIMITS,
             added_labels: &[],
             hasher: PairHasher::new(1),
             allow_reserved: false,

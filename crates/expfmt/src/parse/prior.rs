@@ -2,11 +2,13 @@
 //! of the line at the same place of its family in the previous parse of the same upstream takes
 //! their lexing from there ([`crate::parse_after`]).
 
+use super::ParseOptions;
 use super::family::family_slot;
 use super::{NONE, Parser};
+use crate::format::Format;
 use crate::lex;
 use crate::lex::LexKey;
-use crate::{Exposition, Format, ParseOptions, Suffix};
+use crate::model::{Exposition, Suffix};
 
 #[cfg(test)]
 thread_local! {

@@ -9,11 +9,11 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::{Decl, Parser, Part, helper};
+use crate::format::Format;
+use crate::hash::PairHasher;
 use crate::lex::{self, Comment};
-use crate::{
-    Exposition, Format, Malformed, PairHasher, ParseError, ParseLimits, ParseOptions, ParseStats,
-    Span, Suffix,
-};
+use crate::model::{Exposition, Malformed, ParseStats, Span, Suffix};
+use crate::parse::{ParseError, ParseLimits, ParseOptions};
 
 /// Bodies this large or larger are parsed by two threads (see [`crate::parse()`]).
 pub(crate) const PARALLEL_MIN_BYTES: usize = 256 << 10;

@@ -6,11 +6,11 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
-use super::parse::split::{
+use super::split::{
     PARALLEL_MIN_BYTES, parse_in_runs, parse_joined, parse_shared_with, split_point,
 };
-use super::tests::{FIXTURES, LIMITS, fixture};
-use super::*;
+use crate::testing::{FIXTURES, LIMITS, fixture};
+use crate::*;
 
 struct Case<'a> {
     body: &'a [u8],

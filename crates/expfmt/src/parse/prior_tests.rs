@@ -7,9 +7,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use super::parse::prior::REUSED;
-use super::tests::{FIXTURES, LIMITS, fixture};
-use super::*;
+use super::prior::REUSED;
+use crate::testing::{FIXTURES, LIMITS, fixture};
+use crate::*;
 
 /// Options for one side of a comparison.
 #[derive(Clone, Copy)]

@@ -6,8 +6,9 @@ use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
 
-use super::tests::{LIMITS, Up, parse_one, run};
-use super::*;
+use super::contract_tests::{Up, parse_one, run};
+use crate::testing::LIMITS;
+use crate::*;
 
 const NAMES: [&str; 5] = ["vllm:a", "vllm:b_total", "lmcache:c", "other_d", "vllm:e"];
 const KINDS: [&str; 3] = ["gauge", "counter", "untyped"];

@@ -12,8 +12,12 @@
 
 mod family;
 mod helper;
-pub(super) mod prior;
-pub(super) mod split;
+mod prior;
+#[cfg(test)]
+mod prior_tests;
+mod split;
+#[cfg(test)]
+mod split_tests;
 
 use self::prior::{UNSEEN, usable};
 use self::split::{
@@ -26,11 +30,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::hash::PassThrough;
-use super::lex::{self, Comment, LexOptions, LineError};
-use super::{
-    Exposition, Family, Format, Kind, LexKey, PairHasher, ParseStats, RESERVED_PREFIX, Role,
-    Sample, SideLex, Span, Suffix,
+use crate::format::Format;
+use crate::hash::{PairHasher, PassThrough};
+use crate::lex::{self, Comment, LexKey, LexOptions, LineError};
+use crate::model::{
+    Exposition, Family, Kind, Malformed, ParseStats, RESERVED_PREFIX, Rule, Sample, SideLex, Span,
+    Suffix,
 };
 
 /// Limits applied while parsing one body.
@@ -112,52 +117,6 @@ pub enum ParseError {
     /// Offsets into the body are 32-bit.
     #[error("body larger than 4 GiB")]
     BodyTooLarge,
-}
-
-/// A line dropped as malformed: where it is in the body, and which rule it broke.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("line {line}: {rule}")]
-pub struct Malformed {
-    /// The line number, from 1.
-    pub line: usize,
-    /// The rule it broke.
-    pub rule: Rule,
-}
-
-/// The rule a malformed line broke.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Rule {
-    /// The line does not lex as a sample or a HELP, TYPE or UNIT line.
-    #[error("{0}")]
-    Line(LineError),
-    /// A sample whose name its declared family's TYPE does not allow (an OpenMetrics counter
-    /// `x`, then a sample `x`).
-    #[error("sample name not allowed by its family's TYPE")]
-    NameNotOfType,
-    /// A second HELP line for the same family.
-    #[error("second HELP line for the family")]
-    RepeatedHelp,
-    /// HELP text that is not UTF-8 or has an escape its format does not allow.
-    #[error("HELP text not UTF-8 or with an escape its format does not allow")]
-    BadHelp,
-    /// A TYPE line that names no known type.
-    #[error("TYPE line with an unknown type")]
-    UnknownType,
-    /// A second TYPE line for the same family.
-    #[error("second TYPE line for the family")]
-    RepeatedType,
-    /// A TYPE line after the family's first sample.
-    #[error("TYPE line after the family's samples")]
-    TypeAfterSamples,
-    /// A UNIT line in text 0.0.4, or a second one for the same family.
-    #[error("UNIT line in text format, or a second one for the family")]
-    Unit,
-    /// A sample after an OpenMetrics `# EOF`.
-    #[error("sample after # EOF")]
-    AfterEof,
-    /// A second `# EOF`.
-    #[error("second # EOF")]
-    RepeatedEof,
 }
 
 /// A declared (or implied) name and what the upstream said of it.

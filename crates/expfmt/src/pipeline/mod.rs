@@ -13,7 +13,8 @@ use super::out::{Pieces, Sink};
 use super::parse::{ParseError, ParseOptions, parse};
 use super::select::Selection;
 use super::text::write_text;
-use super::{Exposition, Format};
+use crate::format::Format;
+use crate::model::Exposition;
 
 /// The format a merge is written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,9 +164,15 @@ pub fn parse_merge_write<T: Target>(
 }
 
 #[cfg(test)]
+mod contract_tests;
+#[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{PairHasher, ParseLimits};
+    use crate::hash::PairHasher;
+    use crate::parse::ParseLimits;
 
     const PAGE: &str = "# HELP vllm:a A\n# TYPE vllm:a gauge\nvllm:a{x=\"1\"} 1\nvllm:a{x=\"1\"} 2\n\
                         # TYPE vllm:h histogram\nvllm:h_bucket{le=\"1\"} 1\nvllm:h_count 1\nother 3\n";
