@@ -394,3 +394,27 @@ async fn a_failing_or_hanging_or_missing_py_spy_is_said_and_the_incident_still_o
         .expect("error");
     assert!(error.starts_with("cannot run"), "{incident}");
 }
+
+#[tokio::test]
+async fn a_native_engine_has_no_python_stacks_and_the_incident_says_so() {
+    // py-spy 0.4.3 on llama-server (tried here): exit 1, this line on stderr, and a Rust
+    // backtrace after it when RUST_BACKTRACE=1 is in its environment.
+    let native = fake_py_spy(
+        "native",
+        "echo 'Error: Failed to find python version from target process' >&2\n\
+         [ \"$RUST_BACKTRACE\" = 1 ] && echo 'Stack backtrace:' >&2\nexit 1",
+    );
+    let (_sp, _engine, incident) = stalled_with_stacks(native, Duration::from_secs(10)).await;
+    let why = incident["stacks"]["unavailable"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no reason: {incident}"));
+    assert!(
+        why.starts_with("not a Python process: py-spy found no Python interpreter"),
+        "{why}"
+    );
+    assert!(
+        why.contains(&format!("(pid {})", std::process::id())),
+        "{why}"
+    );
+    assert!(!why.contains("backtrace"), "{why}");
+}

@@ -14,12 +14,16 @@ use tokio::io::AsyncReadExt;
 /// Most bytes kept of one process's dump (and of its error output, a tenth of it).
 pub(crate) const MAX_OUTPUT: usize = 4 << 20;
 
+/// What py-spy says of a process without a Python interpreter in it (py-spy 0.4's
+/// `python_process_info::get_python_version`): a native engine such as llama-server.
+const NOT_PYTHON: &str = "Failed to find python version from target process";
+
 /// What was taken.
 #[derive(Debug, Clone)]
 pub(crate) enum Taken {
     /// One dump per process of the engine.
     Dumps(Vec<Dump>),
-    /// Why there are none: no py-spy, no such process.
+    /// Why there are none: no py-spy, no such process, no Python in the engine's processes.
     Unavailable(String),
 }
 
@@ -68,8 +72,23 @@ impl Taker {
             let _one = self.one.lock().await;
             dumps.push(dump(&py_spy, pid, self.timeout).await);
         }
-        Taken::Dumps(dumps)
+        not_python(&dumps).unwrap_or(Taken::Dumps(dumps))
     }
+}
+
+/// Why there are no stacks when py-spy found Python in none of the processes: a native
+/// engine has no Python stacks to take.
+fn not_python(dumps: &[Dump]) -> Option<Taken> {
+    let native = |d: &Dump| d.error.as_deref().is_some_and(|e| e.contains(NOT_PYTHON));
+    if dumps.is_empty() || !dumps.iter().all(native) {
+        return None;
+    }
+    let pids: Vec<String> = dumps.iter().map(|d| d.pid.to_string()).collect();
+    Some(Taken::Unavailable(format!(
+        "not a Python process: py-spy found no Python interpreter in the engine's processes \
+         (pid {}): a native engine such as llama-server has no Python stacks (py-spy: {NOT_PYTHON})",
+        pids.join(", ")
+    )))
 }
 
 /// `name` in a directory of `PATH`, if it is there.
@@ -91,6 +110,8 @@ async fn dump(py_spy: &Path, pid: u32, timeout: Duration) -> Dump {
     };
     let spawned = tokio::process::Command::new(py_spy)
         .args(["dump", "--nonblocking", "--pid", &pid.to_string()])
+        // Its error in words, without the Rust backtrace a RUST_BACKTRACE=1 adds to it.
+        .env("RUST_BACKTRACE", "0")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
