@@ -305,10 +305,20 @@ async fn stalled_with_stacks(
     py_spy: std::path::PathBuf,
     timeout: Duration,
 ) -> (Running, Upstream, Value) {
+    stalled_with_stacks_of(py_spy, timeout, Vec::new()).await
+}
+
+/// [`stalled_with_stacks`], with `incidents.processes`.
+async fn stalled_with_stacks_of(
+    py_spy: std::path::PathBuf,
+    timeout: Duration,
+    processes: Vec<(String, String)>,
+) -> (Running, Upstream, Value) {
     let engine = Upstream::start(page(3, 100, 1000.0)).await;
     let mut c = stall_config(&engine, "pw");
     c.incidents.py_spy = Some(py_spy);
     c.incidents.stacks_timeout = timeout;
+    c.incidents.processes = processes;
     let sp = Running::start(c).await;
     let opened = until_incident(&sp, "a stalled incident", |i| i["kind"] == "stalled").await;
     let id = opened["id"].as_str().expect("id").to_owned();
@@ -417,4 +427,72 @@ async fn a_native_engine_has_no_python_stacks_and_the_incident_says_so() {
         "{why}"
     );
     assert!(!why.contains("backtrace"), "{why}");
+}
+
+#[tokio::test]
+async fn configured_processes_are_dumped_instead_of_the_one_on_the_port() {
+    // The engine's processes as an operator names them: a command line (here a shell, started
+    // apart with setsid, and its child), not the process serving the page (the test's own).
+    let marker = format!("sysport-engine-{}", std::process::id());
+    let status = std::process::Command::new("sh")
+        .args([
+            "-c",
+            &format!("setsid sh -c 'sleep 60 & wait # {marker}' >/dev/null 2>&1 &"),
+        ])
+        .status()
+        .expect("sh");
+    assert!(status.success());
+    let py_spy = fake_py_spy("named", "echo \"dumped $4\"");
+    let processes = vec![("vllm".to_owned(), format!("# {marker}$"))];
+    let (sp, _engine, incident) =
+        stalled_with_stacks_of(py_spy, Duration::from_secs(10), processes).await;
+    let pids: Vec<u64> = incident["stacks"]["processes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no dumps: {incident}"))
+        .iter()
+        .map(|p| p["pid"].as_u64().expect("pid"))
+        .collect();
+    for pid in pids.iter().rev() {
+        let _ = std::process::Command::new("kill")
+            .arg(pid.to_string())
+            .status();
+    }
+    assert_eq!(pids.len(), 2, "the shell and its child: {incident}");
+    assert!(!pids.contains(&u64::from(std::process::id())), "{incident}");
+    let id = incident["id"].as_str().expect("id");
+    let files = untar(&gunzip(
+        &bytes(&sp, &format!("/incidents/{id}.tar.gz")).await,
+    ));
+    let (_, stacks) = files
+        .iter()
+        .find(|(n, _)| n == "stacks.txt")
+        .expect("stacks.txt");
+    let stacks = String::from_utf8_lossy(stacks);
+    for pid in &pids {
+        assert!(stacks.contains(&format!("dumped {pid}")), "{stacks}");
+    }
+    assert!(
+        incident["config"]
+            .as_str()
+            .expect("config")
+            .contains(&marker)
+    );
+}
+
+#[tokio::test]
+async fn configured_processes_that_match_nothing_are_said() {
+    let py_spy = fake_py_spy("unmatched", "echo never");
+    let processes = vec![(
+        "vllm".to_owned(),
+        "^no engine has this command line$".to_owned(),
+    )];
+    let (_sp, _engine, incident) =
+        stalled_with_stacks_of(py_spy, Duration::from_secs(10), processes).await;
+    let why = incident["stacks"]["unavailable"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        why.starts_with("no such process: no command line here matches `^no engine"),
+        "{incident}"
+    );
 }
