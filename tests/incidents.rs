@@ -395,6 +395,14 @@ async fn a_failing_or_hanging_or_missing_py_spy_is_said_and_the_incident_still_o
     let (_sp, _engine, incident) = stalled_with_stacks(hanging, Duration::from_secs(1)).await;
     let p = &incident["stacks"]["processes"][0];
     assert_eq!(p["result"], "timeout", "{incident}");
+    // Its time is the limit's: killed then.
+    let took = p["duration_seconds"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{p}"));
+    assert!(
+        (1.0..1.0 + MARGIN.as_secs_f64()).contains(&took),
+        "{incident}"
+    );
     assert!(started.elapsed() < Duration::from_secs(1) + STALL_AFTER + MARGIN);
 
     let missing = std::env::temp_dir().join("sysport-no-such-py-spy");

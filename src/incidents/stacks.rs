@@ -46,6 +46,8 @@ pub(crate) struct Dump {
     pub error: Option<String>,
     pub text: String,
     pub cut: bool,
+    /// How long py-spy took (to its end, or to its kill).
+    pub took: Duration,
 }
 
 /// py-spy and its limits.
@@ -121,7 +123,9 @@ async fn dump(py_spy: &Path, pid: u32, timeout: Duration) -> Dump {
         error: None,
         text: String::new(),
         cut: false,
+        took: Duration::ZERO,
     };
+    let started = std::time::Instant::now();
     let spawned = tokio::process::Command::new(py_spy)
         .args(["dump", "--nonblocking", "--pid", &pid.to_string()])
         // Its error in words, without the Rust backtrace a RUST_BACKTRACE=1 adds to it.
@@ -173,6 +177,7 @@ async fn dump(py_spy: &Path, pid: u32, timeout: Duration) -> Dump {
             }
         }
     }
+    dump.took = started.elapsed();
     dump
 }
 

@@ -1434,10 +1434,12 @@ scrape_configs:
             self.figure("vLLM frozen with requests running: freeze to incident 'stalled'",
                         f"{doc['opened_unix_seconds'] - r['frozen_at']:.2f} s")
             sizes = [p["bytes"] for p in procs.values()]
+            times = [p["duration_seconds"] for p in procs.values()]
             self.figure(f"vLLM stacks at the opening ({len(procs)} processes, py-spy dump --nonblocking "
-                        "one at a time): opening to stacks in the incident, bytes",
-                        f"{r['incident']['stacks_in']:.2f} s (polled every 0.2 s), {sum(sizes):,} bytes "
-                        f"({', '.join(f'{b:,}' for b in sizes)})")
+                        "one at a time): opening to stacks in the incident; each dump's time and bytes",
+                        f"{r['incident']['stacks_in']:.2f} s (polled every 0.2 s); "
+                        + ", ".join(f"{t * 1000:.0f} ms {b:,} B" for t, b in zip(times, sizes))
+                        + f" (total {sum(times) * 1000:.0f} ms, {sum(sizes):,} B)")
             return (f"incident {doc['id']} stalled, {len(procs)} processes dumped; the frozen worker's "
                     f"frames include {frames[0]!r}; last progress readings {flat}")
 
