@@ -504,3 +504,72 @@ async fn configured_processes_that_match_nothing_are_said() {
         "{incident}"
     );
 }
+
+/// The bundles in `dir`: how many, how many bytes.
+fn on_disk(dir: &std::path::Path) -> (usize, u64) {
+    let files: Vec<u64> = std::fs::read_dir(dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").metadata().expect("metadata").len())
+        .collect();
+    (files.len(), files.iter().sum())
+}
+
+#[tokio::test]
+async fn two_hundred_freezes_and_thaws_leave_keep_incidents_within_max_bytes() {
+    // The engine's /health fails and comes back 200 times; each time one incident opens and
+    // closes. What is kept, in memory and on disk, stays within keep and max_bytes throughout.
+    let dir = std::env::temp_dir().join(format!("sysport-incidents-200-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let engine = Upstream::start(page(0, 5, 1000.0)).await;
+    let mut c = stall_config(&engine, "pw");
+    c.health.interval = Duration::from_millis(20);
+    c.upstreams[0].health_url = Some(engine.health_url().parse().expect("url"));
+    c.incidents.dir = Some(dir.clone());
+    c.incidents.keep = 5;
+    // About three bundles' worth: max_bytes, not keep, is the bound that bites.
+    c.incidents.max_bytes = 5_000;
+    let keep = c.incidents.keep;
+    let sp = Running::start(c).await;
+    eventually(MARGIN, "vllm up", || async {
+        sp.get("/health").await.0 == StatusCode::OK
+    })
+    .await;
+    let mut last = String::new();
+    for n in 0..200 {
+        engine.set_health(StatusCode::SERVICE_UNAVAILABLE);
+        let opened = until_incident(&sp, "a new incident", |i| {
+            i["id"] != last.as_str() && i["closed_unix_seconds"].is_null()
+        })
+        .await;
+        assert_eq!(opened["kind"], "down", "{opened}");
+        last = opened["id"].as_str().expect("id").to_owned();
+        engine.set_health(StatusCode::OK);
+        until_incident(&sp, "the incident closed", |i| {
+            i["id"] == last.as_str() && i["duration_seconds"].is_number()
+        })
+        .await;
+        let list = json(&sp, "/incidents").await;
+        let listed = list.as_array().expect("list").len();
+        // The closed ones kept, and the one open at most.
+        assert!(
+            listed <= keep + 1,
+            "{listed} incidents in memory after {n}: {list}"
+        );
+        let (files, total) = on_disk(&dir);
+        assert!(files <= keep, "{files} bundles on disk after {n}");
+        assert!(total <= 5_000, "{total} bytes on disk after {n}");
+    }
+    let text = sp.get("/metrics").await.1;
+    let opened = metric(&text, "dynamo_sysport_incidents_total")
+        .label("upstream", "vllm")
+        .label("kind", "down")
+        .value();
+    assert_eq!(opened, 200.0);
+    let (files, total) = on_disk(&dir);
+    println!("after 200: {files} bundles, {total} bytes on disk");
+    assert!(
+        (2..keep).contains(&files),
+        "max_bytes left {files} bundles ({total} bytes)"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
