@@ -410,6 +410,8 @@ upstreams:
 {extra}incidents:
   py_spy: "{py_spy()}"
   stacks_timeout: 20s
+  # vLLM's processes are found from its port; llama-server's by its command line.
+  processes: {{ llama: "llama-server .*--port {self.llama_port}( |$)" }}
 """)
         return path
 
@@ -1561,10 +1563,11 @@ scrape_configs:
             expect(why.startswith(want), f"stacks {doc['stacks']}")
             names = tar_names(self.sysport, doc["id"])
             expect("stacks.txt" not in names, f"bundle {names}")
-            return f"incident {doc['id']} down; stacks: {why}"
+            expect(f"--port {self.llama_port}" in doc["config"], "incidents.processes not in the incident's config")
+            return f"incident {doc['id']} down; found by its command line (incidents.processes); stacks: {why}"
 
-        self.check("llama-server frozen: an incident whose stacks say why there are none (a native process)",
-                   no_python)
+        self.check("llama-server frozen: an incident whose stacks say why there are none (a native process, "
+                   "found by its command line)", no_python)
 
     def kill_worker(self):
         r = {}
