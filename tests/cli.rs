@@ -759,3 +759,21 @@ fn an_incidents_dir_that_cannot_be_written_stops_the_start_naming_it() {
     assert!(err.contains(&needle), "missing {needle:?} in:\n{err}");
     assert!(err.contains(&dir.display().to_string()), "{err}");
 }
+
+#[test]
+fn an_incidents_processes_pattern_that_does_not_compile_stops_the_start_naming_it() {
+    let path = temp_file(
+        "incidents-processes",
+        "upstreams:\n  - name: vllm\n    url: http://127.0.0.1:9/metrics\nincidents:\n  processes:\n    vllm: 'vllm serve ('\n",
+    );
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let needle = format!("{}:6:11: incidents.processes.vllm", path.display());
+    assert!(err.contains(&needle), "missing {needle:?} in:\n{err}");
+    assert!(err.contains("not a regular expression"), "{err}");
+}

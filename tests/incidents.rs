@@ -305,10 +305,20 @@ async fn stalled_with_stacks(
     py_spy: std::path::PathBuf,
     timeout: Duration,
 ) -> (Running, Upstream, Value) {
+    stalled_with_stacks_of(py_spy, timeout, Vec::new()).await
+}
+
+/// [`stalled_with_stacks`], with `incidents.processes`.
+async fn stalled_with_stacks_of(
+    py_spy: std::path::PathBuf,
+    timeout: Duration,
+    processes: Vec<(String, String)>,
+) -> (Running, Upstream, Value) {
     let engine = Upstream::start(page(3, 100, 1000.0)).await;
     let mut c = stall_config(&engine, "pw");
     c.incidents.py_spy = Some(py_spy);
     c.incidents.stacks_timeout = timeout;
+    c.incidents.processes = processes;
     let sp = Running::start(c).await;
     let opened = until_incident(&sp, "a stalled incident", |i| i["kind"] == "stalled").await;
     let id = opened["id"].as_str().expect("id").to_owned();
@@ -385,6 +395,14 @@ async fn a_failing_or_hanging_or_missing_py_spy_is_said_and_the_incident_still_o
     let (_sp, _engine, incident) = stalled_with_stacks(hanging, Duration::from_secs(1)).await;
     let p = &incident["stacks"]["processes"][0];
     assert_eq!(p["result"], "timeout", "{incident}");
+    // Its time is the limit's: killed then.
+    let took = p["duration_seconds"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{p}"));
+    assert!(
+        (1.0..1.0 + MARGIN.as_secs_f64()).contains(&took),
+        "{incident}"
+    );
     assert!(started.elapsed() < Duration::from_secs(1) + STALL_AFTER + MARGIN);
 
     let missing = std::env::temp_dir().join("sysport-no-such-py-spy");
@@ -393,4 +411,165 @@ async fn a_failing_or_hanging_or_missing_py_spy_is_said_and_the_incident_still_o
         .as_str()
         .expect("error");
     assert!(error.starts_with("cannot run"), "{incident}");
+}
+
+#[tokio::test]
+async fn a_native_engine_has_no_python_stacks_and_the_incident_says_so() {
+    // py-spy 0.4.3 on llama-server (tried here): exit 1, this line on stderr, and a Rust
+    // backtrace after it when RUST_BACKTRACE=1 is in its environment.
+    let native = fake_py_spy(
+        "native",
+        "echo 'Error: Failed to find python version from target process' >&2\n\
+         [ \"$RUST_BACKTRACE\" = 1 ] && echo 'Stack backtrace:' >&2\nexit 1",
+    );
+    let (_sp, _engine, incident) = stalled_with_stacks(native, Duration::from_secs(10)).await;
+    let why = incident["stacks"]["unavailable"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no reason: {incident}"));
+    assert!(
+        why.starts_with("not a Python process: py-spy found no Python interpreter"),
+        "{why}"
+    );
+    assert!(
+        why.contains(&format!("(pid {})", std::process::id())),
+        "{why}"
+    );
+    assert!(!why.contains("backtrace"), "{why}");
+}
+
+#[tokio::test]
+async fn configured_processes_are_dumped_instead_of_the_one_on_the_port() {
+    // The engine's processes as an operator names them: a command line (here a shell, started
+    // apart with setsid, and its child), not the process serving the page (the test's own).
+    let marker = format!("sysport-engine-{}", std::process::id());
+    let status = std::process::Command::new("sh")
+        .args([
+            "-c",
+            &format!("setsid sh -c 'sleep 60 & wait # {marker}' >/dev/null 2>&1 &"),
+        ])
+        .status()
+        .expect("sh");
+    assert!(status.success());
+    let py_spy = fake_py_spy("named", "echo \"dumped $4\"");
+    let processes = vec![("vllm".to_owned(), format!("# {marker}$"))];
+    let (sp, _engine, incident) =
+        stalled_with_stacks_of(py_spy, Duration::from_secs(10), processes).await;
+    let pids: Vec<u64> = incident["stacks"]["processes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no dumps: {incident}"))
+        .iter()
+        .map(|p| p["pid"].as_u64().expect("pid"))
+        .collect();
+    for pid in pids.iter().rev() {
+        let _ = std::process::Command::new("kill")
+            .arg(pid.to_string())
+            .status();
+    }
+    assert_eq!(pids.len(), 2, "the shell and its child: {incident}");
+    assert!(!pids.contains(&u64::from(std::process::id())), "{incident}");
+    let id = incident["id"].as_str().expect("id");
+    let files = untar(&gunzip(
+        &bytes(&sp, &format!("/incidents/{id}.tar.gz")).await,
+    ));
+    let (_, stacks) = files
+        .iter()
+        .find(|(n, _)| n == "stacks.txt")
+        .expect("stacks.txt");
+    let stacks = String::from_utf8_lossy(stacks);
+    for pid in &pids {
+        assert!(stacks.contains(&format!("dumped {pid}")), "{stacks}");
+    }
+    assert!(
+        incident["config"]
+            .as_str()
+            .expect("config")
+            .contains(&marker)
+    );
+}
+
+#[tokio::test]
+async fn configured_processes_that_match_nothing_are_said() {
+    let py_spy = fake_py_spy("unmatched", "echo never");
+    let processes = vec![(
+        "vllm".to_owned(),
+        "^no engine has this command line$".to_owned(),
+    )];
+    let (_sp, _engine, incident) =
+        stalled_with_stacks_of(py_spy, Duration::from_secs(10), processes).await;
+    let why = incident["stacks"]["unavailable"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        why.starts_with("no such process: no command line here matches `^no engine"),
+        "{incident}"
+    );
+}
+
+/// The bundles in `dir`: how many, how many bytes.
+fn on_disk(dir: &std::path::Path) -> (usize, u64) {
+    let files: Vec<u64> = std::fs::read_dir(dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").metadata().expect("metadata").len())
+        .collect();
+    (files.len(), files.iter().sum())
+}
+
+#[tokio::test]
+async fn two_hundred_freezes_and_thaws_leave_keep_incidents_within_max_bytes() {
+    // The engine's /health fails and comes back 200 times; each time one incident opens and
+    // closes. What is kept, in memory and on disk, stays within keep and max_bytes throughout.
+    let dir = std::env::temp_dir().join(format!("sysport-incidents-200-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let engine = Upstream::start(page(0, 5, 1000.0)).await;
+    let mut c = stall_config(&engine, "pw");
+    c.health.interval = Duration::from_millis(20);
+    c.upstreams[0].health_url = Some(engine.health_url().parse().expect("url"));
+    c.incidents.dir = Some(dir.clone());
+    c.incidents.keep = 5;
+    // About three bundles' worth: max_bytes, not keep, is the bound that bites.
+    c.incidents.max_bytes = 5_000;
+    let keep = c.incidents.keep;
+    let sp = Running::start(c).await;
+    eventually(MARGIN, "vllm up", || async {
+        sp.get("/health").await.0 == StatusCode::OK
+    })
+    .await;
+    let mut last = String::new();
+    for n in 0..200 {
+        engine.set_health(StatusCode::SERVICE_UNAVAILABLE);
+        let opened = until_incident(&sp, "a new incident", |i| {
+            i["id"] != last.as_str() && i["closed_unix_seconds"].is_null()
+        })
+        .await;
+        assert_eq!(opened["kind"], "down", "{opened}");
+        last = opened["id"].as_str().expect("id").to_owned();
+        engine.set_health(StatusCode::OK);
+        until_incident(&sp, "the incident closed", |i| {
+            i["id"] == last.as_str() && i["duration_seconds"].is_number()
+        })
+        .await;
+        let list = json(&sp, "/incidents").await;
+        let listed = list.as_array().expect("list").len();
+        // The closed ones kept, and the one open at most.
+        assert!(
+            listed <= keep + 1,
+            "{listed} incidents in memory after {n}: {list}"
+        );
+        let (files, total) = on_disk(&dir);
+        assert!(files <= keep, "{files} bundles on disk after {n}");
+        assert!(total <= 5_000, "{total} bytes on disk after {n}");
+    }
+    let text = sp.get("/metrics").await.1;
+    let opened = metric(&text, "dynamo_sysport_incidents_total")
+        .label("upstream", "vllm")
+        .label("kind", "down")
+        .value();
+    assert_eq!(opened, 200.0);
+    let (files, total) = on_disk(&dir);
+    println!("after 200: {files} bundles, {total} bytes on disk");
+    assert!(
+        (2..keep).contains(&files),
+        "max_bytes left {files} bundles ({total} bytes)"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

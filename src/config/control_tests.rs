@@ -57,3 +57,30 @@ fn the_incidents_section_loads_renders_back_and_names_a_bad_value() {
     assert!(shown[2].contains(":4:") && shown[2].contains("incidents.dri"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn incidents_processes_name_an_upstream_and_a_pattern_that_compiles() {
+    let upstreams = "upstreams:\n  - name: vllm\n  - name: sglang\n    engine: sglang\n";
+    let c = ok(&format!(
+        "{upstreams}incidents:\n  processes:\n    vllm: '^vllm serve|VLLM::$'\n"
+    ));
+    let want = vec![("vllm".to_owned(), "^vllm serve|VLLM::$".to_owned())];
+    assert_eq!(c.incidents.processes, want);
+    assert_eq!(ok(&c.to_string()).incidents, c.incidents);
+    let issues = problems(
+        &format!(
+            "{upstreams}incidents:\n  processes:\n    vlm: python\n    sglang: '(unclosed'\n    vllm: ''\n"
+        ),
+        &no_env(),
+    );
+    let shown: Vec<String> = issues.iter().map(ToString::to_string).collect();
+    assert_eq!(shown.len(), 3, "{shown:?}");
+    assert!(
+        shown[0].contains(":7:") && shown[0].contains("incidents.processes.vlm"),
+        "{shown:?}"
+    );
+    assert!(shown[0].contains("no upstream is named `vlm` (vllm, sglang)"));
+    assert!(shown[1].contains(":8:") && shown[1].contains("incidents.processes.sglang"));
+    assert!(shown[1].contains("not a regular expression"), "{shown:?}");
+    assert!(shown[2].contains(":9:") && shown[2].contains("must not be empty"));
+}

@@ -407,6 +407,9 @@ pub struct IncidentsConfig {
     pub py_spy: Option<PathBuf>,
     /// How long one process's dump may take before it is killed.
     pub stacks_timeout: Duration,
+    /// Upstreams whose engine's processes are found by their command line instead of the
+    /// upstream's port: (upstream name, regular expression), in the file's order.
+    pub processes: Vec<(String, String)>,
 }
 
 impl Default for IncidentsConfig {
@@ -417,6 +420,7 @@ impl Default for IncidentsConfig {
             max_bytes: 256 << 20,
             py_spy: None,
             stacks_timeout: Duration::from_secs(10),
+            processes: Vec::new(),
         }
     }
 }

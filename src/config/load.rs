@@ -145,7 +145,7 @@ impl Loader<'_> {
         let views = self.views(raw.views, &upstreams, &health);
         let control = self.control(raw.control);
         let otlp = self.otlp(raw.otlp);
-        let incidents = self.incidents(raw.incidents);
+        let incidents = self.incidents(raw.incidents, &upstreams);
 
         if !self.issues.is_empty() {
             // File problems in file order (the web configuration's after the main file's),

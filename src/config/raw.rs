@@ -112,6 +112,11 @@ section! {
         py_spy: Text,
         /// How long one process's stack dump may take before it is killed (`10s`, default 10s).
         stacks_timeout: Text,
+        /// Per upstream, by name: a regular expression matched against each process's command
+        /// line (as `pgrep -f`); the matching processes and their descendants are the engine's,
+        /// instead of the process listening on the upstream's port
+        /// (`{ vllm: "vllm serve|vllm.entrypoints" }`).
+        processes: RawLabels,
     }
 }
 

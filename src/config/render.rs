@@ -232,6 +232,12 @@ impl fmt::Display for Rendered<'_> {
             "  stacks_timeout: {}",
             format_duration(incidents.stacks_timeout)
         )?;
+        if !incidents.processes.is_empty() {
+            writeln!(f, "  processes:")?;
+            for (upstream, pattern) in &incidents.processes {
+                writeln!(f, "    {}: {}", quoted(upstream), quoted(pattern))?;
+            }
+        }
         if views.is_empty() {
             return writeln!(f, "views: []");
         }

@@ -198,6 +198,7 @@ impl Incident {
                     "error": d.error,
                     "bytes": d.text.len(),
                     "cut": d.cut,
+                    "duration_seconds": d.took.as_secs_f64(),
                 })).collect::<Vec<_>>(),
             }),
         };

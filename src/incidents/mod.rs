@@ -87,8 +87,9 @@ struct Inner {
     keep: usize,
     seq: u64,
     config: String,
-    /// Each upstream's port, where its engine's processes listen.
-    ports: HashMap<String, u16>,
+    /// Where each upstream's engine's processes are found: its port, or its configured
+    /// command-line pattern.
+    targets: HashMap<String, Arc<stacks::Target>>,
 }
 
 /// One upstream: what came before, and its open incident.
@@ -146,7 +147,7 @@ impl Incidents {
                 keep: IncidentsConfig::default().keep,
                 seq: 0,
                 config: String::new(),
-                ports: HashMap::new(),
+                targets: HashMap::new(),
             }),
             store: Mutex::new(None),
             taker: Mutex::new(None),
@@ -157,7 +158,8 @@ impl Incidents {
 
     /// Puts `config` in force, and `rendered` (the effective configuration as `check-config`
     /// prints it) for the next incidents to keep. A directory new to it is read back.
-    /// `ports` are the upstreams' ports, by name.
+    /// `ports` are the upstreams' ports, by name, where their engines' processes are found but
+    /// for those `incidents.processes` names.
     pub(crate) fn configure(
         &self,
         config: &IncidentsConfig,
@@ -187,7 +189,15 @@ impl Incidents {
         let mut inner = self.lock();
         inner.config = rendered;
         inner.keep = config.keep;
-        inner.ports = ports;
+        inner.targets = ports
+            .into_iter()
+            .map(|(name, port)| (name, Arc::new(stacks::Target::Port(port))))
+            .collect();
+        for (name, pattern) in &config.processes {
+            let pattern = regex::Regex::new(pattern).expect("checked by the configuration");
+            let target = Arc::new(stacks::Target::Command(pattern));
+            inner.targets.insert(name.clone(), target);
+        }
         for kept in read {
             if inner.closed.iter().all(|k| k.id != kept.id) {
                 let seq = kept.id.rsplit('-').next().and_then(|s| s.parse().ok());
@@ -378,23 +388,23 @@ impl Incidents {
         track.open = Some(incident);
         track.wants_page = true;
         track.good_checks = 0;
-        let port = inner.ports.get(upstream).copied();
-        self.take_stacks(upstream, &id, port);
+        let target = inner.targets.get(upstream).cloned();
+        self.take_stacks(upstream, &id, target);
     }
 
     /// Takes the engine's stacks on the runtime, and adds them to incident `id` when done.
-    fn take_stacks(&self, upstream: &str, id: &str, port: Option<u16>) {
+    fn take_stacks(&self, upstream: &str, id: &str, target: Option<Arc<stacks::Target>>) {
         let (Some(me), Ok(runtime)) = (self.me.upgrade(), tokio::runtime::Handle::try_current())
         else {
             return;
         };
         let taker = self.taker.lock().expect("taker lock").clone();
-        let (Some(taker), Some(port)) = (taker, port) else {
+        let (Some(taker), Some(target)) = (taker, target) else {
             return;
         };
         let (upstream, id) = (upstream.to_owned(), id.to_owned());
         runtime.spawn(async move {
-            let taken = taker.take(port).await;
+            let taken = taker.take(&target).await;
             let kept = {
                 let mut inner = me.lock();
                 let track = inner.track(&upstream);

@@ -1,8 +1,9 @@
 //! The engine's Python stacks at an incident's opening, taken with py-spy
 //! (`py-spy dump --nonblocking --pid P`, which works on a running and on a stopped process)
 //! for every process of the engine: the process listening on the upstream's port, found from
-//! `/proc/net/tcp{,6}` and `/proc/*/fd`, and its descendants. One dump at a time, each bounded
-//! in time (killed at `stacks_timeout`) and in output ([`MAX_OUTPUT`]); when none can be taken,
+//! `/proc/net/tcp{,6}` and `/proc/*/fd`, or those whose command line matches the upstream's
+//! `incidents.processes` pattern, and their descendants. One dump at a time, each bounded in
+//! time (killed at `stacks_timeout`) and in output ([`MAX_OUTPUT`]); when none can be taken,
 //! the reason.
 
 use std::collections::{BTreeSet, HashSet};
@@ -14,12 +15,25 @@ use tokio::io::AsyncReadExt;
 /// Most bytes kept of one process's dump (and of its error output, a tenth of it).
 pub(crate) const MAX_OUTPUT: usize = 4 << 20;
 
+/// What py-spy says of a process without a Python interpreter in it (py-spy 0.4's
+/// `python_process_info::get_python_version`): a native engine such as llama-server.
+const NOT_PYTHON: &str = "Failed to find python version from target process";
+
+/// Where the engine's processes are found.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    /// The process listening on this port.
+    Port(u16),
+    /// The processes whose command line matches (`incidents.processes`), but sysport's own.
+    Command(regex::Regex),
+}
+
 /// What was taken.
 #[derive(Debug, Clone)]
 pub(crate) enum Taken {
     /// One dump per process of the engine.
     Dumps(Vec<Dump>),
-    /// Why there are none: no py-spy, no such process.
+    /// Why there are none: no py-spy, no such process, no Python in the engine's processes.
     Unavailable(String),
 }
 
@@ -32,6 +46,8 @@ pub(crate) struct Dump {
     pub error: Option<String>,
     pub text: String,
     pub cut: bool,
+    /// How long py-spy took (to its end, or to its kill).
+    pub took: Duration,
 }
 
 /// py-spy and its limits.
@@ -52,14 +68,18 @@ impl Taker {
         }
     }
 
-    /// The stacks of every process of the engine listening on `port`.
-    pub(crate) async fn take(&self, port: u16) -> Taken {
+    /// The stacks of every process of the engine at `target`.
+    pub(crate) async fn take(&self, target: &Target) -> Taken {
         let Some(py_spy) = self.py_spy.clone() else {
             return Taken::Unavailable(
                 "no py-spy: none on PATH and incidents.py_spy not set".to_owned(),
             );
         };
-        let pids = match processes(port) {
+        let found = match target {
+            Target::Port(port) => processes(*port),
+            Target::Command(pattern) => commands(pattern),
+        };
+        let pids = match found {
             Ok(pids) => pids,
             Err(why) => return Taken::Unavailable(why),
         };
@@ -68,8 +88,23 @@ impl Taker {
             let _one = self.one.lock().await;
             dumps.push(dump(&py_spy, pid, self.timeout).await);
         }
-        Taken::Dumps(dumps)
+        not_python(&dumps).unwrap_or(Taken::Dumps(dumps))
     }
+}
+
+/// Why there are no stacks when py-spy found Python in none of the processes: a native
+/// engine has no Python stacks to take.
+fn not_python(dumps: &[Dump]) -> Option<Taken> {
+    let native = |d: &Dump| d.error.as_deref().is_some_and(|e| e.contains(NOT_PYTHON));
+    if dumps.is_empty() || !dumps.iter().all(native) {
+        return None;
+    }
+    let pids: Vec<String> = dumps.iter().map(|d| d.pid.to_string()).collect();
+    Some(Taken::Unavailable(format!(
+        "not a Python process: py-spy found no Python interpreter in the engine's processes \
+         (pid {}): a native engine such as llama-server has no Python stacks (py-spy: {NOT_PYTHON})",
+        pids.join(", ")
+    )))
 }
 
 /// `name` in a directory of `PATH`, if it is there.
@@ -88,9 +123,13 @@ async fn dump(py_spy: &Path, pid: u32, timeout: Duration) -> Dump {
         error: None,
         text: String::new(),
         cut: false,
+        took: Duration::ZERO,
     };
+    let started = std::time::Instant::now();
     let spawned = tokio::process::Command::new(py_spy)
         .args(["dump", "--nonblocking", "--pid", &pid.to_string()])
+        // Its error in words, without the Rust backtrace a RUST_BACKTRACE=1 adds to it.
+        .env("RUST_BACKTRACE", "0")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -138,6 +177,7 @@ async fn dump(py_spy: &Path, pid: u32, timeout: Duration) -> Dump {
             }
         }
     }
+    dump.took = started.elapsed();
     dump
 }
 
@@ -188,7 +228,40 @@ pub(crate) fn processes(port: u16) -> Result<Vec<u32>, String> {
             )
         });
     }
-    // Descendants, breadth first.
+    Ok(with_descendants(&roots, &parents))
+}
+
+/// The processes whose command line (its arguments joined by spaces) `pattern` matches, and
+/// their descendants, but sysport and its own; or why there is none.
+pub(crate) fn commands(pattern: &regex::Regex) -> Result<Vec<u32>, String> {
+    let me = std::process::id();
+    let mut roots = BTreeSet::new();
+    let mut parents = Vec::new();
+    for pid in pids() {
+        let Some(ppid) = parent(pid) else { continue };
+        parents.push((pid, ppid));
+        if pid == me || ppid == me {
+            continue;
+        }
+        let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let line = String::from_utf8_lossy(&raw).replace('\0', " ");
+        if pattern.is_match(line.trim_end()) {
+            roots.insert(pid);
+        }
+    }
+    if roots.is_empty() {
+        return Err(format!(
+            "no such process: no command line here matches `{pattern}` (incidents.processes; \
+             in Kubernetes, shareProcessNamespace: true)"
+        ));
+    }
+    Ok(with_descendants(&roots, &parents))
+}
+
+/// `roots` and their descendants, breadth first, given each process's parent.
+fn with_descendants(roots: &BTreeSet<u32>, parents: &[(u32, u32)]) -> Vec<u32> {
     let mut all: Vec<u32> = roots.iter().copied().collect();
     let mut at = 0;
     while at < all.len() {
@@ -200,7 +273,7 @@ pub(crate) fn processes(port: u16) -> Result<Vec<u32>, String> {
         }
         at += 1;
     }
-    Ok(all)
+    all
 }
 
 /// The inodes of the sockets listening on `port` (IPv4 and IPv6).
@@ -259,5 +332,45 @@ mod tests {
         drop(listener);
         let why = processes(port).expect_err("nothing listens now");
         assert!(why.starts_with("no such process"), "{why}");
+    }
+
+    #[test]
+    fn processes_are_found_by_their_command_line_with_their_descendants() {
+        // A shell whose command line names a marker, with a child of its own, started apart
+        // (setsid, its parent gone): sysport's own process and children are left out, and the
+        // test's process holds the pattern in its arguments too.
+        let marker = format!("sysport-cmdline-{}", std::process::id());
+        let status = std::process::Command::new("sh")
+            .args([
+                "-c",
+                &format!("setsid sh -c 'sleep 30 & wait # {marker}' >/dev/null 2>&1 &"),
+            ])
+            .status()
+            .expect("sh");
+        assert!(status.success());
+        let pattern = regex::Regex::new(&format!("# {marker}$")).expect("pattern");
+        let mut found = Vec::new();
+        for _ in 0..250 {
+            found = commands(&pattern).unwrap_or_default();
+            if found.len() == 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for pid in found.iter().rev() {
+            let _ = std::process::Command::new("kill")
+                .arg(pid.to_string())
+                .status();
+        }
+        assert_eq!(found.len(), 2, "the shell and its sleep: {found:?}");
+        assert!(!found.contains(&std::process::id()));
+        let child = std::fs::read(format!("/proc/{}/cmdline", found[1])).unwrap_or_default();
+        assert!(child.is_empty() || child.starts_with(b"sleep"), "{found:?}");
+        let none = regex::Regex::new("^no process has this command line$").expect("pattern");
+        let why = commands(&none).expect_err("no match");
+        assert!(
+            why.starts_with("no such process: no command line here matches"),
+            "{why}"
+        );
     }
 }

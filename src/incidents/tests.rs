@@ -454,3 +454,119 @@ fn a_failed_write_leaves_the_incident_in_memory() {
     drop(store);
     let _ = std::fs::remove_file(&dir);
 }
+
+/// A vLLM page of `ranks` data-parallel ranks (as tests/bounds.rs makes one): three gauges, six
+/// counters and three histograms of 20 buckets per rank.
+fn ranks_page(ranks: usize) -> String {
+    use std::fmt::Write;
+    let mut p = String::new();
+    for name in [
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+    ] {
+        let _ = writeln!(p, "# TYPE {name} gauge");
+        for r in 0..ranks {
+            let _ = writeln!(p, "{name}{{engine=\"{r}\",model_name=\"m\"}} {}", r % 7);
+        }
+    }
+    for name in [
+        "request_success",
+        "prompt_tokens",
+        "generation_tokens",
+        "num_preemptions",
+        "prefix_cache_queries",
+        "prefix_cache_hits",
+    ] {
+        let _ = writeln!(p, "# TYPE vllm:{name} counter");
+        for r in 0..ranks {
+            let _ = writeln!(
+                p,
+                "vllm:{name}_total{{engine=\"{r}\",model_name=\"m\"}} 1000"
+            );
+        }
+    }
+    for name in [
+        "time_to_first_token_seconds",
+        "inter_token_latency_seconds",
+        "e2e_request_latency_seconds",
+    ] {
+        let _ = writeln!(p, "# TYPE vllm:{name} histogram");
+        for r in 0..ranks {
+            for k in 1..=20 {
+                let le = 0.01 * f64::from(k * k);
+                let _ = writeln!(
+                    p,
+                    "vllm:{name}_bucket{{engine=\"{r}\",le=\"{le}\",model_name=\"m\"}} {k}"
+                );
+            }
+        }
+    }
+    p
+}
+
+/// The bytes an upstream's rolling record holds: its readings, its canaries (with their
+/// strings) and the last page it read (held until the next check).
+fn rolling_bytes(inc: &Incidents, upstream: &str) -> (usize, usize, usize, usize) {
+    let inner = inc.lock();
+    let t = &inner.tracks[upstream];
+    let rows = t.rows.capacity() * std::mem::size_of::<Row>()
+        + (t.rows.iter())
+            .map(|r| r.health_error.as_ref().map_or(0, String::capacity))
+            .sum::<usize>();
+    let canaries = t.canaries.capacity() * std::mem::size_of::<CanaryRun>()
+        + (t.canaries.iter())
+            .map(|c| c.error.as_ref().map_or(0, String::capacity))
+            .sum::<usize>();
+    let page = t.last_page.as_ref().map_or(0, |(_, p)| p.len());
+    (t.rows.len(), t.canaries.len(), rows + canaries, page)
+}
+
+/// bench/RESULTS.md's figure: 20 minutes of 1 s checks, a canary every 10 s, of an engine with
+/// 1 and with 1,000 ranks. The readings and canaries of the last ten minutes are kept
+/// whatever the page (a reading is the check's sums, not the page's series); the page is held
+/// once, the last one read.
+#[test]
+fn ten_minutes_of_1s_checks_are_kept_whatever_the_ranks() {
+    let start = SystemTime::now() - Duration::from_secs(1200);
+    let mut figures = Vec::new();
+    for ranks in [1, 1_000] {
+        let page = Bytes::from(ranks_page(ranks));
+        let (inc, _t) = incidents();
+        inc.verdict("v", "up", false, None);
+        for s in 0..1200 {
+            let at = start + Duration::from_secs(s);
+            let error = (s % 60 == 0).then(|| "health check failed: timed out after 2s".to_owned());
+            // The page only at the last checks: each check scans it (the start time, the KV
+            // cache), 5 MB at 1,000 ranks, which a debug build takes long over 1,200 times.
+            let page = (s >= 1195).then(|| page.clone());
+            let c = check("", 1.0, s as f64);
+            inc.check(
+                "v",
+                Check {
+                    at,
+                    health_error: error,
+                    page,
+                    ..c
+                },
+            );
+            if s % 10 == 0 {
+                inc.canary("v", CanaryRun { sent: at, ..run() });
+            }
+        }
+        let (rows, runs, held, last_page) = rolling_bytes(&inc, "v");
+        assert!(
+            (600..=601).contains(&rows),
+            "{rows} readings kept of 1,200 s"
+        );
+        assert_eq!(last_page, page.len());
+        figures.push((ranks, rows, held, page.len()));
+        println!(
+            "{ranks} ranks: {rows} readings and {runs} canaries kept, {held} bytes; the last \
+             page held: {} bytes",
+            page.len()
+        );
+    }
+    // The readings and canaries cost the same with 1,000 ranks as with one.
+    assert_eq!(figures[0].2, figures[1].2);
+}

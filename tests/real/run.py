@@ -32,7 +32,10 @@ The phases, in order (vLLM is started once: its start takes 30-120 s on two core
 5. readiness against the real processes: vLLM's worker frozen while idle (canaries fail;
    /health, then /live/engine 503) and while busy (stalled; /metrics/router against the frozen
    gauges), llama-server frozen, and last vLLM's worker killed (not ready, then down once the
-   server has exited).
+   server has exited). Each opens an incident (GET /incidents): canary_failed with each
+   canary's timing, closed after SIGCONT with its duration; stalled with the frozen worker's
+   Python stacks; down for llama-server, whose stacks say why there are none (no Python in a
+   native process); down for the killed worker, open while vLLM is gone.
 
 Every wait is bounded; every process started here is stopped before the end (the engines in
 process groups of their own, listed in the pid file as `-PGID` so that the wrapper's cleanup
@@ -161,6 +164,13 @@ def py_spy():
     (python3 -m venv ~/.cache/sysport/tools/py-spy-venv; its pip install py-spy==0.4.3)."""
     return (os.environ.get("SYSPORT_PY_SPY") or shutil.which("py-spy")
             or os.path.expanduser("~/.cache/sysport/tools/py-spy-venv/bin/py-spy"))
+
+
+def tar_names(base, iid):
+    """The file names in incident `iid`'s bundle."""
+    with urllib.request.urlopen(f"{base}/incidents/{iid}.tar.gz", timeout=10) as resp:
+        with tarfile.open(fileobj=io.BytesIO(resp.read()), mode="r:gz") as tar:
+            return tar.getnames()
 
 
 def within(took, bound):
@@ -400,6 +410,8 @@ upstreams:
 {extra}incidents:
   py_spy: "{py_spy()}"
   stacks_timeout: 20s
+  # vLLM's processes are found from its port; llama-server's by its command line.
+  processes: {{ llama: "llama-server .*--port {self.llama_port}( |$)" }}
 """)
         return path
 
@@ -425,13 +437,32 @@ upstreams:
             expect(doc["stacks"] is not None, "stacks not taken yet")
             return doc
 
-        doc = eventually(with_stacks, 30, 0.5)
+        doc = eventually(with_stacks, 30, 0.2)
+        stacks_in = time.time() - doc["opened_unix_seconds"]
         with urllib.request.urlopen(f"{self.sysport}/incidents/{iid}.tar.gz", timeout=10) as resp:
             bundle = resp.read()
         with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:gz") as tar:
             names = tar.getnames()
             stacks = tar.extractfile("stacks.txt").read().decode() if "stacks.txt" in names else ""
-        return {"doc": doc, "names": names, "stacks": stacks}
+        return {"doc": doc, "names": names, "stacks": stacks, "stacks_in": stacks_in}
+
+    def incident_since(self, upstream, since, timeout=10.0, until=None):
+        """The newest incident of `upstream` opened at or after `since` (unix seconds, less one
+        interval: its opening is the check's time), in whole, once `until(doc)` holds (bounded)."""
+        def get():
+            status, body, _ = http_get(f"{self.sysport}/incidents", timeout=5.0)
+            expect(status == 200, f"/incidents: HTTP {status}")
+            found = [i for i in json.loads(body)
+                     if i["upstream"] == upstream and i["opened_unix_seconds"] >= since - INTERVAL]
+            expect(found, f"no {upstream} incident opened since {since:.1f}: {body[:300]}")
+            status, body, _ = http_get(f"{self.sysport}/incidents/{found[0]['id']}", timeout=5.0)
+            expect(status == 200, f"/incidents/{found[0]['id']}: HTTP {status}")
+            doc = json.loads(body)
+            if until:
+                until(doc)
+            return doc
+
+        return eventually(get, timeout, 0.2)
 
     def health(self, base=None):
         status, body = probe(f"{base or self.sysport}/health", timeout=2.0)
@@ -1173,6 +1204,7 @@ scrape_configs:
             worker = self.vllm_worker()
             engine_codes, sys_codes, live_codes = set(), [], []
             t0 = time.monotonic()
+            frozen_at = time.time()
             os.kill(worker, signal.SIGSTOP)
             try:
                 t503 = tlive = None
@@ -1195,6 +1227,7 @@ scrape_configs:
                     time.sleep(0.2)
             finally:
                 t1 = time.monotonic()
+                continued_at = time.time()
                 os.kill(worker, signal.SIGCONT)
             back = back_live = None
             bound_back = CANARY_AFTER + INTERVAL + MARGIN
@@ -1205,7 +1238,8 @@ scrape_configs:
                     back_live = time.monotonic() - t1
                 time.sleep(0.1)
             return dict(engine=engine_codes, t503=t503, reason=reason, tlive=tlive, live_reason=live_reason,
-                        back=back, back_live=back_live, b503=bound503, blive=bound_live, bback=bound_back)
+                        back=back, back_live=back_live, b503=bound503, blive=bound_live, bback=bound_back,
+                        frozen_at=frozen_at, continued_at=continued_at)
 
         r = {}
 
@@ -1252,6 +1286,41 @@ scrape_configs:
                     f"(bound {r['bback']:.1f} s)")
 
         self.check("SIGCONT: /health and /live/engine 200 within canary_after + interval + margin", recovered)
+
+        def incident():
+            # Closed SETTLE_CHECKS (3) good checks after the verdict is back.
+            doc = self.incident_since("vllm", r["frozen_at"], timeout=3 * INTERVAL + 10 + MARGIN,
+                                      until=lambda d: expect(d["closed_unix_seconds"] is not None,
+                                                             f"incident {d['id']} still open"))
+            expect(doc["kind"] == "canary_failed", f"kind {doc['kind']!r}, timeline {doc['timeline']}")
+            opened, closed = doc["opened_unix_seconds"], doc["closed_unix_seconds"]
+            took = opened - r["frozen_at"]
+            expect(took <= r["b503"], f"opened {within(took, r['b503'])} after the freeze")
+            runs = doc["canaries_before"] + doc["canaries"]
+            for c in runs:
+                expect({"sent_unix_seconds", "duration_seconds", "result", "error"} <= set(c), f"canary {c}")
+            # Those that failed: sent while frozen, or in flight at the freeze.
+            failed = [c for c in runs if c["result"] != "success"]
+            early = [c for c in failed if not r["frozen_at"] - CANARY_TIMEOUT <= c["sent_unix_seconds"] < r["continued_at"]]
+            expect(not early, f"failed canaries sent outside the freeze: {early}")
+            expect(len(failed) >= LIVE_FAILURES, f"{len(failed)} failed canaries kept: {runs}")
+            bad = [c for c in failed if c["result"] != "timeout"
+                   or not CANARY_TIMEOUT - 0.1 <= c["duration_seconds"] <= CANARY_TIMEOUT + MARGIN]
+            expect(not bad, f"failed canaries not timed out at {CANARY_TIMEOUT:g} s: {bad}")
+            ok_before = [c for c in doc["canaries_before"] if c["result"] == "success"]
+            expect(ok_before, f"no passing canary among the {len(doc['canaries_before'])} before the opening")
+            expect(closed >= r["continued_at"], f"closed at {closed:.2f}, before the SIGCONT {r['continued_at']:.2f}")
+            expect(abs(doc["duration_seconds"] - (closed - opened)) < 0.01,
+                   f"duration {doc['duration_seconds']} against {closed - opened:.3f}")
+            self.figure("vLLM frozen while idle: freeze to incident 'canary_failed'", f"{took:.2f} s")
+            timings = ", ".join(f"{c['duration_seconds']:.2f} s" for c in failed)
+            return (f"incident {doc['id']} canary_failed opened {within(took, r['b503'])} after the freeze; "
+                    f"{len(failed)} timed-out canaries ({timings}), "
+                    f"{len(ok_before)} passing before; closed {closed - r['continued_at']:.2f} s after SIGCONT, "
+                    f"duration {doc['duration_seconds']:.2f} s")
+
+        self.check("frozen while idle: an incident 'canary_failed' with each canary's timing, closed after "
+                   "SIGCONT with its duration", incident)
 
     def freeze_busy(self):
         r = {}
@@ -1329,6 +1398,7 @@ scrape_configs:
                     time.sleep(0.1)
                 if tstall is not None:
                     # Still frozen: the incident, and the worker's stacks taken while it is.
+                    r["frozen_at"] = frozen_at
                     try:
                         r["incident"] = self.stalled_incident(frozen_at)
                     except Failed as err:
@@ -1383,6 +1453,15 @@ scrape_configs:
             part = stacks.split(f"=== pid {r['worker']}:", 1)[-1].split("=== pid ", 1)[0]
             frames = [ln.strip() for ln in part.splitlines() if "vllm/" in ln]
             expect(frames, f"no vLLM frame in the frozen worker's stacks: {part[:600]!r}")
+            self.figure("vLLM frozen with requests running: freeze to incident 'stalled'",
+                        f"{doc['opened_unix_seconds'] - r['frozen_at']:.2f} s")
+            sizes = [p["bytes"] for p in procs.values()]
+            times = [p["duration_seconds"] for p in procs.values()]
+            self.figure(f"vLLM stacks at the opening ({len(procs)} processes, py-spy dump --nonblocking "
+                        "one at a time): opening to stacks in the incident; each dump's time and bytes",
+                        f"{r['incident']['stacks_in']:.2f} s (polled every 0.2 s); "
+                        + ", ".join(f"{t * 1000:.0f} ms {b:,} B" for t, b in zip(times, sizes))
+                        + f" (total {sum(times) * 1000:.0f} ms, {sum(sizes):,} B)")
             return (f"incident {doc['id']} stalled, {len(procs)} processes dumped; the frozen worker's "
                     f"frames include {frames[0]!r}; last progress readings {flat}")
 
@@ -1443,6 +1522,7 @@ scrape_configs:
 
             eventually(after_canary, 3 * (CANARY_AFTER + INTERVAL), 0.1)
             t0 = time.monotonic()
+            r["frozen_at"], r["pid"] = time.time(), pid
             os.kill(pid, signal.SIGSTOP)
             try:
                 bound = INTERVAL + UPSTREAM_TIMEOUT + MARGIN
@@ -1488,6 +1568,27 @@ scrape_configs:
 
         self.check("llama-server continued: ready again", ready_again)
 
+        def no_python():
+            # The stacks are taken at the opening (py-spy finds no Python in a native process,
+            # stopped or not); the incident closes SETTLE_CHECKS good checks after.
+            def done(d):
+                expect(d["stacks"] is not None, "stacks not taken yet")
+                expect(d["closed_unix_seconds"] is not None, f"incident {d['id']} still open")
+
+            doc = self.incident_since("llama", r["frozen_at"], timeout=30, until=done)
+            expect(doc["kind"] == "down", f"kind {doc['kind']!r}, timeline {doc['timeline']}")
+            why = doc["stacks"].get("unavailable") or ""
+            want = (f"not a Python process: py-spy found no Python interpreter in the engine's processes "
+                    f"(pid {r['pid']}): a native engine such as llama-server has no Python stacks")
+            expect(why.startswith(want), f"stacks {doc['stacks']}")
+            names = tar_names(self.sysport, doc["id"])
+            expect("stacks.txt" not in names, f"bundle {names}")
+            expect(f"--port {self.llama_port}" in doc["config"], "incidents.processes not in the incident's config")
+            return f"incident {doc['id']} down; found by its command line (incidents.processes); stacks: {why}"
+
+        self.check("llama-server frozen: an incident whose stacks say why there are none (a native process, "
+                   "found by its command line)", no_python)
+
     def kill_worker(self):
         r = {}
 
@@ -1496,6 +1597,7 @@ scrape_configs:
             worker = self.vllm_worker()
             leader = self.procs.running["vllm"]
             t0 = time.monotonic()
+            r["killed_at"] = time.time()
             os.kill(worker, signal.SIGKILL)
             engine_codes = []
             bound = INTERVAL + 1.0 + MARGIN
@@ -1550,6 +1652,20 @@ scrape_configs:
                     f"{reason}")
 
         self.check("killed worker: once vLLM's server has exited, the verdict is down (connection refused)", down)
+
+        def incident():
+            doc = self.incident_since("vllm", r["killed_at"])
+            expect(doc["kind"] == "down", f"kind {doc['kind']!r}, timeline {doc['timeline']}")
+            took = doc["opened_unix_seconds"] - r["killed_at"]
+            expect(took <= r["bound"], f"opened {within(took, r['bound'])} after the kill")
+            expect(doc["closed_unix_seconds"] is None, f"closed while vLLM is gone: {doc['timeline']}")
+            last = doc["readings"][-1]["health"] if doc["readings"] else None
+            if r["exited"] is not None:
+                expect(last and "connection refused" in last, f"last reading's health {last!r}")
+            return (f"incident {doc['id']} down {within(took, r['bound'])} after the kill, still open: "
+                    f"{doc['reason']}; last reading: {last}")
+
+        self.check("killed worker: an incident 'down', open while vLLM is gone", incident)
 
     def finish(self):
         def stop():
