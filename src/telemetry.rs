@@ -1,14 +1,19 @@
 //! sysport's own metrics, all under `dynamo_sysport_`.
 //!
 //! They live in one registry of their own, so nothing an upstream sends can reach it, and are
-//! rendered after the engine families on every `/metrics`.
+//! rendered after the engine families on every `/metrics`. What an upstream's reads left
+//! (`upstream_up`, `_response_bytes`, `_series`, `_last_fetch_age_seconds`) is read from the
+//! scraper's records as the page is made (`upstreams`); the registry keeps the events (counters
+//! and histograms) and the families other modules define and register.
+
+mod upstreams;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::expfmt::Selection;
-use crate::model::{Read, Recorder, ScrapeRecord};
+use crate::model::{Read, Recorder, ScrapeRecord, UpstreamRecord};
 
 use prometheus::{
     Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -17,17 +22,6 @@ use prometheus::{
 
 /// Namespace of every metric here.
 pub(crate) const NAMESPACE: &str = "dynamo_sysport";
-
-/// Outcomes counted in `dynamo_sysport_upstream_series`.
-pub(crate) const SERIES_OUTCOMES: [&str; 7] = [
-    "kept",
-    "dropped",
-    "conflict",
-    "duplicate",
-    "malformed",
-    "aliased",
-    "relabel_dropped",
-];
 
 /// The `result` values of `canary_requests_total` (the canary module's outcomes).
 pub(crate) const CANARY_RESULTS: [&str; 8] = [
@@ -47,8 +41,6 @@ pub struct Telemetry {
     registry: Registry,
     started: Instant,
     uptime: Gauge,
-    /// `upstream_up{upstream}`: 1 when the last scrape of the upstream succeeded.
-    pub upstream_up: IntGaugeVec,
     /// `upstream_scrape_duration_seconds{upstream}`.
     pub scrape_duration: HistogramVec,
     /// `upstream_scrapes_total{upstream,result}`.
@@ -56,14 +48,8 @@ pub struct Telemetry {
     /// `upstream_format_mismatches_total{upstream}`: responses whose Content-Type named the
     /// other exposition format than the body's.
     pub format_mismatches: IntCounterVec,
-    /// `upstream_response_bytes{upstream}`: decoded body size of the last successful scrape.
-    pub response_bytes: IntGaugeVec,
-    /// `upstream_series{upstream,outcome}` in the last scrape.
-    pub series: IntGaugeVec,
     /// `health_ready`: 1 when `/health` answers 200.
     pub health_ready: IntGauge,
-    /// `upstream_last_fetch_age_seconds{upstream}`: age of the newest data from the upstream.
-    pub last_fetch_age: GaugeVec,
     /// `http_requests_total{path,code,read}`; `read` is `full` or `selective` on `/metrics`.
     pub http_requests: IntCounterVec,
     /// `metrics_request_duration_seconds{read}`: `/metrics` handling time, upstream wait included.
@@ -113,14 +99,6 @@ impl Telemetry {
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        let upstream_up = IntGaugeVec::new(
-            opts(
-                "upstream_up",
-                "1 if the last scrape of the upstream succeeded, else 0.",
-            ),
-            &["upstream"],
-        )
-        .expect("valid metric");
         let scrape_duration = HistogramVec::new(
             HistogramOpts::from(opts(
                 "upstream_scrape_duration_seconds",
@@ -150,34 +128,9 @@ impl Telemetry {
             &["upstream"],
         )
         .expect("valid metric");
-        let response_bytes = IntGaugeVec::new(
-            opts(
-                "upstream_response_bytes",
-                "Decoded size of the upstream's last successful response.",
-            ),
-            &["upstream"],
-        )
-        .expect("valid metric");
-        let series = IntGaugeVec::new(
-            opts(
-                "upstream_series",
-                "Series of the upstream in the last scrape, by what became of them.",
-            ),
-            &["upstream", "outcome"],
-        )
-        .expect("valid metric");
         let health_ready =
             IntGauge::with_opts(opts("health_ready", "1 if /health reports ready, else 0."))
                 .expect("valid metric");
-        let last_fetch_age = GaugeVec::new(
-            opts(
-                "upstream_last_fetch_age_seconds",
-                "Age of the newest successful fetch of the upstream when this page was made: \
-                 how stale its families here are (grows while the upstream is down).",
-            ),
-            &["upstream"],
-        )
-        .expect("valid metric");
         let http_requests = IntCounterVec::new(
             opts(
                 "http_requests_total",
@@ -265,14 +218,10 @@ impl Telemetry {
         for c in [
             Box::new(uptime.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(build_info),
-            Box::new(upstream_up.clone()),
             Box::new(scrape_duration.clone()),
             Box::new(scrapes.clone()),
             Box::new(format_mismatches.clone()),
-            Box::new(response_bytes.clone()),
-            Box::new(series.clone()),
             Box::new(health_ready.clone()),
-            Box::new(last_fetch_age.clone()),
             Box::new(http_requests.clone()),
             Box::new(metrics_duration.clone()),
             Box::new(render_duration.clone()),
@@ -290,14 +239,10 @@ impl Telemetry {
             registry,
             started: Instant::now(),
             uptime,
-            upstream_up,
             scrape_duration,
             scrapes,
             format_mismatches,
-            response_bytes,
-            series,
             health_ready,
-            last_fetch_age,
             http_requests,
             metrics_duration,
             render_duration,
@@ -336,46 +281,12 @@ impl Telemetry {
         self.started.elapsed().as_secs_f64()
     }
 
-    /// Makes the per-upstream series exist from the start (at 0), so dashboards see every
+    /// Makes the upstream's counters exist from the start (at 0), so dashboards see every
     /// configured upstream before its first scrape.
     pub fn register_upstream(&self, name: &str) {
         let mut current = self.current.lock().expect("current upstreams lock");
         current.entry(name.to_owned()).or_default();
-        self.upstream_up.with_label_values(&[name]).set(0);
         self.format_mismatches.with_label_values(&[name]);
-        for outcome in SERIES_OUTCOMES {
-            self.series.with_label_values(&[name, outcome]);
-        }
-    }
-
-    /// Sets `upstream_series{upstream, outcome}`.
-    pub fn set_series(&self, upstream: &str, outcome: &str, n: u64) {
-        self.series
-            .with_label_values(&[upstream, outcome])
-            .set(n as i64);
-    }
-
-    /// `upstream_series` of `upstream` by outcome, in [`SERIES_OUTCOMES`] order. Read without
-    /// creating a series: a reload may have just removed the upstream.
-    pub fn series_of(&self, upstream: &str) -> Vec<(&'static str, u64)> {
-        // Under the lock that registers and forgets upstreams: a series looked up here exists
-        // already, as `register_upstream` made it, and stays until `forget_upstream`. One look-up
-        // per outcome: `/status` asks for every upstream, so this must not walk them all.
-        let current = self.current.lock().expect("current upstreams lock");
-        let registered = current.contains_key(upstream);
-        SERIES_OUTCOMES
-            .iter()
-            .map(|&outcome| {
-                let n = if registered {
-                    self.series
-                        .get_metric_with_label_values(&[upstream, outcome])
-                        .map_or(0, |g| g.get().max(0) as u64)
-                } else {
-                    0
-                };
-                (outcome, n)
-            })
-            .collect()
     }
 
     /// Forgets an upstream that a reload removed.
@@ -385,9 +296,6 @@ impl Telemetry {
             let _ = self.scrapes.remove_label_values(&[name, result]);
         }
         let _ = self.format_mismatches.remove_label_values(&[name]);
-        let _ = self.upstream_up.remove_label_values(&[name]);
-        let _ = self.response_bytes.remove_label_values(&[name]);
-        let _ = self.last_fetch_age.remove_label_values(&[name]);
         let _ = self.scrape_duration.remove_label_values(&[name]);
         let _ = self.engine_stalled.remove_label_values(&[name]);
         let _ = self.engine_progress_age.remove_label_values(&[name]);
@@ -395,16 +303,25 @@ impl Telemetry {
         for result in CANARY_RESULTS {
             let _ = self.canary_requests.remove_label_values(&[name, result]);
         }
-        for outcome in SERIES_OUTCOMES {
-            let _ = self.series.remove_label_values(&[name, outcome]);
-        }
     }
 
-    /// Renders every metric as text 0.0.4, or only the selected families.
-    pub fn render_text(&self, names: Option<&Selection>, out: &mut Vec<u8>) {
+    /// Renders every metric as text 0.0.4, or only the selected families, with the upstreams'
+    /// families read from `records` (each upstream's name and record) at `now`.
+    pub fn render_text(
+        &self,
+        names: Option<&Selection>,
+        records: &[(&str, UpstreamRecord)],
+        now: Instant,
+        out: &mut Vec<u8>,
+    ) {
         self.uptime.set(self.uptime_seconds());
         self.process.update();
         let mut families = self.registry.gather();
+        for f in upstreams::families(records, now) {
+            // Both sorted by name, as the registry writes them.
+            let at = families.partition_point(|g| g.name() < f.name());
+            families.insert(at, f);
+        }
         if let Some(names) = names {
             families.retain(|f| names.selects(f.name().as_bytes()));
         }
@@ -414,9 +331,9 @@ impl Telemetry {
     }
 }
 
-/// Scrape results as sysport's own metrics: `upstream_scrapes_total` and `upstream_up` for every
-/// result; for a full page its duration, size and series counts (all 0 when the fetch failed);
-/// `format_mismatches_total` for a body the `Content-Type` misnamed.
+/// Scrape results as sysport's own events: `upstream_scrapes_total` for every result, the
+/// duration of a full page's fetch, `format_mismatches_total` for a body the `Content-Type`
+/// misnamed.
 impl Recorder for Telemetry {
     fn scraped(&self, r: &ScrapeRecord<'_>) {
         let mut current = self.current.lock().expect("current upstreams lock");
@@ -427,32 +344,10 @@ impl Recorder for Telemetry {
         results.insert(r.result);
         let name = r.name;
         self.scrapes.with_label_values(&[name, r.result]).inc();
-        self.upstream_up
-            .with_label_values(&[name])
-            .set(r.succeeded() as i64);
-        if r.read != Read::Full {
-            return;
-        }
-        self.scrape_duration
-            .with_label_values(&[name])
-            .observe(r.took.as_secs_f64());
-        if let Some(len) = r.body_bytes {
-            self.response_bytes
+        if r.read == Read::Full {
+            self.scrape_duration
                 .with_label_values(&[name])
-                .set(len as i64);
-        }
-        match r.series {
-            Some(s) => {
-                self.set_series(name, "kept", s.kept);
-                self.set_series(name, "dropped", s.dropped);
-                self.set_series(name, "malformed", s.malformed);
-                self.set_series(name, "relabel_dropped", s.relabel_dropped);
-            }
-            None => {
-                for outcome in SERIES_OUTCOMES {
-                    self.set_series(name, outcome, 0);
-                }
-            }
+                .observe(r.took.as_secs_f64());
         }
     }
 
@@ -703,6 +598,8 @@ mod tests {
                 "dynamo_sysport_process_cpu_seconds_total",
                 "dynamo_sysport_process_resident_memory_bytes",
             ])),
+            &[],
+            Instant::now(),
             &mut out,
         );
         let text = String::from_utf8(out).expect("utf-8");
