@@ -6,7 +6,10 @@
 //! scraper's records as the page is made (`upstreams`); the registry keeps the events (counters
 //! and histograms) and the families other modules define and register.
 
+mod collect;
 mod upstreams;
+
+pub(crate) use collect::{desc, family, gauge};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -16,8 +19,8 @@ use crate::expfmt::Selection;
 use crate::model::{Read, Recorder, ScrapeRecord, UpstreamRecord};
 
 use prometheus::{
-    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 
 /// Namespace of every metric here.
@@ -48,8 +51,6 @@ pub struct Telemetry {
     /// `upstream_format_mismatches_total{upstream}`: responses whose Content-Type named the
     /// other exposition format than the body's.
     pub format_mismatches: IntCounterVec,
-    /// `health_ready`: 1 when `/health` answers 200.
-    pub health_ready: IntGauge,
     /// `http_requests_total{path,code,read}`; `read` is `full` or `selective` on `/metrics`.
     pub http_requests: IntCounterVec,
     /// `metrics_request_duration_seconds{read}`: `/metrics` handling time, upstream wait included.
@@ -60,10 +61,6 @@ pub struct Telemetry {
     pub config_reloads: IntCounterVec,
     /// `openmetrics_dropped_series_total`: series OpenMetrics output could not express.
     pub openmetrics_dropped: IntCounter,
-    /// `engine_stalled{upstream}`: 1 while the upstream's engine is stalled (`stall_after`).
-    pub engine_stalled: IntGaugeVec,
-    /// `engine_progress_age_seconds{upstream}`: time since its progress counters last moved.
-    pub engine_progress_age: GaugeVec,
     /// `canary_requests_total{upstream,result}`: canary requests sent to idle engines.
     pub canary_requests: IntCounterVec,
     /// `canary_duration_seconds{upstream}`: how long each canary took.
@@ -85,10 +82,55 @@ fn opts(name: &str, help: &str) -> Opts {
     Opts::new(name, help).namespace(NAMESPACE)
 }
 
+/// `c`, registered in `registry`.
+fn registered<C: prometheus::core::Collector + Clone + 'static>(registry: &Registry, c: C) -> C {
+    registry
+        .register(Box::new(c.clone()))
+        .expect("metric names are unique");
+    c
+}
+
+/// A counter by `labels`, registered.
+fn counters(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    registered(
+        registry,
+        IntCounterVec::new(opts(name, help), labels).expect("valid metric"),
+    )
+}
+
+/// A histogram by `labels` with `buckets`, registered.
+fn histograms(
+    registry: &Registry,
+    (name, help): (&str, &str),
+    buckets: &[f64],
+    labels: &[&str],
+) -> HistogramVec {
+    let opts = HistogramOpts::from(opts(name, help)).buckets(buckets.to_vec());
+    registered(
+        registry,
+        HistogramVec::new(opts, labels).expect("valid metric"),
+    )
+}
+
+/// Buckets of a fetch: a millisecond to ten seconds.
+const FETCH_BUCKETS: [f64; 13] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Sub-millisecond buckets: a selective read costs tens of microseconds.
+const FAST_BUCKETS: [f64; 16] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 10.0,
+];
+
+/// Buckets of a canary: ten milliseconds to ten seconds.
+const CANARY_BUCKETS: [f64; 10] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
 impl Telemetry {
-    /// Registers every metric.
+    /// Registers every metric defined here (the event counters and histograms, uptime, build
+    /// and process); other modules register their own.
     pub fn new() -> Telemetry {
-        let registry = Registry::new();
+        let r = Registry::new();
         let uptime = Gauge::with_opts(opts("uptime_seconds", "Seconds since sysport started."))
             .expect("valid metric");
         let build_info = IntGaugeVec::new(
@@ -99,160 +141,90 @@ impl Telemetry {
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        let scrape_duration = HistogramVec::new(
-            HistogramOpts::from(opts(
-                "upstream_scrape_duration_seconds",
-                "Time to fetch an upstream's metrics.",
-            ))
-            .buckets(vec![
-                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-            ]),
-            &["upstream"],
-        )
-        .expect("valid metric");
-        let scrapes = IntCounterVec::new(
-            opts(
-                "upstream_scrapes_total",
-                "Upstream scrapes by result (success or the reason it failed).",
-            ),
-            &["upstream", "result"],
-        )
-        .expect("valid metric");
-        let format_mismatches = IntCounterVec::new(
-            opts(
-                "upstream_format_mismatches_total",
-                "Upstream responses whose Content-Type named one exposition format while the body \
-                 was in the other; each is read as its body is (a body without the final EOF line \
-                 of OpenMetrics as text 0.0.4, one with it as OpenMetrics).",
-            ),
-            &["upstream"],
-        )
-        .expect("valid metric");
-        let health_ready =
-            IntGauge::with_opts(opts("health_ready", "1 if /health reports ready, else 0."))
-                .expect("valid metric");
-        let http_requests = IntCounterVec::new(
-            opts(
-                "http_requests_total",
-                "HTTP requests served by sysport, by route and status code; on /metrics, read is \
-                 full (the whole page) or selective (?name=).",
-            ),
-            &["path", "code", "read"],
-        )
-        .expect("valid metric");
-        // Sub-millisecond buckets: a selective read costs tens of microseconds.
-        let fast_buckets = vec![
-            0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-            0.5, 1.0, 2.5, 10.0,
-        ];
-        let metrics_duration = HistogramVec::new(
-            HistogramOpts::from(opts(
-                "metrics_request_duration_seconds",
-                "Time to answer /metrics (before compression), waiting for upstreams included.",
-            ))
-            .buckets(fast_buckets.clone()),
-            &["read"],
-        )
-        .expect("valid metric");
-        let render_duration = HistogramVec::new(
-            HistogramOpts::from(opts(
-                "metrics_render_seconds",
-                "sysport's own work per /metrics read (merge, write, own metrics), without the \
-                 wait for upstreams or compression.",
-            ))
-            .buckets(fast_buckets),
-            &["read"],
-        )
-        .expect("valid metric");
-        let config_reloads = IntCounterVec::new(
-            opts(
-                "config_reloads_total",
-                "Configuration reloads (SIGHUP) by result.",
-            ),
-            &["result"],
-        )
-        .expect("valid metric");
+        registered(&r, build_info);
         let openmetrics_dropped = IntCounter::with_opts(opts(
             "openmetrics_dropped_series_total",
             "Series left out of OpenMetrics responses because OpenMetrics cannot express their family.",
         ))
         .expect("valid metric");
-        let engine_stalled = IntGaugeVec::new(
-            opts(
-                "engine_stalled",
-                "1 while the upstream's engine is stalled: requests ran at every health check for \
-                 stall_after while its progress counters never moved; else 0.",
+        Telemetry {
+            uptime: registered(&r, uptime),
+            scrape_duration: histograms(
+                &r,
+                (
+                    "upstream_scrape_duration_seconds",
+                    "Time to fetch an upstream's metrics.",
+                ),
+                &FETCH_BUCKETS,
+                &["upstream"],
             ),
-            &["upstream"],
-        )
-        .expect("valid metric");
-        let engine_progress_age = GaugeVec::new(
-            opts(
-                "engine_progress_age_seconds",
-                "Seconds since a health check last saw the upstream engine's progress counters \
-                 move (grows while idle too; absent before the first reading).",
+            scrapes: counters(
+                &r,
+                "upstream_scrapes_total",
+                "Upstream scrapes by result (success or the reason it failed).",
+                &["upstream", "result"],
             ),
-            &["upstream"],
-        )
-        .expect("valid metric");
-        let canary_requests = IntCounterVec::new(
-            opts(
+            format_mismatches: counters(
+                &r,
+                "upstream_format_mismatches_total",
+                "Upstream responses whose Content-Type named one exposition format while the body \
+                 was in the other; each is read as its body is (a body without the final EOF line \
+                 of OpenMetrics as text 0.0.4, one with it as OpenMetrics).",
+                &["upstream"],
+            ),
+            http_requests: counters(
+                &r,
+                "http_requests_total",
+                "HTTP requests served by sysport, by route and status code; on /metrics, read is \
+                 full (the whole page) or selective (?name=).",
+                &["path", "code", "read"],
+            ),
+            metrics_duration: histograms(
+                &r,
+                (
+                    "metrics_request_duration_seconds",
+                    "Time to answer /metrics (before compression), waiting for upstreams included.",
+                ),
+                &FAST_BUCKETS,
+                &["read"],
+            ),
+            render_duration: histograms(
+                &r,
+                (
+                    "metrics_render_seconds",
+                    "sysport's own work per /metrics read (merge, write, own metrics), without the \
+                     wait for upstreams or compression.",
+                ),
+                &FAST_BUCKETS,
+                &["read"],
+            ),
+            config_reloads: counters(
+                &r,
+                "config_reloads_total",
+                "Configuration reloads (SIGHUP) by result.",
+                &["result"],
+            ),
+            openmetrics_dropped: registered(&r, openmetrics_dropped),
+            canary_requests: counters(
+                &r,
                 "canary_requests_total",
                 "Canary requests sysport sent to the upstream's idle engine (canary_after), by \
                  result: success, timeout, http_status, bad_answer, connect_error. Each is also \
                  one request in the engine's own counters.",
+                &["upstream", "result"],
             ),
-            &["upstream", "result"],
-        )
-        .expect("valid metric");
-        let canary_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "canary_duration_seconds",
-                "Time each canary request took, until its answer was judged or it timed out.",
-            )
-            .namespace(NAMESPACE)
-            .buckets(vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
-            &["upstream"],
-        )
-        .expect("valid metric");
-        for c in [
-            Box::new(uptime.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(build_info),
-            Box::new(scrape_duration.clone()),
-            Box::new(scrapes.clone()),
-            Box::new(format_mismatches.clone()),
-            Box::new(health_ready.clone()),
-            Box::new(http_requests.clone()),
-            Box::new(metrics_duration.clone()),
-            Box::new(render_duration.clone()),
-            Box::new(config_reloads.clone()),
-            Box::new(openmetrics_dropped.clone()),
-            Box::new(engine_stalled.clone()),
-            Box::new(engine_progress_age.clone()),
-            Box::new(canary_requests.clone()),
-            Box::new(canary_duration.clone()),
-        ] {
-            registry.register(c).expect("metric names are unique");
-        }
-        let process = Process::register(&registry);
-        Telemetry {
-            registry,
+            canary_duration: histograms(
+                &r,
+                (
+                    "canary_duration_seconds",
+                    "Time each canary request took, until its answer was judged or it timed out.",
+                ),
+                &CANARY_BUCKETS,
+                &["upstream"],
+            ),
+            process: Process::register(&r),
+            registry: r,
             started: Instant::now(),
-            uptime,
-            scrape_duration,
-            scrapes,
-            format_mismatches,
-            health_ready,
-            http_requests,
-            metrics_duration,
-            render_duration,
-            config_reloads,
-            openmetrics_dropped,
-            engine_stalled,
-            engine_progress_age,
-            canary_requests,
-            canary_duration,
-            process,
             current: Arc::default(),
         }
     }
@@ -297,8 +269,6 @@ impl Telemetry {
         }
         let _ = self.format_mismatches.remove_label_values(&[name]);
         let _ = self.scrape_duration.remove_label_values(&[name]);
-        let _ = self.engine_stalled.remove_label_values(&[name]);
-        let _ = self.engine_progress_age.remove_label_values(&[name]);
         let _ = self.canary_duration.remove_label_values(&[name]);
         for result in CANARY_RESULTS {
             let _ = self.canary_requests.remove_label_values(&[name, result]);
