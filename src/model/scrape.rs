@@ -163,3 +163,37 @@ impl UpstreamRecord {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(at: Instant, result: &'static str) -> Option<LastRead> {
+        Some(LastRead {
+            at,
+            result,
+            took: Duration::from_millis(5),
+        })
+    }
+
+    #[test]
+    fn the_last_read_of_any_kind_says_whether_the_upstream_answered() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut r = UpstreamRecord::default();
+        assert_eq!((r.up(), r.last()), (None, None));
+        *r.slot(Read::Full) = read(t0, "success");
+        assert_eq!(r.up(), Some(true));
+        // A request stopped waiting for the shared fetch: for that scrape the upstream timed out.
+        *r.slot(Read::Deadline) = read(t0 + ms(10), "timeout");
+        assert_eq!(r.up(), Some(false));
+        assert_eq!(r.last().map(|(kind, _)| kind), Some(Read::Deadline));
+        // The fetch it stopped waiting for ends, and answered.
+        *r.slot(Read::Full) = read(t0 + ms(20), "success");
+        assert_eq!(r.up(), Some(true));
+        assert_eq!(r.deadline.map(|d| d.result), Some("timeout"));
+        *r.slot(Read::Selective) = read(t0 + ms(30), "connect_error");
+        assert_eq!(r.last().map(|(kind, _)| kind), Some(Read::Selective));
+        assert_eq!(r.up(), Some(false));
+    }
+}
