@@ -1,33 +1,30 @@
 //! sysport's own metrics, all under `dynamo_sysport_`.
 //!
 //! They live in one registry of their own, so nothing an upstream sends can reach it, and are
-//! rendered after the engine families on every `/metrics`.
+//! rendered after the engine families on every `/metrics`. What an upstream's reads left
+//! (`upstream_up`, `_response_bytes`, `_series`, `_last_fetch_age_seconds`) is read from the
+//! scraper's records as the page is made (`upstreams`); the registry keeps the events (counters
+//! and histograms) and the families other modules define and register.
+
+mod collect;
+mod upstreams;
+
+pub(crate) use collect::{desc, family, gauge};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::expfmt::Selection;
-use crate::model::{Read, Recorder, ScrapeRecord};
+use crate::model::{Read, Recorder, ScrapeRecord, UpstreamRecord};
 
 use prometheus::{
-    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 
 /// Namespace of every metric here.
 pub(crate) const NAMESPACE: &str = "dynamo_sysport";
-
-/// Outcomes counted in `dynamo_sysport_upstream_series`.
-pub(crate) const SERIES_OUTCOMES: [&str; 7] = [
-    "kept",
-    "dropped",
-    "conflict",
-    "duplicate",
-    "malformed",
-    "aliased",
-    "relabel_dropped",
-];
 
 /// The `result` values of `canary_requests_total` (the canary module's outcomes).
 pub(crate) const CANARY_RESULTS: [&str; 8] = [
@@ -47,8 +44,6 @@ pub struct Telemetry {
     registry: Registry,
     started: Instant,
     uptime: Gauge,
-    /// `upstream_up{upstream}`: 1 when the last scrape of the upstream succeeded.
-    pub upstream_up: IntGaugeVec,
     /// `upstream_scrape_duration_seconds{upstream}`.
     pub scrape_duration: HistogramVec,
     /// `upstream_scrapes_total{upstream,result}`.
@@ -56,14 +51,6 @@ pub struct Telemetry {
     /// `upstream_format_mismatches_total{upstream}`: responses whose Content-Type named the
     /// other exposition format than the body's.
     pub format_mismatches: IntCounterVec,
-    /// `upstream_response_bytes{upstream}`: decoded body size of the last successful scrape.
-    pub response_bytes: IntGaugeVec,
-    /// `upstream_series{upstream,outcome}` in the last scrape.
-    pub series: IntGaugeVec,
-    /// `health_ready`: 1 when `/health` answers 200.
-    pub health_ready: IntGauge,
-    /// `upstream_last_fetch_age_seconds{upstream}`: age of the newest data from the upstream.
-    pub last_fetch_age: GaugeVec,
     /// `http_requests_total{path,code,read}`; `read` is `full` or `selective` on `/metrics`.
     pub http_requests: IntCounterVec,
     /// `metrics_request_duration_seconds{read}`: `/metrics` handling time, upstream wait included.
@@ -74,10 +61,6 @@ pub struct Telemetry {
     pub config_reloads: IntCounterVec,
     /// `openmetrics_dropped_series_total`: series OpenMetrics output could not express.
     pub openmetrics_dropped: IntCounter,
-    /// `engine_stalled{upstream}`: 1 while the upstream's engine is stalled (`stall_after`).
-    pub engine_stalled: IntGaugeVec,
-    /// `engine_progress_age_seconds{upstream}`: time since its progress counters last moved.
-    pub engine_progress_age: GaugeVec,
     /// `canary_requests_total{upstream,result}`: canary requests sent to idle engines.
     pub canary_requests: IntCounterVec,
     /// `canary_duration_seconds{upstream}`: how long each canary took.
@@ -99,10 +82,55 @@ fn opts(name: &str, help: &str) -> Opts {
     Opts::new(name, help).namespace(NAMESPACE)
 }
 
+/// `c`, registered in `registry`.
+fn registered<C: prometheus::core::Collector + Clone + 'static>(registry: &Registry, c: C) -> C {
+    registry
+        .register(Box::new(c.clone()))
+        .expect("metric names are unique");
+    c
+}
+
+/// A counter by `labels`, registered.
+fn counters(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    registered(
+        registry,
+        IntCounterVec::new(opts(name, help), labels).expect("valid metric"),
+    )
+}
+
+/// A histogram by `labels` with `buckets`, registered.
+fn histograms(
+    registry: &Registry,
+    (name, help): (&str, &str),
+    buckets: &[f64],
+    labels: &[&str],
+) -> HistogramVec {
+    let opts = HistogramOpts::from(opts(name, help)).buckets(buckets.to_vec());
+    registered(
+        registry,
+        HistogramVec::new(opts, labels).expect("valid metric"),
+    )
+}
+
+/// Buckets of a fetch: a millisecond to ten seconds.
+const FETCH_BUCKETS: [f64; 13] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Sub-millisecond buckets: a selective read costs tens of microseconds.
+const FAST_BUCKETS: [f64; 16] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 10.0,
+];
+
+/// Buckets of a canary: ten milliseconds to ten seconds.
+const CANARY_BUCKETS: [f64; 10] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
 impl Telemetry {
-    /// Registers every metric.
+    /// Registers every metric defined here (the event counters and histograms, uptime, build
+    /// and process); other modules register their own.
     pub fn new() -> Telemetry {
-        let registry = Registry::new();
+        let r = Registry::new();
         let uptime = Gauge::with_opts(opts("uptime_seconds", "Seconds since sysport started."))
             .expect("valid metric");
         let build_info = IntGaugeVec::new(
@@ -113,201 +141,90 @@ impl Telemetry {
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        let upstream_up = IntGaugeVec::new(
-            opts(
-                "upstream_up",
-                "1 if the last scrape of the upstream succeeded, else 0.",
-            ),
-            &["upstream"],
-        )
-        .expect("valid metric");
-        let scrape_duration = HistogramVec::new(
-            HistogramOpts::from(opts(
-                "upstream_scrape_duration_seconds",
-                "Time to fetch an upstream's metrics.",
-            ))
-            .buckets(vec![
-                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-            ]),
-            &["upstream"],
-        )
-        .expect("valid metric");
-        let scrapes = IntCounterVec::new(
-            opts(
-                "upstream_scrapes_total",
-                "Upstream scrapes by result (success or the reason it failed).",
-            ),
-            &["upstream", "result"],
-        )
-        .expect("valid metric");
-        let format_mismatches = IntCounterVec::new(
-            opts(
-                "upstream_format_mismatches_total",
-                "Upstream responses whose Content-Type named one exposition format while the body \
-                 was in the other; each is read as its body is (a body without the final EOF line \
-                 of OpenMetrics as text 0.0.4, one with it as OpenMetrics).",
-            ),
-            &["upstream"],
-        )
-        .expect("valid metric");
-        let response_bytes = IntGaugeVec::new(
-            opts(
-                "upstream_response_bytes",
-                "Decoded size of the upstream's last successful response.",
-            ),
-            &["upstream"],
-        )
-        .expect("valid metric");
-        let series = IntGaugeVec::new(
-            opts(
-                "upstream_series",
-                "Series of the upstream in the last scrape, by what became of them.",
-            ),
-            &["upstream", "outcome"],
-        )
-        .expect("valid metric");
-        let health_ready =
-            IntGauge::with_opts(opts("health_ready", "1 if /health reports ready, else 0."))
-                .expect("valid metric");
-        let last_fetch_age = GaugeVec::new(
-            opts(
-                "upstream_last_fetch_age_seconds",
-                "Age of the newest successful fetch of the upstream when this page was made: \
-                 how stale its families here are (grows while the upstream is down).",
-            ),
-            &["upstream"],
-        )
-        .expect("valid metric");
-        let http_requests = IntCounterVec::new(
-            opts(
-                "http_requests_total",
-                "HTTP requests served by sysport, by route and status code; on /metrics, read is \
-                 full (the whole page) or selective (?name=).",
-            ),
-            &["path", "code", "read"],
-        )
-        .expect("valid metric");
-        // Sub-millisecond buckets: a selective read costs tens of microseconds.
-        let fast_buckets = vec![
-            0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-            0.5, 1.0, 2.5, 10.0,
-        ];
-        let metrics_duration = HistogramVec::new(
-            HistogramOpts::from(opts(
-                "metrics_request_duration_seconds",
-                "Time to answer /metrics (before compression), waiting for upstreams included.",
-            ))
-            .buckets(fast_buckets.clone()),
-            &["read"],
-        )
-        .expect("valid metric");
-        let render_duration = HistogramVec::new(
-            HistogramOpts::from(opts(
-                "metrics_render_seconds",
-                "sysport's own work per /metrics read (merge, write, own metrics), without the \
-                 wait for upstreams or compression.",
-            ))
-            .buckets(fast_buckets),
-            &["read"],
-        )
-        .expect("valid metric");
-        let config_reloads = IntCounterVec::new(
-            opts(
-                "config_reloads_total",
-                "Configuration reloads (SIGHUP) by result.",
-            ),
-            &["result"],
-        )
-        .expect("valid metric");
+        registered(&r, build_info);
         let openmetrics_dropped = IntCounter::with_opts(opts(
             "openmetrics_dropped_series_total",
             "Series left out of OpenMetrics responses because OpenMetrics cannot express their family.",
         ))
         .expect("valid metric");
-        let engine_stalled = IntGaugeVec::new(
-            opts(
-                "engine_stalled",
-                "1 while the upstream's engine is stalled: requests ran at every health check for \
-                 stall_after while its progress counters never moved; else 0.",
+        Telemetry {
+            uptime: registered(&r, uptime),
+            scrape_duration: histograms(
+                &r,
+                (
+                    "upstream_scrape_duration_seconds",
+                    "Time to fetch an upstream's metrics.",
+                ),
+                &FETCH_BUCKETS,
+                &["upstream"],
             ),
-            &["upstream"],
-        )
-        .expect("valid metric");
-        let engine_progress_age = GaugeVec::new(
-            opts(
-                "engine_progress_age_seconds",
-                "Seconds since a health check last saw the upstream engine's progress counters \
-                 move (grows while idle too; absent before the first reading).",
+            scrapes: counters(
+                &r,
+                "upstream_scrapes_total",
+                "Upstream scrapes by result (success or the reason it failed).",
+                &["upstream", "result"],
             ),
-            &["upstream"],
-        )
-        .expect("valid metric");
-        let canary_requests = IntCounterVec::new(
-            opts(
+            format_mismatches: counters(
+                &r,
+                "upstream_format_mismatches_total",
+                "Upstream responses whose Content-Type named one exposition format while the body \
+                 was in the other; each is read as its body is (a body without the final EOF line \
+                 of OpenMetrics as text 0.0.4, one with it as OpenMetrics).",
+                &["upstream"],
+            ),
+            http_requests: counters(
+                &r,
+                "http_requests_total",
+                "HTTP requests served by sysport, by route and status code; on /metrics, read is \
+                 full (the whole page) or selective (?name=).",
+                &["path", "code", "read"],
+            ),
+            metrics_duration: histograms(
+                &r,
+                (
+                    "metrics_request_duration_seconds",
+                    "Time to answer /metrics (before compression), waiting for upstreams included.",
+                ),
+                &FAST_BUCKETS,
+                &["read"],
+            ),
+            render_duration: histograms(
+                &r,
+                (
+                    "metrics_render_seconds",
+                    "sysport's own work per /metrics read (merge, write, own metrics), without the \
+                     wait for upstreams or compression.",
+                ),
+                &FAST_BUCKETS,
+                &["read"],
+            ),
+            config_reloads: counters(
+                &r,
+                "config_reloads_total",
+                "Configuration reloads (SIGHUP) by result.",
+                &["result"],
+            ),
+            openmetrics_dropped: registered(&r, openmetrics_dropped),
+            canary_requests: counters(
+                &r,
                 "canary_requests_total",
                 "Canary requests sysport sent to the upstream's idle engine (canary_after), by \
                  result: success, timeout, http_status, bad_answer, connect_error. Each is also \
                  one request in the engine's own counters.",
+                &["upstream", "result"],
             ),
-            &["upstream", "result"],
-        )
-        .expect("valid metric");
-        let canary_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "canary_duration_seconds",
-                "Time each canary request took, until its answer was judged or it timed out.",
-            )
-            .namespace(NAMESPACE)
-            .buckets(vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
-            &["upstream"],
-        )
-        .expect("valid metric");
-        for c in [
-            Box::new(uptime.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(build_info),
-            Box::new(upstream_up.clone()),
-            Box::new(scrape_duration.clone()),
-            Box::new(scrapes.clone()),
-            Box::new(format_mismatches.clone()),
-            Box::new(response_bytes.clone()),
-            Box::new(series.clone()),
-            Box::new(health_ready.clone()),
-            Box::new(last_fetch_age.clone()),
-            Box::new(http_requests.clone()),
-            Box::new(metrics_duration.clone()),
-            Box::new(render_duration.clone()),
-            Box::new(config_reloads.clone()),
-            Box::new(openmetrics_dropped.clone()),
-            Box::new(engine_stalled.clone()),
-            Box::new(engine_progress_age.clone()),
-            Box::new(canary_requests.clone()),
-            Box::new(canary_duration.clone()),
-        ] {
-            registry.register(c).expect("metric names are unique");
-        }
-        let process = Process::register(&registry);
-        Telemetry {
-            registry,
+            canary_duration: histograms(
+                &r,
+                (
+                    "canary_duration_seconds",
+                    "Time each canary request took, until its answer was judged or it timed out.",
+                ),
+                &CANARY_BUCKETS,
+                &["upstream"],
+            ),
+            process: Process::register(&r),
+            registry: r,
             started: Instant::now(),
-            uptime,
-            upstream_up,
-            scrape_duration,
-            scrapes,
-            format_mismatches,
-            response_bytes,
-            series,
-            health_ready,
-            last_fetch_age,
-            http_requests,
-            metrics_duration,
-            render_duration,
-            config_reloads,
-            openmetrics_dropped,
-            engine_stalled,
-            engine_progress_age,
-            canary_requests,
-            canary_duration,
-            process,
             current: Arc::default(),
         }
     }
@@ -336,46 +253,12 @@ impl Telemetry {
         self.started.elapsed().as_secs_f64()
     }
 
-    /// Makes the per-upstream series exist from the start (at 0), so dashboards see every
+    /// Makes the upstream's counters exist from the start (at 0), so dashboards see every
     /// configured upstream before its first scrape.
     pub fn register_upstream(&self, name: &str) {
         let mut current = self.current.lock().expect("current upstreams lock");
         current.entry(name.to_owned()).or_default();
-        self.upstream_up.with_label_values(&[name]).set(0);
         self.format_mismatches.with_label_values(&[name]);
-        for outcome in SERIES_OUTCOMES {
-            self.series.with_label_values(&[name, outcome]);
-        }
-    }
-
-    /// Sets `upstream_series{upstream, outcome}`.
-    pub fn set_series(&self, upstream: &str, outcome: &str, n: u64) {
-        self.series
-            .with_label_values(&[upstream, outcome])
-            .set(n as i64);
-    }
-
-    /// `upstream_series` of `upstream` by outcome, in [`SERIES_OUTCOMES`] order. Read without
-    /// creating a series: a reload may have just removed the upstream.
-    pub fn series_of(&self, upstream: &str) -> Vec<(&'static str, u64)> {
-        // Under the lock that registers and forgets upstreams: a series looked up here exists
-        // already, as `register_upstream` made it, and stays until `forget_upstream`. One look-up
-        // per outcome: `/status` asks for every upstream, so this must not walk them all.
-        let current = self.current.lock().expect("current upstreams lock");
-        let registered = current.contains_key(upstream);
-        SERIES_OUTCOMES
-            .iter()
-            .map(|&outcome| {
-                let n = if registered {
-                    self.series
-                        .get_metric_with_label_values(&[upstream, outcome])
-                        .map_or(0, |g| g.get().max(0) as u64)
-                } else {
-                    0
-                };
-                (outcome, n)
-            })
-            .collect()
     }
 
     /// Forgets an upstream that a reload removed.
@@ -385,26 +268,30 @@ impl Telemetry {
             let _ = self.scrapes.remove_label_values(&[name, result]);
         }
         let _ = self.format_mismatches.remove_label_values(&[name]);
-        let _ = self.upstream_up.remove_label_values(&[name]);
-        let _ = self.response_bytes.remove_label_values(&[name]);
-        let _ = self.last_fetch_age.remove_label_values(&[name]);
         let _ = self.scrape_duration.remove_label_values(&[name]);
-        let _ = self.engine_stalled.remove_label_values(&[name]);
-        let _ = self.engine_progress_age.remove_label_values(&[name]);
         let _ = self.canary_duration.remove_label_values(&[name]);
         for result in CANARY_RESULTS {
             let _ = self.canary_requests.remove_label_values(&[name, result]);
         }
-        for outcome in SERIES_OUTCOMES {
-            let _ = self.series.remove_label_values(&[name, outcome]);
-        }
     }
 
-    /// Renders every metric as text 0.0.4, or only the selected families.
-    pub fn render_text(&self, names: Option<&Selection>, out: &mut Vec<u8>) {
+    /// Renders every metric as text 0.0.4, or only the selected families, with the upstreams'
+    /// families read from `records` (each upstream's name and record) at `now`.
+    pub fn render_text(
+        &self,
+        names: Option<&Selection>,
+        records: &[(&str, UpstreamRecord)],
+        now: Instant,
+        out: &mut Vec<u8>,
+    ) {
         self.uptime.set(self.uptime_seconds());
         self.process.update();
         let mut families = self.registry.gather();
+        for f in upstreams::families(records, now) {
+            // Both sorted by name, as the registry writes them.
+            let at = families.partition_point(|g| g.name() < f.name());
+            families.insert(at, f);
+        }
         if let Some(names) = names {
             families.retain(|f| names.selects(f.name().as_bytes()));
         }
@@ -414,9 +301,9 @@ impl Telemetry {
     }
 }
 
-/// Scrape results as sysport's own metrics: `upstream_scrapes_total` and `upstream_up` for every
-/// result; for a full page its duration, size and series counts (all 0 when the fetch failed);
-/// `format_mismatches_total` for a body the `Content-Type` misnamed.
+/// Scrape results as sysport's own events: `upstream_scrapes_total` for every result, the
+/// duration of a full page's fetch, `format_mismatches_total` for a body the `Content-Type`
+/// misnamed.
 impl Recorder for Telemetry {
     fn scraped(&self, r: &ScrapeRecord<'_>) {
         let mut current = self.current.lock().expect("current upstreams lock");
@@ -427,32 +314,10 @@ impl Recorder for Telemetry {
         results.insert(r.result);
         let name = r.name;
         self.scrapes.with_label_values(&[name, r.result]).inc();
-        self.upstream_up
-            .with_label_values(&[name])
-            .set(r.succeeded() as i64);
-        if r.read != Read::Full {
-            return;
-        }
-        self.scrape_duration
-            .with_label_values(&[name])
-            .observe(r.took.as_secs_f64());
-        if let Some(len) = r.body_bytes {
-            self.response_bytes
+        if r.read == Read::Full {
+            self.scrape_duration
                 .with_label_values(&[name])
-                .set(len as i64);
-        }
-        match r.series {
-            Some(s) => {
-                self.set_series(name, "kept", s.kept);
-                self.set_series(name, "dropped", s.dropped);
-                self.set_series(name, "malformed", s.malformed);
-                self.set_series(name, "relabel_dropped", s.relabel_dropped);
-            }
-            None => {
-                for outcome in SERIES_OUTCOMES {
-                    self.set_series(name, outcome, 0);
-                }
-            }
+                .observe(r.took.as_secs_f64());
         }
     }
 
@@ -703,6 +568,8 @@ mod tests {
                 "dynamo_sysport_process_cpu_seconds_total",
                 "dynamo_sysport_process_resident_memory_bytes",
             ])),
+            &[],
+            Instant::now(),
             &mut out,
         );
         let text = String::from_utf8(out).expect("utf-8");

@@ -612,3 +612,69 @@ async fn a_configured_probe_path_takes_precedence_over_the_status_routes() {
     let (_, health) = sp.get("/").await;
     assert!(health.contains("\"endpoints\""), "{health}");
 }
+
+/// The status card's badge of an upstream (`up`, `down`, ...) on the `/` page.
+fn card_badge(page: &str, name: &str) -> String {
+    let start = page
+        .find(&format!("id=\"upstream-{name}\""))
+        .unwrap_or_else(|| panic!("no card for {name}"));
+    let card = &page[start..];
+    let badge = card.find("class=\"badge ").expect("a badge");
+    let word = &card[badge..];
+    let word = &word[word.find('>').expect("badge opens") + 1..];
+    word[..word.find('<').expect("badge closes")].to_owned()
+}
+
+#[tokio::test]
+async fn a_request_whose_deadline_passes_leaves_the_status_page_and_health_agreeing() {
+    // Checked through its health URL, which stays healthy: the verdict is up throughout.
+    let engine = Upstream::start(Reply::text(PAGE)).await;
+    let mut u = upstream_config("vllm", &engine.metrics_url(), &["vllm:"]);
+    u.health_url = Some(Url::parse(&engine.health_url()).expect("url"));
+    u.timeout = Duration::from_secs(10);
+    let mut config = config(vec![u]);
+    config.health.interval = Duration::from_secs(3600);
+    let sp = Running::start(config).await;
+    eventually(Duration::from_secs(10), "the upstream checked", || async {
+        json(&sp, "/health").await.0 == StatusCode::OK
+    })
+    .await;
+    // The engine now takes 3 s for its page, and a scraper gives sysport half a second: the
+    // request's deadline (0.45 s) passes while the shared fetch runs on.
+    engine.set(Reply {
+        delay: Duration::from_secs(3),
+        ..Reply::text(PAGE)
+    });
+    let asked = std::time::Instant::now();
+    let r = client()
+        .get(sp.url("/metrics"))
+        .header("X-Prometheus-Scrape-Timeout-Seconds", "0.5")
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(r.status(), StatusCode::OK);
+    let metrics = r.text().await.expect("body");
+    assert_eq!(
+        metric(&metrics, "dynamo_sysport_upstream_scrapes_total")
+            .label("upstream", "vllm")
+            .label("result", "timeout")
+            .value(),
+        1.0
+    );
+
+    let (health_code, health) = json(&sp, "/health").await;
+    let (_, status) = json(&sp, "/status").await;
+    let (_, page) = sp.get("/").await;
+    // Still within the fetch: what is read is what the deadline left.
+    assert!(asked.elapsed() < Duration::from_secs(3), "the fetch ended");
+    assert_eq!(health_code, StatusCode::OK, "{health}");
+    assert_eq!(health["endpoints"]["vllm"], "ready", "{health}");
+    let u = &status["upstreams"][0];
+    assert_eq!(status["ready"], true, "{status}");
+    assert_eq!(u["health"]["ready"], true, "{u}");
+    // The badge is the verdict; the request's timeout is the last scrape, beside it.
+    assert_eq!(u["state"], "up", "{u}");
+    assert_eq!(card_badge(&page, "vllm"), "up");
+    assert_eq!(u["last_scrape"]["result"], "timeout", "{u}");
+    assert_eq!(u["up"], false, "{u}");
+}

@@ -110,7 +110,7 @@ impl Control {
     async fn refresh(&self, max_age: Duration) {
         let up = || -> Vec<bool> {
             (0..self.config.upstreams.len())
-                .map(|u| self.scraper.status(u).up == Some(true))
+                .map(|u| self.scraper.record(u).up() == Some(true))
                 .collect()
         };
         if self.metadata.stale(max_age, &up()).is_empty() {

@@ -8,10 +8,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::latch::{Board, Health};
+use super::latch::Health;
 use super::read::Families;
 use super::send;
-use super::upstream::CheckError;
+use super::upstream::{Board, CheckError};
 use crate::scrape::{ScrapeError, Scraper, UpstreamResult};
 use crate::stall::Unread;
 use crate::vitals::{Canaries, Vitals};

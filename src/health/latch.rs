@@ -1,6 +1,6 @@
 //! Readiness: the verdicts of the current configuration's upstreams put together, the latch that
-//! shutdown closes for good, and `dynamo_sysport_health_ready`, which is set here and nowhere
-//! else, in the same step as the flag `/health` answers from.
+//! shutdown closes for good, and the flag `/health` answers from, set here and nowhere else
+//! (`dynamo_sysport_health_ready` reads it, see `gauges`).
 //!
 //! One [`Health`] lives as long as sysport. A reload hands it the new configuration
 //! ([`Health::configure`]), which keeps the health of every upstream it keeps; a canary that
@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
-use super::gauges;
-use super::upstream::{CheckError, State, UpstreamHealth};
+use super::gauges::{self, Gauges};
+use super::upstream::{Board, CheckError, State, UpstreamHealth};
 use super::verdict::Verdict;
 use crate::canary::Outcome;
 use crate::config::{Config, StartingStatus};
@@ -21,42 +21,13 @@ use crate::model::Reading;
 use crate::stall::Unread;
 use crate::telemetry::Telemetry;
 
-/// The upstreams of one configuration, in its order, and how they start.
-#[derive(Debug)]
-pub(crate) struct Board {
-    pub(super) starting: StartingStatus,
-    pub(super) upstreams: Vec<Arc<UpstreamHealth>>,
-}
-
-impl std::ops::Index<usize> for Board {
-    type Output = Arc<UpstreamHealth>;
-    fn index(&self, i: usize) -> &Arc<UpstreamHealth> {
-        &self.upstreams[i]
-    }
-}
-
-impl Board {
-    /// How many upstreams.
-    pub(crate) fn len(&self) -> usize {
-        self.upstreams.len()
-    }
-
-    /// Each upstream with its state, locked one at a time, in configuration order.
-    pub(super) fn each<T>(&self, mut f: impl FnMut(&UpstreamHealth, &State) -> T) -> Vec<T> {
-        self.upstreams
-            .iter()
-            .map(|u| f(u, &u.state.lock().expect("health lock")))
-            .collect()
-    }
-}
-
 /// sysport's readiness.
 #[derive(Debug)]
 pub(crate) struct Health {
-    board: RwLock<Arc<Board>>,
+    board: Arc<RwLock<Arc<Board>>>,
     shutting_down: AtomicBool,
-    /// What `/health` answers; written with the gauge, under `recompute`.
-    ready: AtomicBool,
+    /// What `/health` answers (and `health_ready` says); written under `recompute`.
+    ready: Arc<AtomicBool>,
     recompute: Mutex<()>,
     telemetry: Telemetry,
     /// Told of every verdict change, check and canary (the evidence kept when an engine wedges).
@@ -66,13 +37,16 @@ pub(crate) struct Health {
 impl Health {
     /// Readiness with no upstream yet: [`Health::configure`] gives it its first configuration.
     pub(crate) fn new(telemetry: Telemetry) -> Health {
+        let board = Arc::new(RwLock::new(Arc::new(Board {
+            starting: StartingStatus::NotReady,
+            upstreams: Vec::new(),
+        })));
+        let ready = Arc::new(AtomicBool::new(false));
+        Gauges::register(&telemetry, board.clone(), ready.clone());
         Health {
-            board: RwLock::new(Arc::new(Board {
-                starting: StartingStatus::NotReady,
-                upstreams: Vec::new(),
-            })),
+            board,
             shutting_down: AtomicBool::new(false),
-            ready: AtomicBool::new(false),
+            ready,
             recompute: Mutex::new(()),
             incidents: Incidents::shared(&telemetry),
             telemetry,
@@ -119,13 +93,6 @@ impl Health {
             .collect();
         (self.incidents).configure(&config.incidents, config.render().to_string(), ports);
         *self.board.write().expect("board lock") = board.clone();
-        for u in &board.upstreams {
-            gauges::set_engine_gauges(
-                u.name(),
-                &u.state.lock().expect("health lock"),
-                &self.telemetry,
-            );
-        }
         self.recompute();
         board
     }
@@ -202,8 +169,8 @@ impl Health {
         });
     }
 
-    /// Changes `u`'s state with `change`: logs a changed verdict, sets its gauges, and puts
-    /// readiness together again.
+    /// Changes `u`'s state with `change`: logs a changed verdict and puts readiness together
+    /// again.
     fn update<T>(&self, u: &UpstreamHealth, change: impl FnOnce(&mut State) -> T) -> T {
         let current = self.is_current(u);
         let starting = self.board().starting;
@@ -219,7 +186,6 @@ impl Health {
                     let bad = !after.ready() && !matches!(after, Verdict::Unchecked(_));
                     (self.incidents).verdict(u.name(), after.word(), bad, after.reason());
                 }
-                gauges::set_engine_gauges(u.name(), &state, &self.telemetry);
             }
             out
         };
@@ -228,7 +194,7 @@ impl Health {
     }
 
     /// Puts readiness together: every required upstream of the current configuration ready,
-    /// and not shutting down. Sets the flag `/health` answers from and the gauge together.
+    /// and not shutting down. Sets the flag `/health` answers from.
     fn recompute(&self) {
         let _one_at_a_time = self.recompute.lock().expect("recompute lock");
         let board = self.board();
@@ -237,7 +203,6 @@ impl Health {
             !state.required || Verdict::ready_of(&state, board.starting)
         });
         let ready = all && !self.is_shutting_down();
-        self.telemetry.health_ready.set(i64::from(ready));
         if self.ready.swap(ready, Ordering::AcqRel) != ready {
             tracing::info!(ready, "readiness changed");
         }

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
-use super::latch::{Board, Health};
+use super::latch::Health;
+use super::upstream::Board;
 use super::upstream::CheckError;
 use crate::canary::{Kind, Outcome};
 use crate::config::{CanaryConfig, Config, StallConfig, StartingStatus, UpstreamConfig};
@@ -74,6 +75,22 @@ fn config() -> Config {
     };
     c.health.starting_status = StartingStatus::NotReady;
     c
+}
+
+/// `dynamo_sysport_health_ready` as a page renders it.
+fn health_ready(telemetry: &Telemetry) -> i64 {
+    let mut out = Vec::new();
+    let only = crate::expfmt::Selection::new(["dynamo_sysport_health_ready"]);
+    telemetry.render_text(Some(&only), &[], std::time::Instant::now(), &mut out);
+    let text = String::from_utf8(out).expect("utf-8");
+    let line = text
+        .lines()
+        .find(|l| !l.starts_with('#'))
+        .expect("the gauge");
+    line.split(' ')
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("a value")
 }
 
 fn health() -> (Arc<Health>, Arc<Board>, Telemetry) {
@@ -160,7 +177,7 @@ async fn play(rows: &[Row]) {
             "{ctx}"
         );
         assert_eq!(
-            telemetry.health_ready.get(),
+            health_ready(&telemetry),
             i64::from(ready),
             "{ctx}: the gauge says what /health says"
         );
@@ -309,7 +326,7 @@ async fn unchecked_follows_the_starting_status_and_asleep_is_ready_without_canar
         health.not_ready_reason().as_deref(),
         Some("vllm: not checked yet (starting status notready)")
     );
-    assert_eq!(telemetry.health_ready.get(), 0);
+    assert_eq!(health_ready(&telemetry), 0);
     play(&[
         row(0, Asleep, false, "asleep", None, "live"),
         // Asleep for longer than canary_after: no canary, and busy gauges count for nothing.
@@ -349,7 +366,7 @@ async fn a_reload_that_keeps_an_upstream_keeps_its_verdict_and_its_canary_in_fli
     // It ends after the reload: its failure counts, and the gauge says what /health says.
     health.finish_canary(&board[0], later, outcome(Kind::Timeout), None);
     assert!(!health.is_ready());
-    assert_eq!(telemetry.health_ready.get(), 0);
+    assert_eq!(health_ready(&telemetry), 0);
     // A reload that changes the URL is a new upstream: not checked yet.
     let mut moved = config();
     moved.upstreams[0].url = Url::parse("http://127.0.0.1:2/metrics").expect("url");
@@ -361,7 +378,7 @@ async fn a_reload_that_keeps_an_upstream_keeps_its_verdict_and_its_canary_in_fli
     assert_eq!(health.views()[0].verdict.word(), "unchecked");
     health.begin_shutdown();
     assert_eq!(health.not_ready_reason().as_deref(), Some("shutting down"));
-    assert_eq!(telemetry.health_ready.get(), 0);
+    assert_eq!(health_ready(&telemetry), 0);
 }
 
 #[test]

@@ -1,15 +1,45 @@
 //! One upstream's health: what its checks, its stall watch and its canaries left. It outlives a
 //! reload that keeps the upstream (same name, URL and engine): a reload is not a new start,
-//! so the verdict, the stall clock, the canary schedule and a canary in flight carry over.
+//! so the verdict, the stall clock, the canary schedule and a canary in flight carry over. The
+//! [`Board`] holds those of one configuration.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 use crate::canary::{Seen, Tracker};
-use crate::config::{CanaryConfig, UpstreamConfig};
+use crate::config::{CanaryConfig, StartingStatus, UpstreamConfig};
 use crate::model::{Engine, Reading, Url};
 use crate::scrape::ScrapeError;
 use crate::stall::{Unread, Watch};
+
+/// The upstreams of one configuration, in its order, and how they start.
+#[derive(Debug)]
+pub(crate) struct Board {
+    pub(super) starting: StartingStatus,
+    pub(super) upstreams: Vec<Arc<UpstreamHealth>>,
+}
+
+impl std::ops::Index<usize> for Board {
+    type Output = Arc<UpstreamHealth>;
+    fn index(&self, i: usize) -> &Arc<UpstreamHealth> {
+        &self.upstreams[i]
+    }
+}
+
+impl Board {
+    /// How many upstreams.
+    pub(crate) fn len(&self) -> usize {
+        self.upstreams.len()
+    }
+
+    /// Each upstream with its state, locked one at a time, in configuration order.
+    pub(super) fn each<T>(&self, mut f: impl FnMut(&UpstreamHealth, &State) -> T) -> Vec<T> {
+        self.upstreams
+            .iter()
+            .map(|u| f(u, &u.state.lock().expect("health lock")))
+            .collect()
+    }
+}
 
 /// What a reload must keep for an upstream to keep its health.
 #[derive(Debug, Clone, PartialEq, Eq)]

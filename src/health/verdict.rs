@@ -44,7 +44,7 @@ pub(crate) enum Badge {
     /// Up, and the engine says it sleeps (vLLM's sleep mode): neither stalled nor canaried.
     Sleeping,
     Down,
-    /// Neither checked nor scraped since sysport (or its configuration) started.
+    /// Not checked yet since sysport (or its configuration) started.
     Unknown,
 }
 
@@ -117,16 +117,17 @@ impl Verdict {
         }
     }
 
-    /// The status page's badge, given whether the last scrape of the upstream's metrics
-    /// succeeded (`None` before the first): the verdict first, then the scrape.
-    pub(crate) fn badge(&self, scraped: Option<bool>) -> Badge {
-        match (self, scraped) {
-            (Verdict::Stalled(_), _) => Badge::Stalled,
-            (Verdict::CanaryFailed(_), _) => Badge::CanaryFailed,
-            (Verdict::Asleep, _) => Badge::Sleeping,
-            (Verdict::Down(_), _) | (_, Some(false)) => Badge::Down,
-            (Verdict::Up, _) | (Verdict::Unchecked(_), Some(true)) => Badge::Up,
-            (Verdict::Unchecked(_), None) => Badge::Unknown,
+    /// The status page's badge: the verdict alone, as `/health` has it (the last scrape is
+    /// shown beside it, never mixed in: a request that stopped waiting for a fetch does not
+    /// make a ready upstream look down).
+    pub(crate) fn badge(&self) -> Badge {
+        match self {
+            Verdict::Stalled(_) => Badge::Stalled,
+            Verdict::CanaryFailed(_) => Badge::CanaryFailed,
+            Verdict::Asleep => Badge::Sleeping,
+            Verdict::Down(_) => Badge::Down,
+            Verdict::Up => Badge::Up,
+            Verdict::Unchecked(_) => Badge::Unknown,
         }
     }
 

@@ -43,7 +43,7 @@ fn gunzip(gz: &[u8]) -> Vec<u8> {
 
 fn count(t: &Telemetry, upstream: &str, kind: &str) -> u64 {
     let mut out = Vec::new();
-    t.render_text(None, &mut out);
+    t.render_text(None, &[], std::time::Instant::now(), &mut out);
     let text = String::from_utf8(out).expect("text");
     let line =
         format!("dynamo_sysport_incidents_total{{kind=\"{kind}\",upstream=\"{upstream}\"}} ");

@@ -24,5 +24,7 @@ pub mod url;
 pub use engine::{Engine, Preset};
 pub use family::{FamilyKey, FamilyKeyError, Op, ViewFamily};
 pub use reading::Reading;
-pub use scrape::{PageSeries, Read, Recorder, ScrapeRecord};
+pub use scrape::{
+    LastRead, PageSeries, Read, Recorder, ScrapeRecord, SeriesOutcomes, UpstreamRecord,
+};
 pub use url::{ShownUrl, Url, hide_password_in};

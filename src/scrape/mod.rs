@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::{Config, UpstreamConfig};
 use crate::expfmt::{AddedLabel, PairHasher, Selection};
-use crate::model::{Read, Recorder};
+use crate::model::{Read, Recorder, UpstreamRecord};
 use crate::relabel::RuleSet;
 
 mod blocks;
@@ -38,7 +38,7 @@ pub(crate) use http::http_client;
 pub(crate) use shared::UpstreamResult;
 
 use record::record;
-use shared::{Inner, UpstreamState, next_generation};
+use shared::{Inner, next_generation};
 use slot::{Slot, Target};
 
 /// One upstream's part of a scrape.
@@ -49,17 +49,6 @@ pub struct Scraped {
     /// When that fetch finished: the age of the data is measured from here.
     pub at: Instant,
     pub result: UpstreamResult,
-}
-
-/// The state of an upstream as the last fetch left it (its history is the recorders').
-#[derive(Debug, Clone, Default)]
-pub struct UpstreamStatus {
-    /// `None` before the first fetch finished.
-    pub up: Option<bool>,
-    /// The error of the last failed fetch, kept after the upstream recovers.
-    pub last_error: Option<String>,
-    /// When the upstream last answered successfully.
-    pub last_success: Option<Instant>,
 }
 
 /// Fetches and parses upstreams for one configuration.
@@ -120,11 +109,7 @@ impl Scraper {
                 recorders,
                 upstreams: config.upstreams.clone(),
                 keep: config.upstreams.iter().map(|u| u.keep.clone()).collect(),
-                states: config
-                    .upstreams
-                    .iter()
-                    .map(|_| Mutex::new(UpstreamState::default()))
-                    .collect(),
+                records: config.upstreams.iter().map(|_| Mutex::default()).collect(),
                 limits: config.limits.clone(),
                 added_names: added.iter().map(|a| a.name().to_vec()).collect(),
                 hasher: PairHasher::random(),
@@ -177,22 +162,26 @@ impl Scraper {
             .is_some_and(RuleSet::may_rename)
     }
 
-    /// What the last fetches of upstream `i` left.
-    pub fn status(&self, i: usize) -> UpstreamStatus {
-        let s = self.inner.states[i].lock().expect("upstream state lock");
-        UpstreamStatus {
-            up: s.up,
-            last_error: s.last_error.clone(),
-            last_success: s.last_success,
-        }
+    /// What the reads of upstream `i` left.
+    pub fn record(&self, i: usize) -> UpstreamRecord {
+        self.inner.records[i]
+            .lock()
+            .expect("upstream record lock")
+            .record
+            .clone()
     }
 
-    /// When upstream `i` last answered successfully.
-    pub fn last_success(&self, i: usize) -> Option<Instant> {
-        self.inner.states[i]
-            .lock()
-            .expect("upstream state lock")
-            .last_success
+    /// Every upstream's name and record, in the configuration's order.
+    pub fn records(&self) -> Vec<(&str, UpstreamRecord)> {
+        (self.inner.upstreams.iter().enumerate())
+            .map(|(i, u)| (u.name.as_str(), self.record(i)))
+            .collect()
+    }
+
+    /// Records what the merge of a full `/metrics` page made of upstream `i`'s series: kept,
+    /// in conflict, duplicated (`merge`), and added under renamed families' other names.
+    pub fn merged(&self, i: usize, merge: Option<(u64, u64, u64)>, aliased: Option<u64>) {
+        record::merged(&self.inner, i, merge, aliased);
     }
 
     /// Scrapes the given upstreams concurrently (each distinct URL once), each bounded by its own

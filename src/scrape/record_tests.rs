@@ -86,8 +86,15 @@ async fn every_result_reaches_every_recorder() {
     );
     assert_eq!(*b.0.lock().expect("lock"), *a.0.lock().expect("lock"));
     // What the scraper keeps for itself.
-    let (up, down) = (scraper.status(0), scraper.status(1));
-    assert_eq!((up.up, up.last_success.is_some()), (Some(true), true));
-    assert_eq!(down.up, Some(false));
+    let (up, down) = (scraper.record(0), scraper.record(1));
+    assert_eq!((up.up(), up.last_success.is_some()), (Some(true), true));
+    assert_eq!(up.response_bytes, Some(bytes as u64));
+    assert_eq!(
+        (up.series.kept, up.series.dropped, up.series.malformed),
+        (2, 1, 1)
+    );
+    assert_eq!(down.up(), Some(false));
+    assert_eq!(down.full.map(|r| r.result), Some("connect_error"));
+    assert_eq!((down.response_bytes, down.series.kept), (None, 0));
     assert!(down.last_error.is_some_and(|e| !e.is_empty()));
 }

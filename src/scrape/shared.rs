@@ -1,5 +1,5 @@
 //! What the files of `scrape` share: a fetch's results, the scraper's common state, each
-//! upstream's state.
+//! upstream's record.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::error::ScrapeError;
 use crate::config::UpstreamConfig;
 use crate::expfmt::{Malformed, PairHasher};
-use crate::model::Recorder;
+use crate::model::{Recorder, UpstreamRecord};
 use crate::relabel::{Page, RuleSet};
 
 /// What one upstream got from one fetch: its page as parsed and as its rules leave it.
@@ -34,14 +34,14 @@ pub(super) fn next_generation() -> u64 {
 }
 
 /// What every fetch of one scraper needs: the client, the recorders, the upstreams and their
-/// limits, rules and states.
+/// limits, rules and records.
 pub(super) struct Inner {
     pub(super) client: reqwest::Client,
     /// Told about every result ([`record::record`]).
     pub(super) recorders: Vec<Arc<dyn Recorder>>,
     pub(super) upstreams: Vec<UpstreamConfig>,
     pub(super) keep: Vec<Vec<String>>,
-    pub(super) states: Vec<Mutex<UpstreamState>>,
+    pub(super) records: Vec<Mutex<Entry>>,
     pub(super) limits: crate::config::Limits,
     pub(super) added_names: Vec<Vec<u8>>,
     pub(super) hasher: PairHasher,
@@ -49,12 +49,10 @@ pub(super) struct Inner {
     pub(super) rules: Vec<Option<RuleSet>>,
 }
 
-/// Per upstream state, for logging changes once and for `Scraper::status`.
+/// An upstream's record, and what `record` needs to log a change once.
 #[derive(Debug, Default)]
-pub(super) struct UpstreamState {
-    pub(super) up: Option<bool>,
-    pub(super) last_error: Option<String>,
-    pub(super) last_success: Option<Instant>,
+pub(super) struct Entry {
+    pub(super) record: UpstreamRecord,
     /// The first malformed line of the last full page, logged when it changes.
     pub(super) first_malformed: Option<Malformed>,
 }

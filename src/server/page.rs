@@ -89,10 +89,9 @@ pub(super) async fn response(
         }
     };
     let now = Instant::now();
-    // Rendered after the engine merge, so the series counts it sets are this scrape's.
+    // Rendered after the engine merge, so the series counts it records are this scrape's.
     let own = if wants_own(selection) {
-        set_fetch_ages(app, runtime, which, scraped, now);
-        render_own(app, runtime, selection, openmetrics)
+        render_own(app, runtime, selection, openmetrics, now)
     } else {
         no_own(openmetrics)
     };
@@ -183,7 +182,7 @@ fn render_engines(
     };
     let count = |stats: &[expfmt::MergeStats]| {
         if names.is_none() {
-            count_series(app, runtime, &owners, stats, &aliases.counts);
+            count_series(runtime, &owners, stats, &aliases.counts);
         }
     };
     let to = Output::new(openmetrics, false);
@@ -212,13 +211,11 @@ fn render_engines(
 /// the upstream of each part (an upstream's page is one part or two), `aliased` the series
 /// added under renamed families' other names.
 fn count_series(
-    app: &App,
     runtime: &Runtime,
     owners: &[usize],
     stats: &[expfmt::MergeStats],
     aliased: &[(usize, u64)],
 ) {
-    let upstreams = runtime.scraper.upstreams();
     let mut totals: Vec<(usize, expfmt::MergeStats)> = Vec::new();
     for (&i, stats) in owners.iter().zip(stats) {
         match totals.last_mut() {
@@ -230,18 +227,15 @@ fn count_series(
             _ => totals.push((i, *stats)),
         }
     }
-    for (i, stats) in totals {
-        let name = upstreams[i].name.as_str();
-        app.telemetry.for_current(name, |t| {
-            t.set_series(name, "kept", stats.kept);
-            t.set_series(name, "conflict", stats.conflict);
-            t.set_series(name, "duplicate", stats.duplicate);
-        });
+    let added = |i: usize| aliased.iter().find(|&&(a, _)| a == i).map(|&(_, n)| n);
+    for &(i, stats) in &totals {
+        let merge = (stats.kept, stats.conflict, stats.duplicate);
+        runtime.scraper.merged(i, Some(merge), added(i));
     }
-    for &(i, added) in aliased {
-        let name = upstreams[i].name.as_str();
-        app.telemetry
-            .for_current(name, |t| t.set_series(name, "aliased", added));
+    for &(i, n) in aliased {
+        if !totals.iter().any(|&(t, _)| t == i) {
+            runtime.scraper.merged(i, None, Some(n));
+        }
     }
 }
 
@@ -252,9 +246,12 @@ fn render_own(
     runtime: &Runtime,
     selection: Option<&Selection>,
     openmetrics: bool,
+    now: Instant,
 ) -> Bytes {
     let mut text = Vec::with_capacity(16 << 10);
-    app.telemetry.render_text(selection, &mut text);
+    let records = runtime.scraper.records();
+    app.telemetry
+        .render_text(selection, &records, now, &mut text);
     if !openmetrics {
         // The registry's text is already canonical text 0.0.4 with nothing to merge into it:
         // reading it back would give the same bytes (`own_text_reads_back_unchanged`).
@@ -321,31 +318,6 @@ fn wants_own(selection: Option<&Selection>) -> bool {
     selection.is_none_or(|s| s.selects_under(expfmt::RESERVED_PREFIX))
 }
 
-/// Sets `upstream_last_fetch_age_seconds` for every upstream: from this read's fetch where it
-/// succeeded, else from the upstream's last success (absent until there is one).
-fn set_fetch_ages(
-    app: &App,
-    runtime: &Runtime,
-    which: &[usize],
-    scraped: &[Scraped],
-    now: Instant,
-) {
-    for (i, u) in runtime.scraper.upstreams().iter().enumerate() {
-        let here = which
-            .iter()
-            .position(|&w| w == i)
-            .and_then(|k| scraped[k].result.is_ok().then_some(scraped[k].at));
-        if let Some(at) = here.or_else(|| runtime.scraper.last_success(i)) {
-            // A read that began before a reload removed `u` ends after it: no gauge for it then.
-            app.telemetry.for_current(&u.name, |t| {
-                t.last_fetch_age
-                    .with_label_values(&[&u.name])
-                    .set(now.saturating_duration_since(at).as_secs_f64());
-            });
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,7 +327,10 @@ mod tests {
     fn own_text_reads_back_unchanged() {
         let t = Telemetry::new();
         t.register_upstream("engine \"0\"\\n");
-        t.set_series("engine \"0\"\\n", "kept", 7);
+        let mut record = crate::model::UpstreamRecord::default();
+        record.series.kept = 7;
+        record.response_bytes = Some(1210);
+        record.last_success = Some(Instant::now());
         t.render_duration
             .with_label_values(&["full"])
             .observe(0.0123);
@@ -363,7 +338,12 @@ mod tests {
             .with_label_values(&["engine \"0\"\\n"])
             .observe(2.5);
         let mut text = Vec::new();
-        t.render_text(None, &mut text);
+        t.render_text(
+            None,
+            &[("engine \"0\"\\n", record)],
+            Instant::now(),
+            &mut text,
+        );
         let back = read_back_own(text.clone(), false, expfmt::PairHasher::new(7));
         assert!(text.len() > 1000);
         assert_eq!(

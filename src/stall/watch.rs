@@ -125,6 +125,11 @@ impl Watch {
         self.after = after;
     }
 
+    /// When the last check was made; `None` before the first.
+    pub(crate) fn checked(&self) -> Option<Instant> {
+        self.checked
+    }
+
     /// Whether the last check found the engine stalled.
     pub(crate) fn is_stalled(&self) -> bool {
         self.stalled

@@ -101,6 +101,7 @@ pub(crate) struct UpstreamFacts {
     pub required: bool,
     /// Whether the last scrape succeeded; `None` before the first.
     pub up: Option<bool>,
+    /// The verdict's badge (the last scrape is beside it, in `up` and `last_scrape`).
     pub state: Badge,
     /// Since when the upstream has been up, or down.
     pub state_since: Option<Timestamp>,
@@ -193,7 +194,7 @@ impl Facts {
             .iter()
             .enumerate()
             .map(|(i, u)| {
-                let s = src.scraper.status(i);
+                let s = src.scraper.record(i);
                 let h = src.history.of(i, now);
                 let check = &views[i];
                 let stalled = match &check.verdict {
@@ -211,14 +212,14 @@ impl Facts {
                     }),
                     keep: u.keep.clone(),
                     required: u.required,
-                    up: s.up,
-                    state: check.verdict.badge(s.up),
+                    up: s.up(),
+                    state: check.verdict.badge(),
                     // Stalled counts from when progress stopped, not from when it came up.
                     state_since: match stalled.and_then(|st| st.quiet_for) {
                         Some(quiet) => SystemTime::now().checked_sub(quiet).map(Timestamp),
                         None => h.state_since.map(Timestamp),
                     },
-                    last_error: s.last_error,
+                    last_error: s.last_error.clone(),
                     last_error_at: h.last_error_at.map(Timestamp),
                     last_scrape: h.last.map(|l| LastScrapeFacts {
                         at: Timestamp(l.at),
@@ -226,7 +227,7 @@ impl Facts {
                         result: l.result,
                         read: if l.selective { "selective" } else { "full" },
                     }),
-                    series: Series(src.telemetry.series_of(&u.name)),
+                    series: Series(s.series.by_outcome().to_vec()),
                     response_bytes: h.response_bytes,
                     data_age_seconds: s
                         .last_success
