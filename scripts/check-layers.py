@@ -35,9 +35,10 @@ ARCHITECTURE = os.path.join(ROOT, "docs", "architecture.md")
 
 def read_layers(path=ARCHITECTURE):
     """The layer table of docs/architecture.md, the one place the layers are written: module
-    (top-level, under src/) → layer, and the layers whose modules import none of each other
-    ("none of each other" in the row's "may use" column). Layer 0, the exposition crate, is
-    outside src/ and left out."""
+    (top-level, under src/, or a child module such as `canary::config` that sits on a layer of
+    its own) → layer, and the layers whose modules import none of each other ("none of each
+    other" in the row's "may use" column). Layer 0, the exposition crate, is outside src/ and
+    left out."""
     layers, apart = {}, set()
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
@@ -49,7 +50,7 @@ def read_layers(path=ARCHITECTURE):
         if len(cells) < 4 or not cells[0].isdigit():
             continue
         layer = int(cells[0])
-        for name in re.findall(r"`([a-z_]+)`(?! \(crate\))", cells[1]):
+        for name in re.findall(r"`([a-z_]+(?:::[a-z_]+)*)`(?! \(crate\))", cells[1]):
             layers[name] = layer
         if "none of each other" in cells[3]:
             apart.add(layer)
@@ -358,7 +359,14 @@ class Graph:
 
 
 def top(rel):
-    return rel.split("/")[0].removesuffix(".rs")
+    """The module of the layer table a file belongs to: the longest module path of the file
+    (`canary/config.rs` → `canary::config`) that the table names, else its top-level module."""
+    parts = module_of(rel)
+    for k in range(len(parts), 1, -1):
+        name = "::".join(parts[:k])
+        if name in LAYERS:
+            return name
+    return parts[0] if parts else ""
 
 
 def self_test():

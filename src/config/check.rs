@@ -4,12 +4,11 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::data::{StartingStatus, UpstreamConfig};
 use super::units::{parse_bytes, parse_duration};
 use crate::model::routes;
 use crate::model::{Engine, Url, hide_password_in};
 
-pub(super) fn parse_engine(text: &str) -> Result<Engine, String> {
+pub(crate) fn parse_engine(text: &str) -> Result<Engine, String> {
     Engine::parse(text).ok_or_else(|| {
         let known: Vec<&str> = crate::model::engine::PRESETS
             .iter()
@@ -22,25 +21,13 @@ pub(super) fn parse_engine(text: &str) -> Result<Engine, String> {
     })
 }
 
-pub(super) fn parse_flag_upstream(spec: &str) -> Result<UpstreamConfig, String> {
-    let shown = hide_password_in(spec);
-    let Some((name, url)) = spec.split_once('=') else {
-        return Err(format!(
-            "invalid value {shown:?}: expected NAME=URL, like vllm=http://127.0.0.1:8000/metrics"
-        ));
-    };
-    let name = check_upstream_name(name).map_err(|message| format!("{shown:?}: {message}"))?;
-    let url = parse_url(url).map_err(|message| format!("{shown:?}: {message}"))?;
-    Ok(UpstreamConfig::new(name, url))
-}
-
-pub(super) fn parse_ip(text: &str) -> Result<IpAddr, String> {
+pub(crate) fn parse_ip(text: &str) -> Result<IpAddr, String> {
     text.trim()
         .parse()
         .map_err(|_| format!("invalid address {text:?}: must be an IP address, like 0.0.0.0 or ::"))
 }
 
-pub(super) fn parse_route(text: &str) -> Result<String, String> {
+pub(crate) fn parse_route(text: &str) -> Result<String, String> {
     if !text.starts_with('/') {
         return Err(format!("invalid path {text:?}: must start with \"/\""));
     }
@@ -65,17 +52,7 @@ pub(super) fn parse_route(text: &str) -> Result<String, String> {
     Ok(text.to_owned())
 }
 
-pub(super) fn parse_starting_status(text: &str) -> Result<StartingStatus, String> {
-    match text.trim().to_ascii_lowercase().as_str() {
-        "notready" => Ok(StartingStatus::NotReady),
-        "ready" => Ok(StartingStatus::Ready),
-        _ => Err(format!(
-            "invalid starting status {text:?}: must be notready or ready"
-        )),
-    }
-}
-
-pub(super) fn parse_bool(text: &str) -> Result<bool, String> {
+pub(crate) fn parse_bool(text: &str) -> Result<bool, String> {
     match text.trim().to_ascii_lowercase().as_str() {
         "true" => Ok(true),
         "false" => Ok(false),
@@ -84,7 +61,7 @@ pub(super) fn parse_bool(text: &str) -> Result<bool, String> {
 }
 
 /// A URL of the configuration; a problem quotes it with its password hidden.
-pub(super) fn parse_url(text: &str) -> Result<Url, String> {
+pub(crate) fn parse_url(text: &str) -> Result<Url, String> {
     let shown = hide_password_in(text);
     let url = Url::parse(text.trim()).map_err(|err| format!("invalid URL {shown:?}: {err}"))?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -100,21 +77,21 @@ pub(super) fn parse_url(text: &str) -> Result<Url, String> {
 }
 
 /// `health_url`: a URL, or `none` (readiness follows scrapes of the metrics URL).
-pub(super) fn parse_health_url(text: &str) -> Result<Option<Url>, String> {
+pub(crate) fn parse_health_url(text: &str) -> Result<Option<Url>, String> {
     match text.trim() {
         "none" => Ok(None),
         url => parse_url(url).map(Some),
     }
 }
 
-pub(super) fn positive_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn positive_duration(text: &str) -> Result<Duration, String> {
     match parse_duration(text)? {
         Duration::ZERO => Err(format!("invalid duration {text:?}: must be greater than 0")),
         duration => Ok(duration),
     }
 }
 
-pub(super) fn nonzero(n: usize) -> Result<usize, String> {
+pub(crate) fn nonzero(n: usize) -> Result<usize, String> {
     match n {
         0 => Err("must be greater than 0".to_owned()),
         n => Ok(n),
@@ -122,7 +99,7 @@ pub(super) fn nonzero(n: usize) -> Result<usize, String> {
 }
 
 /// A `keep` prefix that can match some upstream family.
-pub(super) fn keep_prefix(text: &str) -> Result<String, String> {
+pub(crate) fn keep_prefix(text: &str) -> Result<String, String> {
     let reserved = crate::expfmt::RESERVED_PREFIX;
     match text {
         "" => {
@@ -137,7 +114,7 @@ pub(super) fn keep_prefix(text: &str) -> Result<String, String> {
     }
 }
 
-pub(super) fn check_upstream_name(name: &str) -> Result<String, String> {
+pub(crate) fn check_upstream_name(name: &str) -> Result<String, String> {
     if name.is_empty() {
         return Err("empty upstream name".to_owned());
     }
@@ -152,7 +129,7 @@ pub(super) fn check_upstream_name(name: &str) -> Result<String, String> {
     Ok(name.to_owned())
 }
 
-pub(super) fn check_label_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_label_name(name: &str) -> Result<(), String> {
     let mut chars = name.chars();
     let valid = chars
         .next()
@@ -174,7 +151,7 @@ pub(super) fn check_label_name(name: &str) -> Result<(), String> {
 /// A request-head cap: 1KiB to 1MiB (scrapers send a few hundred bytes; a selective read of
 /// many names a few KiB).
 /// `listen.max_answer_bytes_held`: at least 1 MiB, or nothing but tiny answers could go out.
-pub(super) fn answer_bytes(text: &str) -> Result<usize, String> {
+pub(crate) fn answer_bytes(text: &str) -> Result<usize, String> {
     let n = parse_bytes(text)?;
     if n < 1 << 20 {
         return Err(format!("invalid size {text:?}: must be at least 1MiB"));
@@ -182,7 +159,7 @@ pub(super) fn answer_bytes(text: &str) -> Result<usize, String> {
     Ok(n)
 }
 
-pub(super) fn request_head_size(text: &str) -> Result<usize, String> {
+pub(crate) fn request_head_size(text: &str) -> Result<usize, String> {
     let n = parse_bytes(text)?;
     if !(1 << 10..=1 << 20).contains(&n) {
         return Err(format!("invalid size {text:?}: must be 1KiB to 1MiB"));

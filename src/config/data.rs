@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use super::control::ControlConfig;
 use super::web_config::WebConfig;
-use crate::model::{Engine, FamilyKey, Url, ViewFamily, routes};
+use crate::canary::config::{CanaryConfig, CanaryUpstream};
+use crate::model::{Engine, Url, ViewFamily, routes};
 use crate::relabel::Rule;
+use crate::stall::config::{StallConfig, default_stall};
 
 /// The most upstreams one configuration may name: `/status`, `/` and `/health` cost time in
 /// proportion to them, and each check loop keeps a task for every one.
@@ -139,59 +141,6 @@ pub struct UpstreamConfig {
     /// built-in default on for every engine with a generation route whose families the
     /// upstream keeps, off in [`UpstreamConfig::new`].
     pub canary: Option<CanaryConfig>,
-}
-
-/// Canary requests of one upstream: after `after` of idleness, one one-token request through
-/// the engine must answer within `timeout` for the upstream to stay ready (see `crate::canary`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct CanaryConfig {
-    /// Idle time before a canary; more than zero.
-    pub after: Duration,
-    /// Where the request goes; `{model}` in the path stands for the model.
-    pub url: Url,
-    /// The JSON body of a `POST` (`{model}` stands for the model as a JSON string); `None`: `GET`.
-    pub body: Option<String>,
-    /// Headers sent with the request and the model lookup, values expanded.
-    pub headers: Vec<(String, String)>,
-    /// How long the answer may take, default 3 s.
-    pub timeout: Duration,
-    /// Failed canaries in a row (with no progress between them) that make `/live/engine` 503;
-    /// 0 = never; default 3.
-    pub live_failures: u32,
-    /// The model; `None`: asked of the engine (vLLM's `GET /v1/models`).
-    pub model: Option<String>,
-    /// How the answer is judged (the engine's).
-    pub answer: crate::model::engine::CanaryAnswer,
-    /// The families that tell idle from busy: the stall detection's, or the engine's.
-    pub idle: StallConfig,
-}
-
-/// Stall detection of one upstream: requests running or waiting at every check for `after`, and
-/// the progress counters never moving in that time, is a stalled engine.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StallConfig {
-    /// How long requests may run without progress; more than zero.
-    pub after: Duration,
-    /// The gauge of requests being worked on: busy when a series is above zero.
-    pub busy: FamilyKey,
-    /// The gauge of requests waiting: busy too when a series is above zero.
-    pub waiting: FamilyKey,
-    /// Counters that move while requests are worked on, summed over every series (a
-    /// histogram's or summary's `_count`); never empty.
-    pub progress: Vec<FamilyKey>,
-}
-
-impl StallConfig {
-    /// Stall detection after `after` with `engine`'s own families.
-    pub fn preset(engine: Engine, after: Duration) -> StallConfig {
-        let families = &engine.preset().stall;
-        StallConfig {
-            after,
-            busy: families.busy.clone(),
-            waiting: families.waiting.clone(),
-            progress: families.progress.clone(),
-        }
-    }
 }
 
 /// Limits applied to each upstream response.
@@ -418,5 +367,43 @@ impl Default for IncidentsConfig {
             py_spy: None,
             stacks_timeout: Duration::from_secs(10),
         }
+    }
+}
+
+impl UpstreamConfig {
+    /// This upstream with the health checks a configuration gets when it says nothing of them:
+    /// stall detection and canaries on where its engine's preset has them and the upstream
+    /// keeps their families (see [`UpstreamConfig::stall`], [`UpstreamConfig::canary`]).
+    pub fn with_default_checks(self) -> UpstreamConfig {
+        let u = UpstreamConfig {
+            stall: default_stall(self.engine, &self.keep),
+            ..self
+        };
+        UpstreamConfig {
+            canary: CanaryConfig::default_for(&u),
+            ..u
+        }
+    }
+}
+
+impl CanaryUpstream for UpstreamConfig {
+    fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    fn metrics_url(&self) -> &Url {
+        &self.url
+    }
+
+    fn health_url(&self) -> Option<&Url> {
+        self.health_url.as_ref()
+    }
+
+    fn keep(&self) -> &[String] {
+        &self.keep
+    }
+
+    fn stall(&self) -> Option<&StallConfig> {
+        self.stall.as_ref()
     }
 }

@@ -7,24 +7,23 @@ use std::path::{Path, PathBuf};
 
 use serde_saphyr::Spanned;
 
-use super::canary::{Dynamo, FileCanary};
 use super::check::{
     answer_bytes, check_label_name, check_upstream_name, keep_prefix, nonzero, parse_bool,
-    parse_engine, parse_flag_upstream, parse_health_url, parse_ip, parse_route,
-    parse_starting_status, parse_url, positive_duration, request_head_size,
+    parse_engine, parse_health_url, parse_ip, parse_route, parse_url, positive_duration,
+    request_head_size,
 };
 use super::data::{
-    Config, HealthConfig, Limits, Listen, MAX_UPSTREAMS, ShutdownConfig, UpstreamConfig,
-    VitalsConfig,
+    Config, HealthConfig, Limits, Listen, MAX_UPSTREAMS, ShutdownConfig, StartingStatus,
+    UpstreamConfig, VitalsConfig,
 };
 use super::env::{self, Env};
 use super::error::{ConfigError, ConfigIssue};
 use super::loader::{Loader, Origin};
-use super::raw::{
-    RawConfig, RawHealth, RawLimits, RawListen, RawShutdown, RawUpstream, RawVitals, Text,
-};
+use super::raw::{RawConfig, RawHealth, RawLimits, RawListen, RawShutdown, RawUpstream, RawVitals};
+use super::section::Text;
 use super::units::{parse_bytes, parse_count, parse_duration, parse_port};
 use super::web;
+use crate::canary::config::{Dynamo, FileCanary};
 use crate::model::{Engine, Url, hide_password_in};
 
 /// Command-line flags; each one, when given, wins over the environment and the file.
@@ -607,5 +606,27 @@ impl Loader<'_> {
             }
         }
         upstreams
+    }
+}
+
+fn parse_flag_upstream(spec: &str) -> Result<UpstreamConfig, String> {
+    let shown = hide_password_in(spec);
+    let Some((name, url)) = spec.split_once('=') else {
+        return Err(format!(
+            "invalid value {shown:?}: expected NAME=URL, like vllm=http://127.0.0.1:8000/metrics"
+        ));
+    };
+    let name = check_upstream_name(name).map_err(|message| format!("{shown:?}: {message}"))?;
+    let url = parse_url(url).map_err(|message| format!("{shown:?}: {message}"))?;
+    Ok(UpstreamConfig::new(name, url))
+}
+
+fn parse_starting_status(text: &str) -> Result<StartingStatus, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "notready" => Ok(StartingStatus::NotReady),
+        "ready" => Ok(StartingStatus::Ready),
+        _ => Err(format!(
+            "invalid starting status {text:?}: must be notready or ready"
+        )),
     }
 }

@@ -58,51 +58,48 @@
 //! `metric_relabel_configs` values are taken literally (no `${VAR}`): see `relabel`.
 
 mod builtin;
-mod canary;
-#[cfg(test)]
-mod canary_tests;
-mod check;
+pub(crate) mod check;
 mod control;
 #[cfg(test)]
 mod control_tests;
 mod data;
 #[cfg(test)]
 mod engine_tests;
-mod env;
-mod error;
+pub(crate) mod env;
+pub(crate) mod error;
 mod expand;
 mod incidents;
 mod load;
-mod loader;
+pub(crate) mod loader;
 mod otlp;
 #[cfg(test)]
 mod otlp_tests;
 mod path;
+pub(crate) mod quote;
 mod raw;
 mod relabel;
 #[cfg(test)]
 mod relabel_tests;
 mod render;
-mod stall;
+pub(crate) mod section;
 #[cfg(test)]
-mod stall_tests;
-#[cfg(test)]
-mod tests;
-mod units;
+pub(crate) mod tests;
+pub(crate) mod units;
 mod views;
 mod web;
 mod web_config;
 #[cfg(test)]
 mod web_tests;
 
+pub use crate::canary::config::{CanaryConfig, CanaryUpstream};
+pub use crate::stall::config::StallConfig;
 pub use control::{
     ControlConfig, DYN_DISABLE_ENGINE_ROUTES, DYN_ENGINE_ROUTES_ALLOW, DYN_ENGINE_ROUTES_DENY,
     DYN_LORA_ENABLED, RoutePolicy,
 };
 pub use data::{
-    CanaryConfig, Config, HealthConfig, IncidentsConfig, Limits, Listen, MAX_UPSTREAMS, OtlpConfig,
-    OtlpProtocol, ShutdownConfig, StallConfig, StartingStatus, Temporality, UpstreamConfig,
-    ViewConfig, VitalsConfig,
+    Config, HealthConfig, IncidentsConfig, Limits, Listen, MAX_UPSTREAMS, OtlpConfig, OtlpProtocol,
+    ShutdownConfig, StartingStatus, Temporality, UpstreamConfig, ViewConfig, VitalsConfig,
 };
 pub use env::{
     DYN_CANARY_WAIT_TIME, DYN_HEALTH_CHECK_ENABLED, DYN_HEALTH_CHECK_PAYLOAD,

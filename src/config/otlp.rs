@@ -12,7 +12,8 @@ use std::time::Duration;
 use super::data::{OtlpConfig, OtlpProtocol, Temporality};
 use super::env;
 use super::loader::{Loader, Origin};
-use super::raw::{RawOtlp, Text};
+use super::raw::RawOtlp;
+use super::section::Text;
 use crate::model::Url;
 
 pub const OTEL_METRICS_EXPORTER: &str = "OTEL_METRICS_EXPORTER";

@@ -1,68 +1,13 @@
 //! The configuration file as written: every value a string with its position, checked and
-//! converted later (see `build`), so that each problem names its line and column.
-//!
-//! Every value may hold `${VAR}` references (see `expand`). In a flow mapping such as
-//! `labels: { worker_id: "${POD_NAME}" }` quote the value: `{` and `}` end a flow mapping.
-
-use std::fmt;
+//! converted later (see `build`), so that each problem names its line and column. The sections
+//! a feature owns are written in its own folder (`canary::config`, ...).
 
 use serde::Deserialize;
-use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde_saphyr::Spanned;
 
-/// A scalar value as written in the file, with its position.
-pub(crate) type Text = Spanned<String>;
-
-/// Declares one mapping of the file: a struct of optional fields, each the doc comment of a
-/// setting, whose `Deserialize` keeps the keys it does not know in `unknown` (with their
-/// positions) instead of failing at the first one as `deny_unknown_fields` does, so that a
-/// misspelt key is reported with every other problem of the file.
-macro_rules! section {
-    ($(#[$meta:meta])* $name:ident { $($(#[$field_meta:meta])* $field:ident: $ty:ty,)* }) => {
-        $(#[$meta])*
-        #[derive(Debug, Default)]
-        pub(crate) struct $name {
-            $($(#[$field_meta])* pub(crate) $field: Option<$ty>,)*
-            /// Keys this mapping does not have, as written.
-            pub(crate) unknown: Vec<Text>,
-        }
-
-        impl $name {
-            /// The keys this mapping has.
-            pub(crate) const FIELDS: &'static [&'static str] = &[$(stringify!($field)),*];
-        }
-
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                struct SectionVisitor;
-
-                impl<'de> Visitor<'de> for SectionVisitor {
-                    type Value = $name;
-
-                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                        f.write_str("a mapping of keys to values")
-                    }
-
-                    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<$name, A::Error> {
-                        let mut section = $name::default();
-                        while let Some(key) = map.next_key::<Text>()? {
-                            match key.value.as_str() {
-                                $(stringify!($field) => section.$field = map.next_value()?,)*
-                                _ => {
-                                    map.next_value::<IgnoredAny>()?;
-                                    section.unknown.push(key);
-                                }
-                            }
-                        }
-                        Ok(section)
-                    }
-                }
-
-                deserializer.deserialize_map(SectionVisitor)
-            }
-        }
-    };
-}
+use super::section::{RawLabels, Text, section};
+use crate::canary::config::RawCanary;
+use crate::stall::config::RawStall;
 
 section! {
     /// The whole file. Every section is optional.
@@ -284,44 +229,6 @@ section! {
 }
 
 section! {
-    /// `canary:` of an upstream.
-    RawCanary {
-        /// Where the canary goes, default the engine's on its HTTP origin (the `health_url`'s, or
-        /// else the metrics URL's): vLLM `/v1/completions`, SGLang and trtllm-serve
-        /// `/health_generate`, Triton `/v2/models/{model}/generate`.
-        url: Text,
-        /// The JSON body (then a `POST`; `{model}` stands for the model as a JSON string),
-        /// default the engine's.
-        body: Text,
-        /// Headers of the request (`{ Authorization: "Bearer ${API_KEY}" }`).
-        headers: RawLabels,
-        /// How long the answer may take (`3s`, default 3s).
-        timeout: Text,
-        /// Failed canaries in a row that make `/live/engine` 503 (default 3; 0 = never).
-        live_failures: Text,
-        /// The model (default: vLLM asks `GET /v1/models`; Triton `ensemble`).
-        model: Text,
-    }
-}
-
-section! {
-    /// `stall:` of an upstream.
-    RawStall {
-        /// The gauge of requests being worked on (busy when any series is above zero), as a
-        /// family key: `vllm:num_requests_running`, or with label values that pick its series,
-        /// `'nv_trt_llm_request_metrics{request_type="active"}'`. Default the engine's.
-        busy: Text,
-        /// The gauge of requests waiting to be worked on (busy too when any series is above
-        /// zero: a scheduler that stopped with requests queued), as a family key. Default the
-        /// engine's.
-        waiting: Text,
-        /// One family key, or a list: counters that move while requests are worked on (a
-        /// histogram's or summary's `_count`), summed over every series. Default the engine's.
-        progress: Spanned<RawList>,
-    }
-}
-
-section! {
     /// One entry of `views:`.
     RawView {
         /// Served at `/metrics/<name>`; `A-Z a-z 0-9 _ . -`, unique.
@@ -375,47 +282,6 @@ section! {
         /// After SIGTERM, `/health` answers 503 at once and the listener keeps serving this long
         /// (`5s`, default 5s) so load balancers stop sending traffic first.
         drain_delay: Text,
-    }
-}
-
-/// One value or a list of them. Its elements have no positions of their own (serde reads an
-/// untagged enum through a buffer): problems point at the whole value.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub(crate) enum RawList {
-    One(String),
-    Many(Vec<String>),
-}
-
-/// `labels:` as an ordered list of (name, value); the parser rejects duplicate names.
-#[derive(Debug, Default)]
-pub(crate) struct RawLabels(pub(crate) Vec<(Text, Text)>);
-
-impl<'de> Deserialize<'de> for RawLabels {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct LabelsVisitor;
-
-        impl<'de> Visitor<'de> for LabelsVisitor {
-            type Value = RawLabels;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a mapping of label name to value")
-            }
-
-            fn visit_unit<E: serde::de::Error>(self) -> Result<RawLabels, E> {
-                Ok(RawLabels::default())
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawLabels, A::Error> {
-                let mut labels = Vec::new();
-                while let Some(name) = map.next_key()? {
-                    labels.push((name, map.next_value()?));
-                }
-                Ok(RawLabels(labels))
-            }
-        }
-
-        deserializer.deserialize_map(LabelsVisitor)
     }
 }
 

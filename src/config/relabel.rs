@@ -7,7 +7,8 @@
 use serde_saphyr::{Location, Spanned};
 
 use super::loader::{Loader, Origin};
-use super::raw::{RawRelabel, RawRules, Text};
+use super::raw::{RawRelabel, RawRules};
+use super::section::Text;
 use crate::relabel::{Rule, RuleSpec};
 
 impl Loader<'_> {

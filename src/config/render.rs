@@ -8,8 +8,8 @@
 use std::fmt;
 
 use super::data::Config;
+use super::quote::{literal, quoted, shown};
 use super::units::{format_bytes, format_duration};
-use crate::model::{ShownUrl, Url};
 use crate::relabel::Rule;
 
 /// The configuration as `check-config` prints it.
@@ -151,22 +151,8 @@ impl fmt::Display for Rendered<'_> {
                 format_duration(upstream.min_interval)
             )?;
             writeln!(f, "    aliases: {}", upstream.aliases)?;
-            match &upstream.stall {
-                None => writeln!(f, "    stall_after: 0s")?,
-                Some(stall) => {
-                    writeln!(f, "    stall_after: {}", format_duration(stall.after))?;
-                    writeln!(f, "    stall:")?;
-                    writeln!(f, "      busy: {}", quoted(&stall.busy.to_string()))?;
-                    writeln!(f, "      waiting: {}", quoted(&stall.waiting.to_string()))?;
-                    let progress: Vec<String> = stall
-                        .progress
-                        .iter()
-                        .map(|p| quoted(&p.to_string()))
-                        .collect();
-                    writeln!(f, "      progress: [{}]", progress.join(", "))?;
-                }
-            }
-            write_canary(f, upstream.canary.as_ref())?;
+            crate::stall::config::render(f, upstream.stall.as_ref())?;
+            crate::canary::config::render(f, upstream.canary.as_ref())?;
             if !views
                 .iter()
                 .any(|v| v.name == crate::model::engine::ROUTER_VIEW)
@@ -286,71 +272,4 @@ fn write_rules(f: &mut fmt::Formatter<'_>, rules: &[Rule], indent: &str) -> fmt:
         field(f, "action", rule.action.as_str())?;
     }
     Ok(())
-}
-
-/// `canary_after` and `canary:`. Header values are left out: they hold credentials.
-fn write_canary(
-    f: &mut fmt::Formatter<'_>,
-    canary: Option<&super::data::CanaryConfig>,
-) -> fmt::Result {
-    let Some(canary) = canary else {
-        return writeln!(f, "    canary_after: 0s");
-    };
-    writeln!(f, "    canary_after: {}", format_duration(canary.after))?;
-    writeln!(f, "    canary:")?;
-    writeln!(f, "      url: {}", shown(&canary.url))?;
-    if let Some(body) = &canary.body {
-        writeln!(f, "      body: {}", quoted(body))?;
-    }
-    writeln!(f, "      timeout: {}", format_duration(canary.timeout))?;
-    writeln!(f, "      live_failures: {}", canary.live_failures)?;
-    if let Some(model) = &canary.model {
-        writeln!(f, "      model: {}", quoted(model))?;
-    }
-    if !canary.headers.is_empty() {
-        let names: Vec<&str> = canary.headers.iter().map(|(n, _)| n.as_str()).collect();
-        writeln!(
-            f,
-            "      # headers (values not shown): {}",
-            names.join(", ")
-        )?;
-    }
-    Ok(())
-}
-
-/// A configured URL, quoted, its password as `***`.
-fn shown(url: &Url) -> String {
-    quoted(&ShownUrl(url).to_string())
-}
-
-/// A YAML double-quoted scalar that reads back as `text`: `$` is doubled because loading expands
-/// `${VAR}` in every value.
-fn quoted(text: &str) -> String {
-    quote(text, true)
-}
-
-/// A YAML double-quoted scalar that reads back as `text` where no `${VAR}` is expanded.
-fn literal(text: &str) -> String {
-    quote(text, false)
-}
-
-fn quote(text: &str, expands: bool) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '$' if expands => out.push_str("$$"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}') => {
-                out.push_str(&format!("\\u{:04x}", u32::from(c)));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }

@@ -106,7 +106,7 @@ impl Loader<'_> {
 
     fn view_families(
         &mut self,
-        raw: Vec<(super::raw::Text, super::raw::Text)>,
+        raw: Vec<(super::section::Text, super::section::Text)>,
         upstreams: &[UpstreamConfig],
         field: &str,
     ) -> Option<Vec<ViewFamily>> {

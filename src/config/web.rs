@@ -15,7 +15,7 @@ use super::check::parse_bool;
 use super::env::Env;
 use super::error::ConfigIssue;
 use super::loader::{Loader, Origin};
-use super::raw::{RawLabels, Text};
+use super::section::{RawLabels, Text};
 use super::web_config::{
     ClientAuth, MAX_BCRYPT_COST, Pem, TlsPlaces, TlsSettings, TlsVersion, WebConfig,
 };

@@ -18,14 +18,14 @@ use std::time::Duration;
 
 use serde_saphyr::Spanned;
 
-use super::check::{parse_bool, parse_url, positive_duration};
-use super::data::{CanaryConfig, StallConfig, UpstreamConfig};
-use super::env;
-use super::loader::{Loader, Origin};
-use super::raw::{RawCanary, Text};
-use super::stall::unkept;
-use super::units::parse_duration;
-use crate::model::Url;
+use crate::config::check::{parse_bool, parse_url, positive_duration};
+use crate::config::env;
+use crate::config::loader::{Loader, Origin};
+use crate::config::quote::{quoted, shown};
+use crate::config::section::{RawLabels, Text, section};
+use crate::config::units::{format_duration, parse_duration};
+use crate::model::{Engine, Url};
+use crate::stall::config::{StallConfig, unkept};
 
 /// Dynamo's default `DYN_CANARY_WAIT_TIME`.
 const DEFAULT_WAIT: Duration = Duration::from_secs(10);
@@ -34,8 +34,69 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default `canary.live_failures`.
 const DEFAULT_LIVE_FAILURES: u32 = 3;
 
+/// Canary requests of one upstream: after `after` of idleness, one one-token request through
+/// the engine must answer within `timeout` for the upstream to stay ready (see `crate::canary`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CanaryConfig {
+    /// Idle time before a canary; more than zero.
+    pub after: Duration,
+    /// Where the request goes; `{model}` in the path stands for the model.
+    pub url: Url,
+    /// The JSON body of a `POST` (`{model}` stands for the model as a JSON string); `None`: `GET`.
+    pub body: Option<String>,
+    /// Headers sent with the request and the model lookup, values expanded.
+    pub headers: Vec<(String, String)>,
+    /// How long the answer may take, default 3 s.
+    pub timeout: Duration,
+    /// Failed canaries in a row (with no progress between them) that make `/live/engine` 503;
+    /// 0 = never; default 3.
+    pub live_failures: u32,
+    /// The model; `None`: asked of the engine (vLLM's `GET /v1/models`).
+    pub model: Option<String>,
+    /// How the answer is judged (the engine's).
+    pub answer: crate::model::engine::CanaryAnswer,
+    /// The families that tell idle from busy: the stall detection's, or the engine's.
+    pub idle: StallConfig,
+}
+
+/// What a canary's defaults read of its upstream. A trait, so that the upstream's section (which
+/// holds its canary) and this one do not import each other.
+pub trait CanaryUpstream {
+    /// The engine behind the upstream.
+    fn engine(&self) -> Engine;
+    /// The metrics URL.
+    fn metrics_url(&self) -> &Url;
+    /// The health URL, if any: the engine's HTTP origin when there is one.
+    fn health_url(&self) -> Option<&Url>;
+    /// The family-name prefixes the upstream keeps.
+    fn keep(&self) -> &[String];
+    /// The upstream's stall detection, if on.
+    fn stall(&self) -> Option<&StallConfig>;
+}
+
+section! {
+    /// `canary:` of an upstream.
+    RawCanary {
+        /// Where the canary goes, default the engine's on its HTTP origin (the `health_url`'s, or
+        /// else the metrics URL's): vLLM `/v1/completions`, SGLang and trtllm-serve
+        /// `/health_generate`, Triton `/v2/models/{model}/generate`.
+        url: Text,
+        /// The JSON body (then a `POST`; `{model}` stands for the model as a JSON string),
+        /// default the engine's.
+        body: Text,
+        /// Headers of the request (`{ Authorization: "Bearer ${API_KEY}" }`).
+        headers: RawLabels,
+        /// How long the answer may take (`3s`, default 3s).
+        timeout: Text,
+        /// Failed canaries in a row that make `/live/engine` 503 (default 3; 0 = never).
+        live_failures: Text,
+        /// The model (default: vLLM asks `GET /v1/models`; Triton `ensemble`).
+        model: Text,
+    }
+}
+
 /// What the file says of one upstream's canary, before the environment.
-pub(super) struct FileCanary {
+pub(crate) struct FileCanary {
     /// `canary_after` as written (zero = off); `None` when not written.
     after: Option<Duration>,
     url: Option<Url>,
@@ -48,7 +109,7 @@ pub(super) struct FileCanary {
 
 impl FileCanary {
     /// Nothing written: an upstream of `--upstream`, or the default one.
-    pub(super) fn none() -> FileCanary {
+    pub(crate) fn none() -> FileCanary {
         FileCanary {
             after: None,
             url: None,
@@ -63,7 +124,7 @@ impl FileCanary {
 
 impl Loader<'_> {
     /// Upstream `i`'s `canary_after` and `canary:`; `None` when a problem was recorded.
-    pub(super) fn file_canary(
+    pub(crate) fn file_canary(
         &mut self,
         i: usize,
         after: Option<&Text>,
@@ -141,16 +202,16 @@ impl Loader<'_> {
     }
 
     /// The canary of an upstream: the file's, under Dynamo's environment names.
-    pub(super) fn canary(
+    pub(crate) fn canary(
         &mut self,
         file: FileCanary,
-        upstream: &UpstreamConfig,
+        upstream: &impl CanaryUpstream,
         dynamo: &Dynamo,
     ) -> Option<CanaryConfig> {
         let preset = CanaryConfig::preset(upstream, dynamo.wait);
         // Only where the upstream keeps what tells the engine idle (not LMCache's endpoint).
         let on = match dynamo.enabled {
-            Some(enabled) => enabled && unkept(&upstream.keep, &preset.idle).is_empty(),
+            Some(enabled) => enabled && unkept(upstream.keep(), &preset.idle).is_empty(),
             None => CanaryConfig::default_for(upstream).is_some(),
         };
         let after = match (dynamo.enabled, file.after) {
@@ -181,7 +242,7 @@ impl Loader<'_> {
     }
 
     /// Dynamo's `DYN_HEALTH_CHECK_*` settings, each problem named after its variable.
-    pub(super) fn dynamo(&mut self) -> Dynamo {
+    pub(crate) fn dynamo(&mut self) -> Dynamo {
         let enabled = self.env_setting(env::DYN_HEALTH_CHECK_ENABLED, parse_bool);
         let wait = self
             .env_setting(env::DYN_CANARY_WAIT_TIME, parse_seconds)
@@ -225,7 +286,7 @@ impl Loader<'_> {
 }
 
 /// Dynamo's environment names for canaries.
-pub(super) struct Dynamo {
+pub(crate) struct Dynamo {
     /// `DYN_HEALTH_CHECK_ENABLED`; `None` when unset.
     enabled: Option<bool>,
     wait: Duration,
@@ -233,30 +294,14 @@ pub(super) struct Dynamo {
     payload: Option<String>,
 }
 
-impl UpstreamConfig {
-    /// This upstream with the health checks a configuration gets when it says nothing of them:
-    /// stall detection and canaries on where its engine's preset has them and the upstream
-    /// keeps their families (see [`UpstreamConfig::stall`], [`UpstreamConfig::canary`]).
-    pub fn with_default_checks(self) -> UpstreamConfig {
-        let u = UpstreamConfig {
-            stall: super::stall::default_stall(self.engine, &self.keep),
-            ..self
-        };
-        UpstreamConfig {
-            canary: CanaryConfig::default_for(&u),
-            ..u
-        }
-    }
-}
-
 impl CanaryConfig {
     /// The canaries `upstream` gets when nothing says otherwise: its engine's request after
     /// Dynamo's 10 s of idleness, where the engine has a generation route of its own and the
     /// upstream keeps the families that tell it idle; else none.
-    pub fn default_for(upstream: &UpstreamConfig) -> Option<CanaryConfig> {
+    pub fn default_for(upstream: &impl CanaryUpstream) -> Option<CanaryConfig> {
         let canary = CanaryConfig::preset(upstream, DEFAULT_WAIT);
-        let on = upstream.engine.canary().on_by_default
-            && unkept(&upstream.keep, &canary.idle).is_empty();
+        let on = upstream.engine().canary().on_by_default
+            && unkept(upstream.keep(), &canary.idle).is_empty();
         on.then_some(canary)
     }
 
@@ -264,13 +309,13 @@ impl CanaryConfig {
     /// engine's HTTP origin (the health URL's, as Triton generates on its HTTP port and not its
     /// metrics port; else the metrics URL's), a 3 s timeout, `live_failures` 3, and the stall
     /// detection's families (else the engine's) to tell idle.
-    pub fn preset(upstream: &UpstreamConfig, after: Duration) -> CanaryConfig {
-        let engine = upstream.engine;
+    pub fn preset(upstream: &impl CanaryUpstream, after: Duration) -> CanaryConfig {
+        let engine = upstream.engine();
         let preset = engine.canary();
         let mut url = upstream
-            .health_url
-            .clone()
-            .unwrap_or_else(|| upstream.url.clone());
+            .health_url()
+            .unwrap_or_else(|| upstream.metrics_url())
+            .clone();
         url.set_path(preset.path);
         url.set_query(None);
         CanaryConfig {
@@ -283,8 +328,8 @@ impl CanaryConfig {
             model: preset.model.map(str::to_owned),
             answer: preset.answer,
             idle: upstream
-                .stall
-                .clone()
+                .stall()
+                .cloned()
                 .unwrap_or_else(|| StallConfig::preset(engine, Duration::ZERO)),
         }
     }
@@ -337,3 +382,36 @@ fn check_header(name: &str) -> Result<(), String> {
         .map(|_| ())
         .map_err(|_| format!("invalid header name {name:?}"))
 }
+
+/// `canary_after` and `canary:`. Header values are left out: they hold credentials.
+pub(crate) fn render(
+    f: &mut std::fmt::Formatter<'_>,
+    canary: Option<&CanaryConfig>,
+) -> std::fmt::Result {
+    let Some(canary) = canary else {
+        return writeln!(f, "    canary_after: 0s");
+    };
+    writeln!(f, "    canary_after: {}", format_duration(canary.after))?;
+    writeln!(f, "    canary:")?;
+    writeln!(f, "      url: {}", shown(&canary.url))?;
+    if let Some(body) = &canary.body {
+        writeln!(f, "      body: {}", quoted(body))?;
+    }
+    writeln!(f, "      timeout: {}", format_duration(canary.timeout))?;
+    writeln!(f, "      live_failures: {}", canary.live_failures)?;
+    if let Some(model) = &canary.model {
+        writeln!(f, "      model: {}", quoted(model))?;
+    }
+    if !canary.headers.is_empty() {
+        let names: Vec<&str> = canary.headers.iter().map(|(n, _)| n.as_str()).collect();
+        writeln!(
+            f,
+            "      # headers (values not shown): {}",
+            names.join(", ")
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
