@@ -1,62 +1,14 @@
-//! The validated configuration: plain data, every field checked by the loader.
+//! The top-level sections of the validated configuration (`listen`, `health`, `upstreams`,
+//! `limits`, `shutdown`): plain data, every field checked by the loader.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
 use std::time::Duration;
 
-use super::control::ControlConfig;
 use super::web_config::WebConfig;
 use crate::canary::config::{CanaryConfig, CanaryUpstream};
-use crate::model::{Engine, Url, ViewFamily, routes};
+use crate::model::{Engine, Url, routes};
 use crate::relabel::Rule;
 use crate::stall::config::{StallConfig, default_stall};
-
-/// The most upstreams one configuration may name: `/status`, `/` and `/health` cost time in
-/// proportion to them, and each check loop keeps a task for every one.
-pub const MAX_UPSTREAMS: usize = 2_000;
-
-/// The validated configuration the server runs with.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Config {
-    /// Address and port of the system port.
-    pub listen: Listen,
-    /// Readiness / liveness settings.
-    pub health: HealthConfig,
-    /// Labels added to every engine series that does not already carry them, in file order.
-    pub labels: Vec<(String, String)>,
-    /// The engine endpoints to scrape, in file order (their families are emitted in this order).
-    pub upstreams: Vec<UpstreamConfig>,
-    /// Resource limits applied to every upstream response.
-    pub limits: Limits,
-    /// Graceful shutdown behaviour.
-    pub shutdown: ShutdownConfig,
-    /// The engine vitals.
-    pub vitals: VitalsConfig,
-    /// Views served at `/metrics/<name>` besides the built-in `router` (which one named
-    /// `router` replaces), in file order.
-    pub views: Vec<ViewConfig>,
-    /// Rules applied to every engine series, after its upstream's own.
-    pub metric_relabel_configs: Vec<Rule>,
-    /// Dynamo's control routes: who may reach them and which are served.
-    pub control: ControlConfig,
-    /// OTLP push of the `/metrics` page; `None`: off.
-    pub otlp: Option<OtlpConfig>,
-    /// Where incidents are kept.
-    pub incidents: IncidentsConfig,
-    /// The file this configuration was read from, if any (used by `SIGHUP` reload).
-    pub source: Option<PathBuf>,
-}
-
-/// A page at `/metrics/<name>` computed from the upstreams' families.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ViewConfig {
-    pub name: String,
-    /// In output order; each read from every upstream that has it.
-    pub families: Vec<ViewFamily>,
-    /// Labels combined with each family's operation; `None`: each upstream engine's
-    /// data-parallel rank labels.
-    pub aggregate: Option<Vec<String>>,
-}
 
 /// Where the system port listens, and what one client may hold there.
 #[derive(Debug, Clone, PartialEq)]
@@ -174,22 +126,6 @@ impl Limits {
     }
 }
 
-/// Engine vitals settings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct VitalsConfig {
-    /// The range of the vitals' rates and quantiles (`rate(x[window])`), default 1 min; zero
-    /// turns the vitals off.
-    pub window: Duration,
-}
-
-impl Default for VitalsConfig {
-    fn default() -> Self {
-        VitalsConfig {
-            window: Duration::from_secs(60),
-        }
-    }
-}
-
 /// Shutdown settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShutdownConfig {
@@ -275,97 +211,6 @@ impl Default for Limits {
             max_families: 20_000,
             max_labels: 64,
             max_label_value_bytes: super::units::DEFAULT_MAX_LABEL_VALUE_BYTES,
-        }
-    }
-}
-
-/// The wire protocol of OTLP export.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OtlpProtocol {
-    /// `grpc`: `opentelemetry.proto.collector.metrics.v1.MetricsService/Export` (Dynamo's).
-    Grpc,
-    /// `http/protobuf`: `POST` of the protobuf request to `/v1/metrics`.
-    HttpProtobuf,
-}
-
-/// How counters and histograms are sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Temporality {
-    /// The totals since the series started (default).
-    Cumulative,
-    /// The change since the last export that reached the receiver.
-    Delta,
-}
-
-/// OTLP push, when on.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OtlpConfig {
-    /// Where requests go: for http/protobuf the whole URL, for gRPC its origin.
-    pub endpoint: Url,
-    pub protocol: OtlpProtocol,
-    /// Sent with every request, in order.
-    pub headers: Vec<(String, String)>,
-    /// gzip the request body.
-    pub gzip: bool,
-    /// How long one request may take, default 10 s (and never more than the interval).
-    pub timeout: Duration,
-    /// PEM CA certificates the receiver's certificate must chain to (else the system's roots).
-    pub certificate: Option<PathBuf>,
-    /// PEM private key of the client certificate (mTLS), with `client_certificate`.
-    pub client_key: Option<PathBuf>,
-    /// PEM client certificate chain (mTLS), with `client_key`.
-    pub client_certificate: Option<PathBuf>,
-    /// Time between exports, default 60 s.
-    pub interval: Duration,
-    pub temporality: Temporality,
-    /// The resource's attributes, `service.name` first.
-    pub resource: Vec<(String, String)>,
-    /// Requests larger than this (encoded, before gzip) are split in halves; `None`: only when
-    /// the receiver says a request is too large.
-    pub max_request_bytes: Option<usize>,
-}
-
-impl std::fmt::Display for OtlpProtocol {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            OtlpProtocol::Grpc => "grpc",
-            OtlpProtocol::HttpProtobuf => "http/protobuf",
-        })
-    }
-}
-
-impl std::fmt::Display for Temporality {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Temporality::Cumulative => "cumulative",
-            Temporality::Delta => "delta",
-        })
-    }
-}
-
-/// Where incidents are kept (docs/incidents.md).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IncidentsConfig {
-    /// Written to and read back from at start; `None`: in memory only.
-    pub dir: Option<PathBuf>,
-    /// Most incidents kept, in memory and in `dir`.
-    pub keep: usize,
-    /// Most bytes the incidents take in `dir`.
-    pub max_bytes: usize,
-    /// py-spy, for the engine's Python stacks; `None`: found on `PATH`.
-    pub py_spy: Option<PathBuf>,
-    /// How long one process's dump may take before it is killed.
-    pub stacks_timeout: Duration,
-}
-
-impl Default for IncidentsConfig {
-    fn default() -> Self {
-        IncidentsConfig {
-            dir: None,
-            keep: 20,
-            max_bytes: 256 << 20,
-            py_spy: None,
-            stacks_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -12,17 +12,15 @@ use super::check::{
     parse_engine, parse_health_url, parse_ip, parse_route, parse_url, positive_duration,
     request_head_size,
 };
-use super::data::{
-    Config, HealthConfig, Limits, Listen, MAX_UPSTREAMS, ShutdownConfig, StartingStatus,
-    UpstreamConfig, VitalsConfig,
-};
+use super::data::{HealthConfig, Limits, Listen, ShutdownConfig, StartingStatus, UpstreamConfig};
 use super::env::{self, Env};
 use super::error::{ConfigError, ConfigIssue};
 use super::loader::{Loader, Origin};
-use super::raw::{RawConfig, RawHealth, RawLimits, RawListen, RawShutdown, RawUpstream, RawVitals};
+use super::raw::{RawConfig, RawHealth, RawLimits, RawListen, RawShutdown, RawUpstream};
 use super::section::Text;
 use super::units::{parse_bytes, parse_count, parse_duration, parse_port};
 use super::web;
+use super::whole::{Config, MAX_UPSTREAMS};
 use crate::canary::config::{Dynamo, FileCanary};
 use crate::model::{Engine, Url, hide_password_in};
 
@@ -126,21 +124,7 @@ impl Loader<'_> {
         let shutdown = drain_delay.map_or_else(ShutdownConfig::default, |(drain_delay, _)| {
             ShutdownConfig { drain_delay }
         });
-        let window = raw.vitals.and_then(|vitals| {
-            self.unknown_keys(&vitals.unknown, "vitals", RawVitals::FIELDS);
-            let (window, at) =
-                self.file_value(vitals.window.as_ref(), "vitals.window", parse_duration)?;
-            if !window.is_zero() && window < std::time::Duration::from_secs(1) {
-                self.issue(
-                    Origin::File(at),
-                    "vitals.window",
-                    "must be 0s (off) or at least 1s",
-                );
-                return None;
-            }
-            Some(window)
-        });
-        let vitals = window.map_or_else(VitalsConfig::default, |window| VitalsConfig { window });
+        let vitals = self.vitals(raw.vitals);
         let views = self.views(raw.views, &upstreams, &health);
         let control = self.control(raw.control);
         let otlp = self.otlp(raw.otlp);

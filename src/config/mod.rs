@@ -57,50 +57,45 @@
 //! [`Config`]'s `Display` renders the effective configuration in this same schema.
 //! `metric_relabel_configs` values are taken literally (no `${VAR}`): see `relabel`.
 
-mod builtin;
 pub(crate) mod check;
-mod control;
-#[cfg(test)]
-mod control_tests;
-mod data;
+pub(crate) mod data;
 #[cfg(test)]
 mod engine_tests;
 pub(crate) mod env;
 pub(crate) mod error;
 mod expand;
-mod incidents;
 mod load;
 pub(crate) mod loader;
-mod otlp;
-#[cfg(test)]
-mod otlp_tests;
 mod path;
 pub(crate) mod quote;
 mod raw;
-mod relabel;
-#[cfg(test)]
-mod relabel_tests;
 mod render;
 pub(crate) mod section;
 #[cfg(test)]
 pub(crate) mod tests;
 pub(crate) mod units;
-mod views;
 mod web;
 mod web_config;
 #[cfg(test)]
 mod web_tests;
+mod whole;
 
 pub use crate::canary::config::{CanaryConfig, CanaryUpstream};
-pub use crate::stall::config::StallConfig;
-pub use control::{
+pub use crate::control::config::{
     ControlConfig, DYN_DISABLE_ENGINE_ROUTES, DYN_ENGINE_ROUTES_ALLOW, DYN_ENGINE_ROUTES_DENY,
     DYN_LORA_ENABLED, RoutePolicy,
 };
-pub use data::{
-    Config, HealthConfig, IncidentsConfig, Limits, Listen, MAX_UPSTREAMS, OtlpConfig, OtlpProtocol,
-    ShutdownConfig, StartingStatus, Temporality, UpstreamConfig, ViewConfig, VitalsConfig,
+pub use crate::incidents::config::IncidentsConfig;
+pub use crate::otlp::config::{
+    OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
+    OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE, OTEL_METRIC_EXPORT_INTERVAL,
+    OTEL_METRICS_EXPORTER, OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME,
 };
+pub use crate::otlp::config::{OtlpConfig, OtlpProtocol, Temporality};
+pub use crate::stall::config::StallConfig;
+pub use crate::views::config::ViewConfig;
+pub use crate::vitals::config::VitalsConfig;
+pub use data::{HealthConfig, Limits, Listen, ShutdownConfig, StartingStatus, UpstreamConfig};
 pub use env::{
     DYN_CANARY_WAIT_TIME, DYN_HEALTH_CHECK_ENABLED, DYN_HEALTH_CHECK_PAYLOAD,
     DYN_HEALTH_CHECK_REQUEST_TIMEOUT, DYN_SYSTEM_HEALTH_PATH, DYN_SYSTEM_HOST,
@@ -109,12 +104,8 @@ pub use env::{
 };
 pub use error::{ConfigError, ConfigIssue};
 pub use load::{Overrides, load, load_file};
-pub use otlp::{
-    OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
-    OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE, OTEL_METRIC_EXPORT_INTERVAL,
-    OTEL_METRICS_EXPORTER, OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME,
-};
 pub use render::Rendered;
 pub use web_config::{
     ClientAuth, MAX_BCRYPT_COST, Pem, TlsPlaces, TlsSettings, TlsVersion, WebConfig,
 };
+pub use whole::{Config, MAX_UPSTREAMS};

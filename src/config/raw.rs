@@ -2,12 +2,17 @@
 //! converted later (see `build`), so that each problem names its line and column. The sections
 //! a feature owns are written in its own folder (`canary::config`, ...).
 
-use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use super::section::{RawLabels, Text, section};
 use crate::canary::config::RawCanary;
+use crate::control::config::RawControl;
+use crate::incidents::config::RawIncidents;
+use crate::otlp::config::RawOtlp;
+use crate::relabel::config::RawRules;
 use crate::stall::config::RawStall;
+use crate::views::config::RawView;
+use crate::vitals::config::RawVitals;
 
 section! {
     /// The whole file. Every section is optional.
@@ -40,74 +45,6 @@ section! {
         otlp: RawOtlp,
         /// Where the incidents (docs/incidents.md) are kept across restarts.
         incidents: RawIncidents,
-    }
-}
-
-section! {
-    /// `incidents:` section.
-    RawIncidents {
-        /// A directory sysport writes each closed incident to and reads them back from at
-        /// start (default none: the last `keep` in memory only). Relative to the file.
-        dir: Text,
-        /// Most incidents kept (`20`, default 20), in memory and in `dir`; the oldest go first.
-        keep: Text,
-        /// Most bytes the incidents take in `dir` (`256MiB`, default 256MiB).
-        max_bytes: Text,
-        /// py-spy for the engine's Python stacks (default: `py-spy` on `PATH`).
-        py_spy: Text,
-        /// How long one process's stack dump may take before it is killed (`10s`, default 10s).
-        stacks_timeout: Text,
-    }
-}
-
-section! {
-    /// `control:` section.
-    RawControl {
-        /// Serve `/engine/*` and `/v1/loras` on a port without basic auth or client
-        /// certificates (`false`, default false: they answer 403 there).
-        allow_unauthenticated: Text,
-        /// How long one call to an engine may take (`30s`, default 30s).
-        timeout: Text,
-    }
-}
-
-section! {
-    /// `otlp:` section; each field is overridden by its OpenTelemetry variable.
-    RawOtlp {
-        /// `otlp` to push, `none` (default) not to; `OTEL_METRICS_EXPORTER`.
-        exporter: Text,
-        /// The receiver's URL, used as given (`http://collector:4317`, or for http/protobuf
-        /// `http://collector:4318/v1/metrics`); `OTEL_EXPORTER_OTLP[_METRICS]_ENDPOINT`.
-        endpoint: Text,
-        /// `grpc` (default) or `http/protobuf`; `OTEL_EXPORTER_OTLP[_METRICS]_PROTOCOL`.
-        protocol: Text,
-        /// Request headers as `key=value,key2=value2` (percent-encoded where needed);
-        /// `OTEL_EXPORTER_OTLP[_METRICS]_HEADERS`.
-        headers: Text,
-        /// `gzip` or `none` (default); `OTEL_EXPORTER_OTLP[_METRICS]_COMPRESSION`.
-        compression: Text,
-        /// How long one request may take (`10s`, default 10s, at most the interval);
-        /// `OTEL_EXPORTER_OTLP[_METRICS]_TIMEOUT` in milliseconds.
-        timeout: Text,
-        /// PEM CA certificates for the receiver; `OTEL_EXPORTER_OTLP[_METRICS]_CERTIFICATE`.
-        certificate: Text,
-        /// PEM client key (mTLS); `OTEL_EXPORTER_OTLP[_METRICS]_CLIENT_KEY`.
-        client_key: Text,
-        /// PEM client certificate (mTLS); `OTEL_EXPORTER_OTLP[_METRICS]_CLIENT_CERTIFICATE`.
-        client_certificate: Text,
-        /// Time between exports (`60s`, default 60s); `OTEL_METRIC_EXPORT_INTERVAL` in
-        /// milliseconds.
-        interval: Text,
-        /// `cumulative` (default) or `delta`;
-        /// `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`.
-        temporality: Text,
-        /// `service.name` of the resource (default `sysport`); `OTEL_SERVICE_NAME`.
-        service_name: Text,
-        /// More resource attributes as `key=value,...`; `OTEL_RESOURCE_ATTRIBUTES`.
-        resource_attributes: Text,
-        /// Requests larger than this (`4MiB`) are split in halves; default: only when the
-        /// receiver answers that one is too large.
-        max_request_bytes: Text,
     }
 }
 
@@ -229,23 +166,6 @@ section! {
 }
 
 section! {
-    /// One entry of `views:`.
-    RawView {
-        /// Served at `/metrics/<name>`; `A-Z a-z 0-9 _ . -`, unique.
-        name: Text,
-        /// Family → operation, in output order. A family is its text-format name, optionally with
-        /// label values that pick its series (`nv_trt_llm_request_metrics{request_type="waiting"}`);
-        /// the operation (`sum`, `avg`, `max`, `min`, or `pass` to keep every series as it is)
-        /// combines the series that differ only in the `aggregate` labels.
-        families: Spanned<RawLabels>,
-        /// Labels aggregated away with each family's operation; default each upstream engine's
-        /// data-parallel rank labels (`engine` for vLLM, `dp_rank` for SGLang). Copies of one
-        /// number (`pid`, `tp_rank`, `pp_rank`) are always combined with `max` first.
-        aggregate: Spanned<Vec<Text>>,
-    }
-}
-
-section! {
     /// `limits:` section. Sizes take a binary unit, always: `B`, `KiB`, `MiB`, `GiB` (or `Ki`,
     /// `Mi`, `Gi`), as in `512KiB` or `16MiB`.
     RawLimits {
@@ -267,47 +187,10 @@ section! {
 }
 
 section! {
-    /// `vitals:` section.
-    RawVitals {
-        /// The window rates and quantiles are computed over, as Prometheus' `rate(x[window])`
-        /// (`1m`, default 1m). At least two health checks must fit in it for a figure. `0s`
-        /// turns the vitals off: the health checks then read no families for them.
-        window: Text,
-    }
-}
-
-section! {
     /// `shutdown:` section.
     RawShutdown {
         /// After SIGTERM, `/health` answers 503 at once and the listener keeps serving this long
         /// (`5s`, default 5s) so load balancers stop sending traffic first.
         drain_delay: Text,
     }
-}
-
-/// The list as written.
-pub(crate) type RawRules = Spanned<Vec<Spanned<RawRelabel>>>;
-
-/// One rule, with Prometheus' fields and defaults. See Prometheus' `<relabel_config>`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawRelabel {
-    /// Labels whose values are joined with `separator` and matched against `regex`
-    /// (`__name__` is the sample's name).
-    pub(crate) source_labels: Option<Spanned<Vec<Text>>>,
-    /// Placed between the joined source values, default `;`.
-    pub(crate) separator: Option<Text>,
-    /// RE2 regular expression, anchored at both ends, default `(.*)`.
-    pub(crate) regex: Option<Text>,
-    /// For `hashmod`: the modulus of the hash of the joined source values.
-    pub(crate) modulus: Option<Text>,
-    /// The label a `replace`, `hashmod`, `lowercase`, `uppercase` writes, or that `keepequal`
-    /// and `dropequal` compare with; `replace` may use `$1`-style references in it.
-    pub(crate) target_label: Option<Text>,
-    /// What `replace` writes (and `labelmap` names labels), with `$1`, `${1}`, `$name`
-    /// references to the regex's groups; default `$1`.
-    pub(crate) replacement: Option<Text>,
-    /// `replace` (default), `keep`, `drop`, `keepequal`, `dropequal`, `hashmod`, `labelmap`,
-    /// `labeldrop`, `labelkeep`, `lowercase` or `uppercase`.
-    pub(crate) action: Option<Text>,
 }

@@ -7,10 +7,9 @@
 
 use std::fmt;
 
-use super::data::Config;
-use super::quote::{literal, quoted, shown};
+use super::quote::{quoted, shown};
 use super::units::{format_bytes, format_duration};
-use crate::relabel::Rule;
+use super::whole::Config;
 
 /// The configuration as `check-config` prints it.
 #[derive(Debug, Clone, Copy)]
@@ -166,9 +165,9 @@ impl fmt::Display for Rendered<'_> {
                     .collect();
                 writeln!(f, "    # /metrics/router: {}", router.join(", "))?;
             }
-            write_rules(f, &upstream.metric_relabel_configs, "    ")?;
+            crate::relabel::config::render(f, &upstream.metric_relabel_configs, "    ")?;
         }
-        write_rules(f, metric_relabel_configs, "")?;
+        crate::relabel::config::render(f, metric_relabel_configs, "")?;
         writeln!(f, "limits:")?;
         writeln!(
             f,
@@ -194,82 +193,10 @@ impl fmt::Display for Rendered<'_> {
             "  drain_delay: {}",
             format_duration(shutdown.drain_delay)
         )?;
-        writeln!(f, "vitals:")?;
-        writeln!(f, "  window: {}", format_duration(vitals.window))?;
-        writeln!(f, "control:")?;
-        writeln!(
-            f,
-            "  allow_unauthenticated: {}",
-            control.allow_unauthenticated
-        )?;
-        writeln!(f, "  timeout: {}", format_duration(control.timeout))?;
-        super::otlp::render(otlp.as_ref(), f)?;
-        writeln!(f, "incidents:")?;
-        if let Some(dir) = &incidents.dir {
-            writeln!(f, "  dir: {}", quoted(&dir.display().to_string()))?;
-        }
-        writeln!(f, "  keep: {}", incidents.keep)?;
-        writeln!(f, "  max_bytes: {}", format_bytes(incidents.max_bytes))?;
-        if let Some(py_spy) = &incidents.py_spy {
-            writeln!(f, "  py_spy: {}", quoted(&py_spy.display().to_string()))?;
-        }
-        writeln!(
-            f,
-            "  stacks_timeout: {}",
-            format_duration(incidents.stacks_timeout)
-        )?;
-        if views.is_empty() {
-            return writeln!(f, "views: []");
-        }
-        writeln!(f, "views:")?;
-        for view in views {
-            writeln!(f, "  - name: {}", quoted(&view.name))?;
-            writeln!(f, "    families:")?;
-            for family in &view.families {
-                writeln!(
-                    f,
-                    "      {}: {}",
-                    quoted(&family.key.to_string()),
-                    family.op
-                )?;
-            }
-            if let Some(labels) = &view.aggregate {
-                let labels: Vec<String> = labels.iter().map(|l| quoted(l)).collect();
-                writeln!(f, "    aggregate: [{}]", labels.join(", "))?;
-            }
-        }
-        Ok(())
+        crate::vitals::config::render(f, vitals)?;
+        crate::control::config::render(f, control)?;
+        crate::otlp::config::render(otlp.as_ref(), f)?;
+        crate::incidents::config::render(f, incidents)?;
+        crate::views::config::render(f, views)
     }
-}
-
-/// `metric_relabel_configs` at `indent`, every field with its effective value (those an
-/// action must leave at their default are left out when they are).
-fn write_rules(f: &mut fmt::Formatter<'_>, rules: &[Rule], indent: &str) -> fmt::Result {
-    if rules.is_empty() {
-        return writeln!(f, "{indent}metric_relabel_configs: []");
-    }
-    writeln!(f, "{indent}metric_relabel_configs:")?;
-    for rule in rules {
-        let mut lead = format!("{indent}  - ");
-        let mut field = |f: &mut fmt::Formatter<'_>, key: &str, value: &str| {
-            let line = writeln!(f, "{lead}{key}: {value}");
-            lead = format!("{indent}    ");
-            line
-        };
-        if !rule.source_labels.is_empty() {
-            let names: Vec<String> = rule.source_labels.iter().map(|n| literal(n)).collect();
-            field(f, "source_labels", &format!("[{}]", names.join(", ")))?;
-        }
-        field(f, "separator", &literal(&rule.separator))?;
-        field(f, "regex", &literal(rule.regex.as_str()))?;
-        if rule.modulus != 0 {
-            field(f, "modulus", &rule.modulus.to_string())?;
-        }
-        if !rule.target_label.is_empty() {
-            field(f, "target_label", &literal(&rule.target_label))?;
-        }
-        field(f, "replacement", &literal(&rule.replacement))?;
-        field(f, "action", rule.action.as_str())?;
-    }
-    Ok(())
 }

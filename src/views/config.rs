@@ -5,14 +5,43 @@ use std::collections::HashMap;
 
 use serde_saphyr::Spanned;
 
-use super::check::{check_label_name, check_upstream_name};
-use super::data::{HealthConfig, UpstreamConfig, ViewConfig};
-use super::loader::{Loader, Origin};
-use super::raw::RawView;
+use crate::config::check::{check_label_name, check_upstream_name};
+use crate::config::data::{HealthConfig, UpstreamConfig};
+use crate::config::loader::{Loader, Origin};
+use crate::config::quote::quoted;
+use crate::config::section::{RawLabels, Text, section};
 use crate::model::{FamilyKey, Op, ViewFamily, routes};
 
+/// A page at `/metrics/<name>` computed from the upstreams' families.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ViewConfig {
+    pub name: String,
+    /// In output order; each read from every upstream that has it.
+    pub families: Vec<ViewFamily>,
+    /// Labels combined with each family's operation; `None`: each upstream engine's
+    /// data-parallel rank labels.
+    pub aggregate: Option<Vec<String>>,
+}
+
+section! {
+    /// One entry of `views:`.
+    RawView {
+        /// Served at `/metrics/<name>`; `A-Z a-z 0-9 _ . -`, unique.
+        name: Text,
+        /// Family → operation, in output order. A family is its text-format name, optionally with
+        /// label values that pick its series (`nv_trt_llm_request_metrics{request_type="waiting"}`);
+        /// the operation (`sum`, `avg`, `max`, `min`, or `pass` to keep every series as it is)
+        /// combines the series that differ only in the `aggregate` labels.
+        families: Spanned<RawLabels>,
+        /// Labels aggregated away with each family's operation; default each upstream engine's
+        /// data-parallel rank labels (`engine` for vLLM, `dp_rank` for SGLang). Copies of one
+        /// number (`pid`, `tp_rank`, `pp_rank`) are always combined with `max` first.
+        aggregate: Spanned<Vec<Text>>,
+    }
+}
+
 impl Loader<'_> {
-    pub(super) fn views(
+    pub(crate) fn views(
         &mut self,
         raw: Option<Spanned<Vec<Spanned<RawView>>>>,
         upstreams: &[UpstreamConfig],
@@ -106,7 +135,7 @@ impl Loader<'_> {
 
     fn view_families(
         &mut self,
-        raw: Vec<(super::section::Text, super::section::Text)>,
+        raw: Vec<(crate::config::section::Text, crate::config::section::Text)>,
         upstreams: &[UpstreamConfig],
         field: &str,
     ) -> Option<Vec<ViewFamily>> {
@@ -149,4 +178,29 @@ impl Loader<'_> {
         }
         ok.then_some(families)
     }
+}
+
+/// `views:` as `check-config` prints it.
+pub(crate) fn render(f: &mut std::fmt::Formatter<'_>, views: &[ViewConfig]) -> std::fmt::Result {
+    if views.is_empty() {
+        return writeln!(f, "views: []");
+    }
+    writeln!(f, "views:")?;
+    for view in views {
+        writeln!(f, "  - name: {}", quoted(&view.name))?;
+        writeln!(f, "    families:")?;
+        for family in &view.families {
+            writeln!(
+                f,
+                "      {}: {}",
+                quoted(&family.key.to_string()),
+                family.op
+            )?;
+        }
+        if let Some(labels) = &view.aggregate {
+            let labels: Vec<String> = labels.iter().map(|l| quoted(l)).collect();
+            writeln!(f, "    aggregate: [{}]", labels.join(", "))?;
+        }
+    }
+    Ok(())
 }

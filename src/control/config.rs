@@ -10,10 +10,21 @@
 
 use std::time::Duration;
 
-use super::env::{self, Env};
-use super::loader::{Loader, Origin};
-use super::raw::RawControl;
-use super::units::parse_duration;
+use crate::config::env::{self, Env};
+use crate::config::loader::{Loader, Origin};
+use crate::config::section::{Text, section};
+use crate::config::units::{format_duration, parse_duration};
+
+section! {
+    /// `control:` section.
+    RawControl {
+        /// Serve `/engine/*` and `/v1/loras` on a port without basic auth or client
+        /// certificates (`false`, default false: they answer 403 there).
+        allow_unauthenticated: Text,
+        /// How long one call to an engine may take (`30s`, default 30s).
+        timeout: Text,
+    }
+}
 
 /// Turns every `/engine/*` route off (truthy values as Dynamo's `env_is_truthy`).
 pub const DYN_DISABLE_ENGINE_ROUTES: &str = "DYN_DISABLE_ENGINE_ROUTES";
@@ -130,7 +141,7 @@ fn names(list: &str) -> Vec<String> {
 }
 
 impl Loader<'_> {
-    pub(super) fn control(&mut self, raw: Option<RawControl>) -> ControlConfig {
+    pub(crate) fn control(&mut self, raw: Option<RawControl>) -> ControlConfig {
         let mut control = ControlConfig::default();
         if let Some(raw) = raw {
             self.unknown_keys(&raw.unknown, "control", RawControl::FIELDS);
@@ -165,6 +176,17 @@ impl Loader<'_> {
         }
         control
     }
+}
+
+/// The `control:` section as `check-config` prints it.
+pub(crate) fn render(f: &mut std::fmt::Formatter<'_>, control: &ControlConfig) -> std::fmt::Result {
+    writeln!(f, "control:")?;
+    writeln!(
+        f,
+        "  allow_unauthenticated: {}",
+        control.allow_unauthenticated
+    )?;
+    writeln!(f, "  timeout: {}", format_duration(control.timeout))
 }
 
 #[cfg(test)]
@@ -222,3 +244,6 @@ mod tests {
         assert!(err.contains("\"maybe\"") && err.contains("yes"), "{err}");
     }
 }
+
+#[cfg(test)]
+mod section_tests;

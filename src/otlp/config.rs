@@ -9,12 +9,114 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::data::{OtlpConfig, OtlpProtocol, Temporality};
-use super::env;
-use super::loader::{Loader, Origin};
-use super::raw::RawOtlp;
-use super::section::Text;
+use crate::config::env;
+use crate::config::loader::{Loader, Origin};
+use crate::config::section::{Text, section};
 use crate::model::Url;
+
+/// The wire protocol of OTLP export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// `grpc`: `opentelemetry.proto.collector.metrics.v1.MetricsService/Export` (Dynamo's).
+    Grpc,
+    /// `http/protobuf`: `POST` of the protobuf request to `/v1/metrics`.
+    HttpProtobuf,
+}
+
+/// How counters and histograms are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Temporality {
+    /// The totals since the series started (default).
+    Cumulative,
+    /// The change since the last export that reached the receiver.
+    Delta,
+}
+
+/// OTLP push, when on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtlpConfig {
+    /// Where requests go: for http/protobuf the whole URL, for gRPC its origin.
+    pub endpoint: Url,
+    pub protocol: OtlpProtocol,
+    /// Sent with every request, in order.
+    pub headers: Vec<(String, String)>,
+    /// gzip the request body.
+    pub gzip: bool,
+    /// How long one request may take, default 10 s (and never more than the interval).
+    pub timeout: Duration,
+    /// PEM CA certificates the receiver's certificate must chain to (else the system's roots).
+    pub certificate: Option<PathBuf>,
+    /// PEM private key of the client certificate (mTLS), with `client_certificate`.
+    pub client_key: Option<PathBuf>,
+    /// PEM client certificate chain (mTLS), with `client_key`.
+    pub client_certificate: Option<PathBuf>,
+    /// Time between exports, default 60 s.
+    pub interval: Duration,
+    pub temporality: Temporality,
+    /// The resource's attributes, `service.name` first.
+    pub resource: Vec<(String, String)>,
+    /// Requests larger than this (encoded, before gzip) are split in halves; `None`: only when
+    /// the receiver says a request is too large.
+    pub max_request_bytes: Option<usize>,
+}
+
+impl std::fmt::Display for OtlpProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OtlpProtocol::Grpc => "grpc",
+            OtlpProtocol::HttpProtobuf => "http/protobuf",
+        })
+    }
+}
+
+impl std::fmt::Display for Temporality {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Temporality::Cumulative => "cumulative",
+            Temporality::Delta => "delta",
+        })
+    }
+}
+
+section! {
+    /// `otlp:` section; each field is overridden by its OpenTelemetry variable.
+    RawOtlp {
+        /// `otlp` to push, `none` (default) not to; `OTEL_METRICS_EXPORTER`.
+        exporter: Text,
+        /// The receiver's URL, used as given (`http://collector:4317`, or for http/protobuf
+        /// `http://collector:4318/v1/metrics`); `OTEL_EXPORTER_OTLP[_METRICS]_ENDPOINT`.
+        endpoint: Text,
+        /// `grpc` (default) or `http/protobuf`; `OTEL_EXPORTER_OTLP[_METRICS]_PROTOCOL`.
+        protocol: Text,
+        /// Request headers as `key=value,key2=value2` (percent-encoded where needed);
+        /// `OTEL_EXPORTER_OTLP[_METRICS]_HEADERS`.
+        headers: Text,
+        /// `gzip` or `none` (default); `OTEL_EXPORTER_OTLP[_METRICS]_COMPRESSION`.
+        compression: Text,
+        /// How long one request may take (`10s`, default 10s, at most the interval);
+        /// `OTEL_EXPORTER_OTLP[_METRICS]_TIMEOUT` in milliseconds.
+        timeout: Text,
+        /// PEM CA certificates for the receiver; `OTEL_EXPORTER_OTLP[_METRICS]_CERTIFICATE`.
+        certificate: Text,
+        /// PEM client key (mTLS); `OTEL_EXPORTER_OTLP[_METRICS]_CLIENT_KEY`.
+        client_key: Text,
+        /// PEM client certificate (mTLS); `OTEL_EXPORTER_OTLP[_METRICS]_CLIENT_CERTIFICATE`.
+        client_certificate: Text,
+        /// Time between exports (`60s`, default 60s); `OTEL_METRIC_EXPORT_INTERVAL` in
+        /// milliseconds.
+        interval: Text,
+        /// `cumulative` (default) or `delta`;
+        /// `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`.
+        temporality: Text,
+        /// `service.name` of the resource (default `sysport`); `OTEL_SERVICE_NAME`.
+        service_name: Text,
+        /// More resource attributes as `key=value,...`; `OTEL_RESOURCE_ATTRIBUTES`.
+        resource_attributes: Text,
+        /// Requests larger than this (`4MiB`) are split in halves; default: only when the
+        /// receiver answers that one is too large.
+        max_request_bytes: Text,
+    }
+}
 
 pub const OTEL_METRICS_EXPORTER: &str = "OTEL_METRICS_EXPORTER";
 pub const OTEL_EXPORTER_OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
@@ -62,7 +164,7 @@ const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
 
 impl Loader<'_> {
     /// The OTLP settings; `None` when export is off.
-    pub(super) fn otlp(&mut self, raw: Option<RawOtlp>) -> Option<OtlpConfig> {
+    pub(crate) fn otlp(&mut self, raw: Option<RawOtlp>) -> Option<OtlpConfig> {
         let raw = raw.unwrap_or_default();
         self.unknown_keys(&raw.unknown, "otlp", RawOtlp::FIELDS);
         let file_on = self
@@ -163,7 +265,7 @@ impl Loader<'_> {
             .file_value(
                 raw.max_request_bytes.as_ref(),
                 "otlp.max_request_bytes",
-                super::units::parse_bytes,
+                crate::config::units::parse_bytes,
             )
             .map(|(n, _)| n);
         let resource = self.resource(raw.service_name.as_ref(), raw.resource_attributes.as_ref());
@@ -342,7 +444,7 @@ fn parse_temporality(text: &str) -> Result<Temporality, String> {
 }
 
 fn parse_endpoint(text: &str) -> Result<Url, String> {
-    super::check::parse_url(text)
+    crate::config::check::parse_url(text)
 }
 
 /// Milliseconds, as the OpenTelemetry variables give durations; more than zero.
@@ -356,13 +458,13 @@ fn parse_ms(text: &str) -> Result<Duration, String> {
 }
 
 fn positive(text: &str) -> Result<Duration, String> {
-    super::check::positive_duration(text)
+    crate::config::check::positive_duration(text)
 }
 
 /// The W3C Baggage-like list of `OTEL_EXPORTER_OTLP_HEADERS` and `OTEL_RESOURCE_ATTRIBUTES`:
 /// `key=value` entries separated by commas, each split on its first `=`, both sides
 /// percent-decoded and trimmed.
-pub(super) fn parse_headers(text: &str) -> Result<Vec<(String, String)>, String> {
+pub(crate) fn parse_headers(text: &str) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
     for (i, entry) in text.split(',').enumerate() {
         if entry.trim().is_empty() {
@@ -429,11 +531,11 @@ fn with_metrics_path(mut url: Url) -> Url {
 
 /// The `otlp:` section as `check-config` prints it: header values as `***` (they often hold
 /// a token).
-pub(super) fn render(
+pub(crate) fn render(
     otlp: Option<&OtlpConfig>,
     f: &mut std::fmt::Formatter<'_>,
 ) -> std::fmt::Result {
-    use super::units::{format_bytes, format_duration};
+    use crate::config::units::{format_bytes, format_duration};
     use std::fmt::Write as _;
     let Some(o) = otlp else {
         return writeln!(f, "otlp:\n  exporter: none");
@@ -476,3 +578,6 @@ pub(super) fn render(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;
