@@ -4,11 +4,11 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use super::web_config::WebConfig;
 use crate::canary::config::{CanaryConfig, CanaryUpstream};
 use crate::model::{Engine, Url, routes};
 use crate::relabel::Rule;
 use crate::stall::config::{StallConfig, default_stall};
+use crate::web::config::WebConfig;
 
 /// Where the system port listens, and what one client may hold there.
 #[derive(Debug, Clone, PartialEq)]

@@ -19,7 +19,6 @@ use super::loader::{Loader, Origin};
 use super::raw::{RawConfig, RawHealth, RawLimits, RawListen, RawShutdown, RawUpstream};
 use super::section::Text;
 use super::units::{parse_bytes, parse_count, parse_duration, parse_port};
-use super::web;
 use super::whole::{Config, MAX_UPSTREAMS};
 use crate::canary::config::{Dynamo, FileCanary};
 use crate::model::{Engine, Url, hide_password_in};
@@ -245,15 +244,16 @@ impl Loader<'_> {
             )
             .map(|(p, _)| p);
         let web =
-            web::chosen(overrides.web_config.as_ref(), self.env(), web_file).and_then(|path| {
-                match web::load(&path, self.env()) {
-                    Ok(web) => Some(web),
-                    Err(issues) => {
-                        self.issues.extend(issues);
-                        None
-                    }
-                }
-            });
+            crate::web::config::file::chosen(overrides.web_config.as_ref(), self.env(), web_file)
+                .and_then(
+                    |path| match crate::web::config::file::load(&path, self.env()) {
+                        Ok(web) => Some(web),
+                        Err(issues) => {
+                            self.issues.extend(issues);
+                            None
+                        }
+                    },
+                );
         Listen {
             host,
             port,

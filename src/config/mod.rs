@@ -74,10 +74,6 @@ pub(crate) mod section;
 #[cfg(test)]
 pub(crate) mod tests;
 pub(crate) mod units;
-mod web;
-mod web_config;
-#[cfg(test)]
-mod web_tests;
 mod whole;
 
 pub use crate::canary::config::{CanaryConfig, CanaryUpstream};
@@ -95,6 +91,9 @@ pub use crate::otlp::config::{OtlpConfig, OtlpProtocol, Temporality};
 pub use crate::stall::config::StallConfig;
 pub use crate::views::config::ViewConfig;
 pub use crate::vitals::config::VitalsConfig;
+pub use crate::web::config::{
+    ClientAuth, MAX_BCRYPT_COST, Pem, TlsPlaces, TlsSettings, TlsVersion, WebConfig,
+};
 pub use data::{HealthConfig, Limits, Listen, ShutdownConfig, StartingStatus, UpstreamConfig};
 pub use env::{
     DYN_CANARY_WAIT_TIME, DYN_HEALTH_CHECK_ENABLED, DYN_HEALTH_CHECK_PAYLOAD,
@@ -105,7 +104,4 @@ pub use env::{
 pub use error::{ConfigError, ConfigIssue};
 pub use load::{Overrides, load, load_file};
 pub use render::Rendered;
-pub use web_config::{
-    ClientAuth, MAX_BCRYPT_COST, Pem, TlsPlaces, TlsSettings, TlsVersion, WebConfig,
-};
 pub use whole::{Config, MAX_UPSTREAMS};

@@ -1,8 +1,12 @@
 //! The web configuration as data: exporter-toolkit's `tls_server_config`, `basic_auth_users` and
-//! `http_server_config`, validated by [`super::web`]'s loader and used by the `web` module.
+//! `http_server_config`, validated by its loader (`file`) and used by the `web` module.
 
 use std::fmt;
 use std::path::PathBuf;
+
+pub(crate) mod file;
+#[cfg(test)]
+mod tests;
 
 /// The highest bcrypt cost `basic_auth_users` may use. A check at cost 14 holds one core for
 /// about a second (0.7 s on a fast one), and each step above doubles it: at cost 31 one login
