@@ -380,9 +380,10 @@ def self_test():
 
     cases = [
         ("as it is", None, 0),
-        ("config/data.rs imports config/load.rs, which imports it", ("config/data.rs", "use super::load::Overrides;\n"), 1),
+        ("config/data.rs imports config/assemble.rs, which imports it", ("config/data.rs", "use super::assemble::Overrides;\n"), 1),
         ("model imports telemetry, which imports model", ("model/mod.rs", "use crate::telemetry::Telemetry;\n"), 1),
         ("stall imports canary, beside it", ("stall/mod.rs", "use crate::canary::Tracker;\n"), 1),
+        ("canary::config imports canary, a layer above it", ("canary/config.rs", "use crate::canary::Tracker;\n"), 1),
     ]
     failed = 0
     for what, change, want in cases:

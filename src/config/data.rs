@@ -4,10 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use crate::canary::config::{CanaryConfig, CanaryUpstream};
-use crate::model::{Engine, Url, routes};
-use crate::relabel::Rule;
-use crate::stall::config::{StallConfig, default_stall};
+use crate::model::routes;
 use crate::web::config::WebConfig;
 
 /// Where the system port listens, and what one client may hold there.
@@ -58,41 +55,6 @@ pub struct HealthConfig {
     pub starting_status: StartingStatus,
     /// How often each upstream's health is checked, default 5 s.
     pub interval: Duration,
-}
-
-/// One engine endpoint.
-#[derive(Debug, Clone, PartialEq)]
-pub struct UpstreamConfig {
-    /// Unique name, used as the `upstream` label of sysport's own metrics.
-    pub name: String,
-    /// The inference engine behind it (default vLLM): its preset gave the defaults, and decides
-    /// the `router` view's families and the renamed families of `aliases`.
-    pub engine: Engine,
-    /// The Prometheus endpoint (http or https).
-    pub url: Url,
-    /// Family-name prefixes to keep; never empty.
-    pub keep: Vec<String>,
-    /// Per-scrape timeout, default 2 s (further capped by Prometheus' scrape timeout header).
-    pub timeout: Duration,
-    /// Optional health URL; without one, readiness follows the last scrape.
-    pub health_url: Option<Url>,
-    /// Whether readiness needs this upstream, default true.
-    pub required: bool,
-    /// Reuse a fetch younger than this, and serve a slightly older one while a refresh runs
-    /// (0 = always fetch), default 0.
-    pub min_interval: Duration,
-    /// Also serve renamed families under their other name in the full `/metrics`, default false.
-    pub aliases: bool,
-    /// Rules applied to this upstream's series before the top-level ones; default none.
-    pub metric_relabel_configs: Vec<Rule>,
-    /// Stall detection (`stall_after` above zero); from a file, the flags or the built-in
-    /// default on for every engine whose families the upstream keeps, off in
-    /// [`UpstreamConfig::new`].
-    pub stall: Option<StallConfig>,
-    /// Canary requests while idle (`canary_after` above zero); from a file, the flags or the
-    /// built-in default on for every engine with a generation route whose families the
-    /// upstream keeps, off in [`UpstreamConfig::new`].
-    pub canary: Option<CanaryConfig>,
 }
 
 /// Limits applied to each upstream response.
@@ -169,29 +131,6 @@ impl Default for ShutdownConfig {
     }
 }
 
-impl UpstreamConfig {
-    /// An upstream with the defaults of `--upstream NAME=URL`: vLLM, keep `vllm:` and
-    /// `lmcache:`, 2 s timeout, required, no health URL, always fetch, no aliases, no stall
-    /// detection and no canaries (the loader turns both on by default; see
-    /// [`UpstreamConfig::stall`]).
-    pub fn new(name: impl Into<String>, url: Url) -> Self {
-        UpstreamConfig {
-            name: name.into(),
-            engine: Engine::Vllm,
-            url,
-            keep: Engine::Vllm.default_keep(),
-            timeout: Duration::from_secs(2),
-            health_url: None,
-            required: true,
-            min_interval: Duration::ZERO,
-            aliases: false,
-            metric_relabel_configs: Vec::new(),
-            stall: None,
-            canary: None,
-        }
-    }
-}
-
 impl std::fmt::Display for StartingStatus {
     /// `notready` or `ready`, as in the file and `DYN_SYSTEM_STARTING_HEALTH_STATUS`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -212,43 +151,5 @@ impl Default for Limits {
             max_labels: 64,
             max_label_value_bytes: super::units::DEFAULT_MAX_LABEL_VALUE_BYTES,
         }
-    }
-}
-
-impl UpstreamConfig {
-    /// This upstream with the health checks a configuration gets when it says nothing of them:
-    /// stall detection and canaries on where its engine's preset has them and the upstream
-    /// keeps their families (see [`UpstreamConfig::stall`], [`UpstreamConfig::canary`]).
-    pub fn with_default_checks(self) -> UpstreamConfig {
-        let u = UpstreamConfig {
-            stall: default_stall(self.engine, &self.keep),
-            ..self
-        };
-        UpstreamConfig {
-            canary: CanaryConfig::default_for(&u),
-            ..u
-        }
-    }
-}
-
-impl CanaryUpstream for UpstreamConfig {
-    fn engine(&self) -> Engine {
-        self.engine
-    }
-
-    fn metrics_url(&self) -> &Url {
-        &self.url
-    }
-
-    fn health_url(&self) -> Option<&Url> {
-        self.health_url.as_ref()
-    }
-
-    fn keep(&self) -> &[String] {
-        &self.keep
-    }
-
-    fn stall(&self) -> Option<&StallConfig> {
-        self.stall.as_ref()
     }
 }

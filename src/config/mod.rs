@@ -57,14 +57,12 @@
 //! [`Config`]'s `Display` renders the effective configuration in this same schema.
 //! `metric_relabel_configs` values are taken literally (no `${VAR}`): see `relabel`.
 
+mod assemble;
 pub(crate) mod check;
 pub(crate) mod data;
-#[cfg(test)]
-mod engine_tests;
 pub(crate) mod env;
 pub(crate) mod error;
 mod expand;
-mod load;
 pub(crate) mod loader;
 mod path;
 pub(crate) mod quote;
@@ -88,13 +86,15 @@ pub use crate::otlp::config::{
     OTEL_METRICS_EXPORTER, OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME,
 };
 pub use crate::otlp::config::{OtlpConfig, OtlpProtocol, Temporality};
+pub use crate::scrape::config::{MAX_UPSTREAMS, UpstreamConfig};
 pub use crate::stall::config::StallConfig;
 pub use crate::views::config::ViewConfig;
 pub use crate::vitals::config::VitalsConfig;
 pub use crate::web::config::{
     ClientAuth, MAX_BCRYPT_COST, Pem, TlsPlaces, TlsSettings, TlsVersion, WebConfig,
 };
-pub use data::{HealthConfig, Limits, Listen, ShutdownConfig, StartingStatus, UpstreamConfig};
+pub use assemble::{Overrides, load, load_file};
+pub use data::{HealthConfig, Limits, Listen, ShutdownConfig, StartingStatus};
 pub use env::{
     DYN_CANARY_WAIT_TIME, DYN_HEALTH_CHECK_ENABLED, DYN_HEALTH_CHECK_PAYLOAD,
     DYN_HEALTH_CHECK_REQUEST_TIMEOUT, DYN_SYSTEM_HEALTH_PATH, DYN_SYSTEM_HOST,
@@ -102,6 +102,5 @@ pub use env::{
     SYSPORT_CONFIG, SYSPORT_WEB_CONFIG,
 };
 pub use error::{ConfigError, ConfigIssue};
-pub use load::{Overrides, load, load_file};
 pub use render::Rendered;
-pub use whole::{Config, MAX_UPSTREAMS};
+pub use whole::Config;

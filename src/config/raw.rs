@@ -5,12 +5,11 @@
 use serde_saphyr::Spanned;
 
 use super::section::{RawLabels, Text, section};
-use crate::canary::config::RawCanary;
 use crate::control::config::RawControl;
 use crate::incidents::config::RawIncidents;
 use crate::otlp::config::RawOtlp;
 use crate::relabel::config::RawRules;
-use crate::stall::config::RawStall;
+use crate::scrape::config::RawUpstream;
 use crate::views::config::RawView;
 use crate::vitals::config::RawVitals;
 
@@ -105,63 +104,6 @@ section! {
         /// How often each upstream is checked, by its `health_url` or else by a scrape (`5s`,
         /// default 5s); more than zero.
         interval: Text,
-    }
-}
-
-section! {
-    /// One entry of `upstreams:`.
-    RawUpstream {
-        /// Unique name, made of `A-Z a-z 0-9 _ . -`; the `upstream` label of sysport's own metrics.
-        name: Text,
-        /// The inference engine: `vllm` (default), `sglang`, `trtllm` (trtllm-serve), `llamacpp`
-        /// (llama.cpp's `llama-server`) or `triton` (Triton with the TensorRT-LLM backend). Its
-        /// preset gives the defaults of `url`, `keep` and `health_url` (named, the engine's
-        /// health endpoint on `url`'s origin), and the families of the `router` view.
-        engine: Text,
-        /// The Prometheus endpoint, `http://` or `https://`; default the engine's own on
-        /// 127.0.0.1 (vLLM `:8000/metrics`, SGLang `:30000/metrics`, trtllm-serve
-        /// `:8000/prometheus/metrics`, Triton `:8002/metrics`, llama.cpp `:8080/metrics`, served
-        /// only with `--metrics`). Several upstreams may share a URL: it is fetched once per
-        /// scrape.
-        url: Text,
-        /// Family-name prefixes to keep; default the engine's (`["vllm:", "lmcache:"]`,
-        /// `["sglang:"]`, `["trtllm_"]`, `["nv_"]`, `["llamacpp:"]`); not empty, and none under `dynamo_sysport_`
-        /// (sysport's own names, which no upstream's can take).
-        keep: Spanned<Vec<Text>>,
-        /// Per-scrape timeout (`2s`, default 2s), further capped by Prometheus' scrape timeout; more
-        /// than zero.
-        timeout: Text,
-        /// Health URL checked every `health.interval` (2xx is healthy; a redirect is not, and is
-        /// not followed), or `none`: readiness follows the last scrape. Default the engine's own
-        /// (vLLM, SGLang, trtllm-serve, llama.cpp `/health`; Triton `/v2/health/ready` on its
-        /// HTTP port 8000): at the preset's address when `url` is omitted, on `url`'s origin
-        /// when `engine` is named; none when neither is written (a metrics URL of something
-        /// else, like LMCache's).
-        health_url: Text,
-        /// Whether readiness needs this upstream (`true`, default, or `false`).
-        required: Text,
-        /// Reuse a fetch younger than this (`0s`, default: always fetch). Bounds the load that
-        /// frequent readers such as inference gateways put on the engine.
-        min_interval: Text,
-        /// Also serve each family the engine renamed under its other name in the full `/metrics`
-        /// (`true` or `false`, default), when the page has only one of the two.
-        aliases: Text,
-        /// Prometheus `metric_relabel_configs` (the same schema and meaning) applied to this
-        /// upstream's series before the wire, before the top-level ones.
-        metric_relabel_configs: RawRules,
-        /// Stall detection (`60s`; default `0s`, off): an engine whose requests run at every
-        /// health check for this long while its progress counters never move is stalled:
-        /// `/health` and `/live/engine` answer 503 until the counters move again. Make it longer
-        /// than the longest prefill; several `health.interval`s.
-        stall_after: Text,
-        /// The families stall detection reads, instead of the engine's (needs `stall_after`).
-        stall: Spanned<RawStall>,
-        /// Canary requests (`10s`; default `0s`, off): after this long with nothing running and
-        /// no progress, one one-token request goes through the engine; a failure makes the
-        /// upstream not ready until a canary passes or progress is seen.
-        canary_after: Text,
-        /// The canary request, instead of the engine's (needs `canary_after`).
-        canary: Spanned<RawCanary>,
     }
 }
 

@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use super::quote::{quoted, shown};
+use super::quote::quoted;
 use super::units::{format_bytes, format_duration};
 use super::whole::Config;
 
@@ -131,42 +131,10 @@ impl fmt::Display for Rendered<'_> {
                 writeln!(f, "  {}: {}", quoted(name), quoted(value))?;
             }
         }
-        writeln!(f, "upstreams:")?;
-        for upstream in upstreams {
-            writeln!(f, "  - name: {}", quoted(&upstream.name))?;
-            writeln!(f, "    engine: {}", upstream.engine.name())?;
-            writeln!(f, "    url: {}", shown(&upstream.url))?;
-            let keep: Vec<String> = upstream.keep.iter().map(|p| quoted(p)).collect();
-            writeln!(f, "    keep: [{}]", keep.join(", "))?;
-            writeln!(f, "    timeout: {}", format_duration(upstream.timeout))?;
-            match &upstream.health_url {
-                Some(health_url) => writeln!(f, "    health_url: {}", shown(health_url))?,
-                None => writeln!(f, "    health_url: none")?,
-            }
-            writeln!(f, "    required: {}", upstream.required)?;
-            writeln!(
-                f,
-                "    min_interval: {}",
-                format_duration(upstream.min_interval)
-            )?;
-            writeln!(f, "    aliases: {}", upstream.aliases)?;
-            crate::stall::config::render(f, upstream.stall.as_ref())?;
-            crate::canary::config::render(f, upstream.canary.as_ref())?;
-            if !views
-                .iter()
-                .any(|v| v.name == crate::model::engine::ROUTER_VIEW)
-            {
-                let router: Vec<String> = upstream
-                    .engine
-                    .preset()
-                    .router
-                    .iter()
-                    .map(|r| format!("{}: {}", r.key, r.op))
-                    .collect();
-                writeln!(f, "    # /metrics/router: {}", router.join(", "))?;
-            }
-            crate::relabel::config::render(f, &upstream.metric_relabel_configs, "    ")?;
-        }
+        let router_view = views
+            .iter()
+            .any(|v| v.name == crate::model::engine::ROUTER_VIEW);
+        crate::scrape::config::render(f, upstreams, router_view)?;
         crate::relabel::config::render(f, metric_relabel_configs, "")?;
         writeln!(f, "limits:")?;
         writeln!(

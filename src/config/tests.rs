@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::load::load_text;
+use super::assemble::load_text;
 use super::*;
 use crate::model::{Engine, FamilyKey, Op, Url, ViewFamily};
 

@@ -4,18 +4,14 @@
 
 use std::path::PathBuf;
 
-use super::data::{HealthConfig, Limits, Listen, ShutdownConfig, UpstreamConfig};
+use super::data::{HealthConfig, Limits, Listen, ShutdownConfig};
 use crate::control::config::ControlConfig;
 use crate::incidents::config::IncidentsConfig;
-use crate::model::{Engine, Url};
 use crate::otlp::config::OtlpConfig;
 use crate::relabel::Rule;
+use crate::scrape::config::UpstreamConfig;
 use crate::views::config::ViewConfig;
 use crate::vitals::config::VitalsConfig;
-
-/// The most upstreams one configuration may name: `/status`, `/` and `/health` cost time in
-/// proportion to them, and each check loop keeps a task for every one.
-pub const MAX_UPSTREAMS: usize = 2_000;
 
 /// The validated configuration the server runs with.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,16 +49,11 @@ impl Default for Config {
     /// The built-in configuration: every default, scraping vLLM at
     /// `http://127.0.0.1:8000/metrics`.
     fn default() -> Self {
-        let preset = Engine::Vllm.preset();
-        let url = |u: &str| Url::parse(u).expect("a preset's URLs are valid");
-        let mut vllm = UpstreamConfig::new("vllm", url(preset.metrics_url));
-        vllm.health_url = Some(url(preset.health_url));
-        let vllm = vllm.with_default_checks();
         Config {
             listen: Listen::default(),
             health: HealthConfig::default(),
             labels: Vec::new(),
-            upstreams: vec![vllm],
+            upstreams: crate::scrape::config::builtin(),
             limits: Limits::default(),
             shutdown: ShutdownConfig::default(),
             vitals: VitalsConfig::default(),

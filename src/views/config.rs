@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use serde_saphyr::Spanned;
 
 use crate::config::check::{check_label_name, check_upstream_name};
-use crate::config::data::{HealthConfig, UpstreamConfig};
+use crate::config::data::HealthConfig;
 use crate::config::loader::{Loader, Origin};
 use crate::config::quote::quoted;
 use crate::config::section::{RawLabels, Text, section};
 use crate::model::{FamilyKey, Op, ViewFamily, routes};
+use crate::scrape::config::UpstreamConfig;
 
 /// A page at `/metrics/<name>` computed from the upstreams' families.
 #[derive(Debug, Clone, PartialEq)]
@@ -204,3 +205,6 @@ pub(crate) fn render(f: &mut std::fmt::Formatter<'_>, views: &[ViewConfig]) -> s
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;
