@@ -14,7 +14,7 @@ use super::error::{ConfigError, ConfigIssue};
 use super::loader::{Loader, Origin};
 use super::raw::{RawConfig, RawHealth, RawLimits, RawListen, RawShutdown};
 use super::section::Text;
-use super::units::{parse_bytes, parse_count, parse_duration, parse_port};
+use super::units::{UnitError, parse_bytes, parse_count, parse_duration, parse_port};
 use super::whole::Config;
 
 /// Command-line flags; each one, when given, wins over the environment and the file.
@@ -214,7 +214,7 @@ impl Loader<'_> {
             .file_value(
                 raw.max_connections.as_ref(),
                 "listen.max_connections",
-                |text| parse_count(text).and_then(nonzero),
+                |text| parse_count(text).map_err(String::from).and_then(nonzero),
             )
             .map(|(n, _)| n);
         let probe_port = self
@@ -234,7 +234,7 @@ impl Loader<'_> {
             .file_value(
                 raw.web_config_file.as_ref(),
                 "listen.web_config_file",
-                |t| Ok::<_, String>(PathBuf::from(t)),
+                |t| Ok::<_, std::convert::Infallible>(PathBuf::from(t)),
             )
             .map(|(p, _)| p);
         let web =
@@ -360,11 +360,13 @@ impl Loader<'_> {
         &mut self,
         text: Option<&Text>,
         field: &str,
-        parse: fn(&str) -> Result<usize, String>,
+        parse: fn(&str) -> Result<usize, UnitError>,
         default: usize,
     ) -> usize {
-        self.file_value(text, field, |text| parse(text).and_then(nonzero))
-            .map_or(default, |(limit, _)| limit)
+        self.file_value(text, field, |text| {
+            parse(text).map_err(String::from).and_then(nonzero)
+        })
+        .map_or(default, |(limit, _)| limit)
     }
 
     fn labels(&mut self, raw: Vec<(Text, Text)>) -> Vec<(String, String)> {

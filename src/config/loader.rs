@@ -89,11 +89,11 @@ impl<'a> Loader<'a> {
     }
 
     /// Chooses flag > environment > file > default, reporting a bad environment value.
-    pub(crate) fn choose<T>(
+    pub(crate) fn choose<T, E: std::fmt::Display>(
         &mut self,
         flag: Option<(T, &'static str)>,
         var: &'static str,
-        parse: fn(&str) -> Result<T, String>,
+        parse: fn(&str) -> Result<T, E>,
         file: Option<(T, Location)>,
         default: T,
     ) -> (T, Origin) {
@@ -103,7 +103,7 @@ impl<'a> Loader<'a> {
         if let Some(text) = env::setting(self.env, var) {
             match parse(&text) {
                 Ok(value) => return (value, Origin::Env(var)),
-                Err(message) => self.issue(Origin::Env(var), var, message),
+                Err(problem) => self.issue(Origin::Env(var), var, problem.to_string()),
             }
         }
         match file {
@@ -113,18 +113,18 @@ impl<'a> Loader<'a> {
     }
 
     /// Expands and parses one file value, recording any problem at its position.
-    pub(crate) fn file_value<T>(
+    pub(crate) fn file_value<T, E: std::fmt::Display>(
         &mut self,
         text: Option<&Text>,
         field: &str,
-        parse: impl FnOnce(&str) -> Result<T, String>,
+        parse: impl FnOnce(&str) -> Result<T, E>,
     ) -> Option<(T, Location)> {
         let text = text?;
         let expanded = self.expand(text, field)?;
         match parse(&expanded) {
             Ok(value) => Some((value, text.referenced)),
-            Err(message) => {
-                self.issue(Origin::File(text.referenced), field, message);
+            Err(problem) => {
+                self.issue(Origin::File(text.referenced), field, problem.to_string());
                 None
             }
         }

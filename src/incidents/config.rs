@@ -63,7 +63,7 @@ impl Loader<'_> {
         };
         self.unknown_keys(&raw.unknown, "incidents", RawIncidents::FIELDS);
         if let Some((keep, _)) = self.file_value(raw.keep.as_ref(), "incidents.keep", |t| {
-            parse_count(t).and_then(|n| match n {
+            parse_count(t).map_err(String::from).and_then(|n| match n {
                 0 => Err("must be at least 1".to_owned()),
                 n => Ok(n),
             })

@@ -387,7 +387,9 @@ impl Loader<'_> {
             }
         }
         let file_service = self
-            .file_value(service, "otlp.service_name", |t| Ok(t.trim().to_owned()))
+            .file_value(service, "otlp.service_name", |t| {
+                Ok::<_, std::convert::Infallible>(t.trim().to_owned())
+            })
             .map(|(s, _)| s);
         let from_attrs = attrs
             .iter()
