@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_saphyr::Spanned;
 
-use crate::config::check::{parse_bool, parse_url, positive_duration};
+use crate::config::check::{CheckError, parse_bool, parse_url, positive_duration};
 use crate::config::env;
 use crate::config::loader::{Loader, Origin};
 use crate::config::quote::{quoted, shown};
@@ -182,8 +182,12 @@ impl Loader<'_> {
         );
         for (name, text) in raw.headers.map(|h| h.0).unwrap_or_default() {
             let key = format!("canary.headers.{}", name.value);
-            if let Err(message) = check_header(&name.value) {
-                self.issue(Origin::File(name.referenced), &field(&key), message);
+            if let Err(problem) = check_header(&name.value) {
+                self.issue(
+                    Origin::File(name.referenced),
+                    &field(&key),
+                    problem.to_string(),
+                );
                 ok = false;
             }
             match self.expand(&text, &field(&key)) {
@@ -260,12 +264,12 @@ impl Loader<'_> {
 
 impl Loader<'_> {
     /// An optional file value; a problem with it clears `ok`.
-    fn optional<T>(
+    fn optional<T, E: std::fmt::Display>(
         &mut self,
         text: Option<&Text>,
         field: &str,
         ok: &mut bool,
-        parse: fn(&str) -> Result<T, String>,
+        parse: fn(&str) -> Result<T, E>,
     ) -> Option<T> {
         let parsed = self.file_value(text, field, parse).map(|(v, _)| v);
         *ok &= text.is_none() || parsed.is_some();
@@ -273,14 +277,14 @@ impl Loader<'_> {
     }
 
     /// An environment setting; a problem with it is named after the variable.
-    fn env_setting<T>(
+    fn env_setting<T, E: std::fmt::Display>(
         &mut self,
         var: &'static str,
-        parse: fn(&str) -> Result<T, String>,
+        parse: fn(&str) -> Result<T, E>,
     ) -> Option<T> {
         let text = env::setting(self.env(), var)?;
         parse(&text)
-            .map_err(|message| self.issue(Origin::Env(var), var, message))
+            .map_err(|problem| self.issue(Origin::Env(var), var, problem.to_string()))
             .ok()
     }
 }
@@ -335,52 +339,85 @@ impl CanaryConfig {
     }
 }
 
+/// Why a canary setting was refused; shown after the value's location or variable.
+#[derive(Debug, thiserror::Error)]
+enum CanaryError {
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    #[error("invalid seconds {0:?}: must be greater than 0")]
+    Seconds(String),
+    #[error("cannot read the payload file {path:?}: {error}")]
+    PayloadFile { path: String, error: std::io::Error },
+    #[error("{path}: invalid JSON body: {error}")]
+    PayloadFileJson {
+        path: String,
+        error: serde_json::Error,
+    },
+    #[error("invalid JSON body: {0}")]
+    Body(serde_json::Error),
+    #[error("invalid count {0:?}: a whole number, 0 for never")]
+    Failures(String),
+    #[error("empty model name")]
+    EmptyModel,
+    #[error("invalid header name {0:?}")]
+    HeaderName(String),
+}
+
 /// Seconds, as Dynamo writes them (`10`, `2.5`), or a duration (`10s`); more than zero.
-fn parse_seconds(text: &str) -> Result<Duration, String> {
+fn parse_seconds(text: &str) -> Result<Duration, CanaryError> {
     let seconds = match text.trim().parse::<f64>() {
         Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => Duration::from_secs_f64(s),
-        Ok(_) => return Err(format!("invalid seconds {text:?}: must be greater than 0")),
+        Ok(_) => return Err(CanaryError::Seconds(text.to_owned())),
         Err(_) => positive_duration(text)?,
     };
     Ok(seconds)
 }
 
 /// `DYN_HEALTH_CHECK_PAYLOAD`: inline JSON, or `@/path/file.json`.
-fn read_payload(text: &str) -> Result<String, String> {
+fn read_payload(text: &str) -> Result<String, CanaryError> {
     match text.trim().strip_prefix('@') {
         Some(path) => {
-            let body = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read the payload file {path:?}: {e}"))?;
-            parse_body(&body).map_err(|e| format!("{path}: {e}"))
+            let body = std::fs::read_to_string(path).map_err(|error| CanaryError::PayloadFile {
+                path: path.to_owned(),
+                error,
+            })?;
+            check_json(&body).map_err(|error| CanaryError::PayloadFileJson {
+                path: path.to_owned(),
+                error,
+            })?;
+            Ok(body.trim().to_owned())
         }
         None => parse_body(text),
     }
 }
 
 /// A canary body: JSON once `{model}` stands for a string.
-fn parse_body(text: &str) -> Result<String, String> {
-    serde_json::from_str::<serde_json::Value>(&text.replace("{model}", "\"m\""))
-        .map_err(|e| format!("invalid JSON body: {e}"))?;
+fn parse_body(text: &str) -> Result<String, CanaryError> {
+    check_json(text).map_err(CanaryError::Body)?;
     Ok(text.trim().to_owned())
 }
 
-fn parse_failures(text: &str) -> Result<u32, String> {
-    text.trim()
-        .parse()
-        .map_err(|_| format!("invalid count {text:?}: a whole number, 0 for never"))
+fn check_json(text: &str) -> Result<(), serde_json::Error> {
+    serde_json::from_str::<serde_json::Value>(&text.replace("{model}", "\"m\"")).map(|_| ())
 }
 
-fn parse_model(text: &str) -> Result<String, String> {
+fn parse_failures(text: &str) -> Result<u32, CanaryError> {
+    text.trim()
+        .parse()
+        .map_err(|_| CanaryError::Failures(text.to_owned()))
+}
+
+fn parse_model(text: &str) -> Result<String, CanaryError> {
     match text.trim() {
-        "" => Err("empty model name".to_owned()),
+        "" => Err(CanaryError::EmptyModel),
         model => Ok(model.to_owned()),
     }
 }
 
-fn check_header(name: &str) -> Result<(), String> {
+fn check_header(name: &str) -> Result<(), CanaryError> {
     reqwest::header::HeaderName::from_bytes(name.as_bytes())
         .map(|_| ())
-        .map_err(|_| format!("invalid header name {name:?}"))
+        .map_err(|_| CanaryError::HeaderName(name.to_owned()))
 }
 
 /// `canary_after` and `canary:`. Header values are left out: they hold credentials.

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use super::check::{
-    answer_bytes, check_label_name, nonzero, parse_ip, parse_route, positive_duration,
+    CheckError, answer_bytes, check_label_name, nonzero, parse_ip, parse_route, positive_duration,
     request_head_size,
 };
 use super::data::{HealthConfig, Limits, Listen, ShutdownConfig, StartingStatus};
@@ -214,7 +214,11 @@ impl Loader<'_> {
             .file_value(
                 raw.max_connections.as_ref(),
                 "listen.max_connections",
-                |text| parse_count(text).map_err(String::from).and_then(nonzero),
+                |text| {
+                    parse_count(text)
+                        .map_err(CheckError::from)
+                        .and_then(nonzero)
+                },
             )
             .map(|(n, _)| n);
         let probe_port = self
@@ -364,7 +368,7 @@ impl Loader<'_> {
         default: usize,
     ) -> usize {
         self.file_value(text, field, |text| {
-            parse(text).map_err(String::from).and_then(nonzero)
+            parse(text).map_err(CheckError::from).and_then(nonzero)
         })
         .map_or(default, |(limit, _)| limit)
     }

@@ -446,7 +446,7 @@ fn parse_temporality(text: &str) -> Result<Temporality, String> {
 }
 
 fn parse_endpoint(text: &str) -> Result<Url, String> {
-    crate::config::check::parse_url(text)
+    Ok(crate::config::check::parse_url(text)?)
 }
 
 /// Milliseconds, as the OpenTelemetry variables give durations; more than zero.
@@ -460,7 +460,7 @@ fn parse_ms(text: &str) -> Result<Duration, String> {
 }
 
 fn positive(text: &str) -> Result<Duration, String> {
-    crate::config::check::positive_duration(text)
+    Ok(crate::config::check::positive_duration(text)?)
 }
 
 /// The W3C Baggage-like list of `OTEL_EXPORTER_OTLP_HEADERS` and `OTEL_RESOURCE_ATTRIBUTES`:

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde_saphyr::Spanned;
 
-use crate::config::check::{check_label_name, check_upstream_name};
+use crate::config::check::{check_label_name, check_name};
 use crate::config::data::HealthConfig;
 use crate::config::loader::{Loader, Origin};
 use crate::config::quote::quoted;
@@ -74,9 +74,7 @@ impl Loader<'_> {
             let message = "missing: every view needs a name (it is served at /metrics/<name>)";
             self.issue(Origin::File(entry.referenced), &field("name"), message);
         }
-        let name = self.file_value(raw.name.as_ref(), &field("name"), |n| {
-            check_upstream_name(n).map_err(|m| m.replace("upstream name", "view name"))
-        });
+        let name = self.file_value(raw.name.as_ref(), &field("name"), |n| check_name(n, "view"));
         if let Some((name, location)) = &name {
             let path = routes::view(name);
             if let Some(first) = first_lines.get(name) {
