@@ -397,12 +397,15 @@ impl Loader<'_> {
     }
 }
 
-fn parse_starting_status(text: &str) -> Result<StartingStatus, String> {
+/// A starting status that is neither `notready` nor `ready`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid starting status {0:?}: must be notready or ready")]
+struct BadStartingStatus(String);
+
+fn parse_starting_status(text: &str) -> Result<StartingStatus, BadStartingStatus> {
     match text.trim().to_ascii_lowercase().as_str() {
         "notready" => Ok(StartingStatus::NotReady),
         "ready" => Ok(StartingStatus::Ready),
-        _ => Err(format!(
-            "invalid starting status {text:?}: must be notready or ready"
-        )),
+        _ => Err(BadStartingStatus(text.to_owned())),
     }
 }

@@ -77,7 +77,7 @@ mod whole;
 pub use crate::canary::config::{CanaryConfig, CanaryUpstream};
 pub use crate::control::config::{
     ControlConfig, DYN_DISABLE_ENGINE_ROUTES, DYN_ENGINE_ROUTES_ALLOW, DYN_ENGINE_ROUTES_DENY,
-    DYN_LORA_ENABLED, RoutePolicy,
+    DYN_LORA_ENABLED, NotTruthy, RoutePolicy,
 };
 pub use crate::incidents::config::IncidentsConfig;
 pub use crate::otlp::config::{

@@ -102,19 +102,34 @@ impl Loader<'_> {
         }) {
             match writable(&dir) {
                 Ok(()) => incidents.dir = Some(dir),
-                Err(why) => self.issue(Origin::File(at), "incidents.dir", why),
+                Err(why) => self.issue(Origin::File(at), "incidents.dir", why.to_string()),
             }
         }
         incidents
     }
 }
 
+/// Why sysport cannot keep incidents in a directory.
+#[derive(Debug, thiserror::Error)]
+enum Unwritable {
+    #[error("cannot make directory {dir}: {error}")]
+    Make { dir: String, error: std::io::Error },
+    #[error("cannot write to directory {dir}: {error}")]
+    Write { dir: String, error: std::io::Error },
+}
+
 /// Whether sysport can keep incidents in `dir`: it exists (or is made) and takes a file.
-fn writable(dir: &PathBuf) -> Result<(), String> {
-    let shown = dir.display();
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot make directory {shown}: {e}"))?;
+fn writable(dir: &PathBuf) -> Result<(), Unwritable> {
+    let shown = || dir.display().to_string();
+    std::fs::create_dir_all(dir).map_err(|error| Unwritable::Make {
+        dir: shown(),
+        error,
+    })?;
     let probe = dir.join(format!(".sysport-write-check-{}", std::process::id()));
-    std::fs::write(&probe, b"").map_err(|e| format!("cannot write to directory {shown}: {e}"))?;
+    std::fs::write(&probe, b"").map_err(|error| Unwritable::Write {
+        dir: shown(),
+        error,
+    })?;
     let _ = std::fs::remove_file(&probe);
     Ok(())
 }

@@ -9,8 +9,8 @@ use serde_saphyr::Spanned;
 
 use crate::canary::config::{CanaryConfig, CanaryUpstream, Dynamo, FileCanary, RawCanary};
 use crate::config::check::{
-    check_upstream_name, keep_prefix, parse_bool, parse_engine, parse_health_url, parse_url,
-    positive_duration,
+    CheckError, check_upstream_name, keep_prefix, parse_bool, parse_engine, parse_health_url,
+    parse_url, positive_duration,
 };
 use crate::config::loader::{Loader, Origin};
 use crate::config::quote::{quoted, shown};
@@ -379,22 +379,36 @@ impl Loader<'_> {
                     self.issue(Origin::Flag("--upstream"), "--upstream", message);
                 }
                 Ok(upstream) => upstreams.push(upstream),
-                Err(message) => self.issue(Origin::Flag("--upstream"), "--upstream", message),
+                Err(problem) => {
+                    let message = problem.to_string();
+                    self.issue(Origin::Flag("--upstream"), "--upstream", message);
+                }
             }
         }
         upstreams
     }
 }
 
-fn parse_flag_upstream(spec: &str) -> Result<UpstreamConfig, String> {
-    let shown = hide_password_in(spec);
+/// A `--upstream` value that does not read, quoted with its password hidden.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum FlagUpstreamError {
+    #[error("invalid value {0:?}: expected NAME=URL, like vllm=http://127.0.0.1:8000/metrics")]
+    Form(String),
+    #[error("{shown:?}: {error}")]
+    Part { shown: String, error: CheckError },
+}
+
+fn parse_flag_upstream(spec: &str) -> Result<UpstreamConfig, FlagUpstreamError> {
+    let shown = || hide_password_in(spec).into_owned();
     let Some((name, url)) = spec.split_once('=') else {
-        return Err(format!(
-            "invalid value {shown:?}: expected NAME=URL, like vllm=http://127.0.0.1:8000/metrics"
-        ));
+        return Err(FlagUpstreamError::Form(shown()));
     };
-    let name = check_upstream_name(name).map_err(|message| format!("{shown:?}: {message}"))?;
-    let url = parse_url(url).map_err(|message| format!("{shown:?}: {message}"))?;
+    let part = |error| FlagUpstreamError::Part {
+        shown: shown(),
+        error,
+    };
+    let name = check_upstream_name(name).map_err(part)?;
+    let url = parse_url(url).map_err(part)?;
     Ok(UpstreamConfig::new(name, url))
 }
 
