@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::config::check::CheckError;
 use crate::config::env;
 use crate::config::loader::{Loader, Origin};
 use crate::config::section::{Text, section};
@@ -174,7 +175,7 @@ impl Loader<'_> {
             Some(text) => match parse_exporter(&text) {
                 Ok(on) => on,
                 Err(message) => {
-                    self.issue(Origin::Env(OTEL_METRICS_EXPORTER), "", message);
+                    self.issue(Origin::Env(OTEL_METRICS_EXPORTER), "", message.to_string());
                     false
                 }
             },
@@ -286,12 +287,12 @@ impl Loader<'_> {
     }
 
     /// The metrics-specific variable, else the generic one, else the file's value.
-    fn pick<T>(
+    fn pick<T, E: std::fmt::Display>(
         &mut self,
         (metrics, generic): (&'static str, &'static str),
         file: Option<&Text>,
         field: &str,
-        parse: impl Fn(&str) -> Result<T, String>,
+        parse: impl Fn(&str) -> Result<T, E>,
     ) -> Option<T> {
         for var in [metrics, generic] {
             if var.is_empty() {
@@ -300,8 +301,8 @@ impl Loader<'_> {
             if let Some(text) = env::setting(self.env(), var) {
                 return match parse(&text) {
                     Ok(value) => Some(value),
-                    Err(message) => {
-                        self.issue(Origin::Env(var), var, message);
+                    Err(problem) => {
+                        self.issue(Origin::Env(var), var, problem.to_string());
                         None
                     }
                 };
@@ -321,7 +322,7 @@ impl Loader<'_> {
         if let Some(text) = env::setting(self.env(), var) {
             match parse_ms(&text) {
                 Ok(d) => return d,
-                Err(message) => self.issue(Origin::Env(var), var, message),
+                Err(problem) => self.issue(Origin::Env(var), var, problem.to_string()),
             }
         }
         self.file_value(file, field, positive)
@@ -353,8 +354,8 @@ impl Loader<'_> {
     fn env_url(&mut self, var: &'static str, text: &str) -> Option<Url> {
         match parse_endpoint(text) {
             Ok(url) => Some(url),
-            Err(message) => {
-                self.issue(Origin::Env(var), var, message);
+            Err(problem) => {
+                self.issue(Origin::Env(var), var, problem.to_string());
                 None
             }
         }
@@ -379,10 +380,10 @@ impl Loader<'_> {
                         attrs.push((k, v));
                     }
                 }
-                Err(message) => self.issue(
+                Err(problem) => self.issue(
                     Origin::Env(OTEL_RESOURCE_ATTRIBUTES),
                     OTEL_RESOURCE_ATTRIBUTES,
-                    message,
+                    problem.to_string(),
                 ),
             }
         }
@@ -405,84 +406,113 @@ impl Loader<'_> {
     }
 }
 
-fn parse_exporter(text: &str) -> Result<bool, String> {
+/// Why an OTLP setting was refused; shown after its variable or the value's location.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum OtlpError {
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    #[error("unknown metrics exporter {0:?}: sysport exports `otlp`, or `none` for no export")]
+    Exporter(String),
+    #[error("unknown OTLP protocol {0:?}: must be grpc or http/protobuf")]
+    Protocol(String),
+    #[error("unknown compression {0:?}: must be gzip or none")]
+    Compression(String),
+    #[error("unknown temporality preference {0:?}: must be cumulative or delta")]
+    Temporality(String),
+    #[error("invalid value {0:?}: must be a whole number of milliseconds above 0")]
+    Milliseconds(String),
+    #[error("entry {entry} {text:?} is not key=value (a list of key=value, separated by commas)")]
+    NotKeyValue { entry: usize, text: String },
+    #[error("entry {entry}: {error}")]
+    Entry { entry: usize, error: PercentError },
+    #[error("entry {0} has an empty key")]
+    EmptyKey(usize),
+    #[error("{0:?} is not a valid header name")]
+    HeaderName(String),
+    #[error("the value of {0:?} is not a valid header value")]
+    HeaderValue(String),
+}
+
+/// A percent-encoded key or value that does not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum PercentError {
+    #[error("bad percent escape in {0:?}")]
+    Escape(String),
+    #[error("{0:?} does not decode to UTF-8")]
+    Utf8(String),
+}
+
+fn parse_exporter(text: &str) -> Result<bool, OtlpError> {
     match text.trim() {
         "otlp" => Ok(true),
         "none" => Ok(false),
-        other => Err(format!(
-            "unknown metrics exporter {other:?}: sysport exports `otlp`, or `none` for no export"
-        )),
+        other => Err(OtlpError::Exporter(other.to_owned())),
     }
 }
 
-fn parse_protocol(text: &str) -> Result<OtlpProtocol, String> {
+fn parse_protocol(text: &str) -> Result<OtlpProtocol, OtlpError> {
     match text.trim() {
         "grpc" => Ok(OtlpProtocol::Grpc),
         "http/protobuf" => Ok(OtlpProtocol::HttpProtobuf),
-        other => Err(format!(
-            "unknown OTLP protocol {other:?}: must be grpc or http/protobuf"
-        )),
+        other => Err(OtlpError::Protocol(other.to_owned())),
     }
 }
 
-fn parse_compression(text: &str) -> Result<bool, String> {
+fn parse_compression(text: &str) -> Result<bool, OtlpError> {
     match text.trim() {
         "gzip" => Ok(true),
         "none" | "" => Ok(false),
-        other => Err(format!(
-            "unknown compression {other:?}: must be gzip or none"
-        )),
+        other => Err(OtlpError::Compression(other.to_owned())),
     }
 }
 
-fn parse_temporality(text: &str) -> Result<Temporality, String> {
+fn parse_temporality(text: &str) -> Result<Temporality, OtlpError> {
     match text.trim().to_ascii_lowercase().as_str() {
         "cumulative" => Ok(Temporality::Cumulative),
         "delta" => Ok(Temporality::Delta),
-        other => Err(format!(
-            "unknown temporality preference {other:?}: must be cumulative or delta"
-        )),
+        other => Err(OtlpError::Temporality(other.to_owned())),
     }
 }
 
-fn parse_endpoint(text: &str) -> Result<Url, String> {
-    Ok(crate::config::check::parse_url(text)?)
+fn parse_endpoint(text: &str) -> Result<Url, CheckError> {
+    crate::config::check::parse_url(text)
 }
 
 /// Milliseconds, as the OpenTelemetry variables give durations; more than zero.
-fn parse_ms(text: &str) -> Result<Duration, String> {
+fn parse_ms(text: &str) -> Result<Duration, OtlpError> {
     match text.trim().parse::<u64>() {
-        Ok(0) | Err(_) => Err(format!(
-            "invalid value {text:?}: must be a whole number of milliseconds above 0"
-        )),
+        Ok(0) | Err(_) => Err(OtlpError::Milliseconds(text.to_owned())),
         Ok(ms) => Ok(Duration::from_millis(ms)),
     }
 }
 
-fn positive(text: &str) -> Result<Duration, String> {
-    Ok(crate::config::check::positive_duration(text)?)
+fn positive(text: &str) -> Result<Duration, CheckError> {
+    crate::config::check::positive_duration(text)
 }
 
 /// The W3C Baggage-like list of `OTEL_EXPORTER_OTLP_HEADERS` and `OTEL_RESOURCE_ATTRIBUTES`:
 /// `key=value` entries separated by commas, each split on its first `=`, both sides
 /// percent-decoded and trimmed.
-pub(crate) fn parse_headers(text: &str) -> Result<Vec<(String, String)>, String> {
+fn parse_headers(text: &str) -> Result<Vec<(String, String)>, OtlpError> {
     let mut out = Vec::new();
     for (i, entry) in text.split(',').enumerate() {
         if entry.trim().is_empty() {
             continue;
         }
         let Some((key, value)) = entry.split_once('=') else {
-            return Err(format!(
-                "entry {} {:?} is not key=value (a list of key=value, separated by commas)",
-                i + 1,
-                entry.trim()
-            ));
+            return Err(OtlpError::NotKeyValue {
+                entry: i + 1,
+                text: entry.trim().to_owned(),
+            });
         };
-        let key = percent_decode(key.trim()).map_err(|e| format!("entry {}: {e}", i + 1))?;
-        let value = percent_decode(value.trim()).map_err(|e| format!("entry {}: {e}", i + 1))?;
+        let in_entry = |error| OtlpError::Entry {
+            entry: i + 1,
+            error,
+        };
+        let key = percent_decode(key.trim()).map_err(in_entry)?;
+        let value = percent_decode(value.trim()).map_err(in_entry)?;
         if key.is_empty() {
-            return Err(format!("entry {} has an empty key", i + 1));
+            return Err(OtlpError::EmptyKey(i + 1));
         }
         out.push((key, value));
     }
@@ -490,20 +520,20 @@ pub(crate) fn parse_headers(text: &str) -> Result<Vec<(String, String)>, String>
 }
 
 /// [`parse_headers`], each key a valid HTTP header name and each value a valid header value.
-fn parse_header_list(text: &str) -> Result<Vec<(String, String)>, String> {
+fn parse_header_list(text: &str) -> Result<Vec<(String, String)>, OtlpError> {
     let headers = parse_headers(text)?;
     for (key, value) in &headers {
         if axum::http::HeaderName::from_bytes(key.as_bytes()).is_err() {
-            return Err(format!("{key:?} is not a valid header name"));
+            return Err(OtlpError::HeaderName(key.clone()));
         }
         if axum::http::HeaderValue::from_str(value).is_err() {
-            return Err(format!("the value of {key:?} is not a valid header value"));
+            return Err(OtlpError::HeaderValue(key.clone()));
         }
     }
     Ok(headers)
 }
 
-fn percent_decode(text: &str) -> Result<String, String> {
+fn percent_decode(text: &str) -> Result<String, PercentError> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -513,7 +543,7 @@ fn percent_decode(text: &str) -> Result<String, String> {
                 .get(i + 1..i + 3)
                 .and_then(|h| std::str::from_utf8(h).ok())
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("bad percent escape in {text:?}"))?;
+                .ok_or_else(|| PercentError::Escape(text.to_owned()))?;
             out.push(hex);
             i += 3;
         } else {
@@ -521,7 +551,7 @@ fn percent_decode(text: &str) -> Result<String, String> {
             i += 1;
         }
     }
-    String::from_utf8(out).map_err(|_| format!("{text:?} does not decode to UTF-8"))
+    String::from_utf8(out).map_err(|_| PercentError::Utf8(text.to_owned()))
 }
 
 /// The generic endpoint's URL with the metrics signal's path appended.
