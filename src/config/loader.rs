@@ -154,7 +154,7 @@ impl<'a> Loader<'a> {
             });
             let (line, column) =
                 found.unwrap_or((text.referenced.line(), text.referenced.column()));
-            self.at(line, column, field.to_owned(), error.message);
+            self.at(line, column, field.to_owned(), error.problem.to_string());
         }
         None
     }

@@ -91,7 +91,8 @@ pub use crate::stall::config::StallConfig;
 pub use crate::views::config::ViewConfig;
 pub use crate::vitals::config::VitalsConfig;
 pub use crate::web::config::{
-    ClientAuth, MAX_BCRYPT_COST, Pem, TlsPlaces, TlsSettings, TlsVersion, WebConfig,
+    ClientAuth, MAX_BCRYPT_COST, Pem, TlsPlaces, TlsSettings, TlsVersion, TlsVersionError,
+    WebConfig,
 };
 pub use assemble::{Overrides, load, load_file};
 pub use data::{HealthConfig, Limits, Listen, ShutdownConfig, StartingStatus};

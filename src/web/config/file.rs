@@ -226,8 +226,8 @@ impl Places {
         match text.as_deref().map(TlsVersion::parse) {
             None => Some(default),
             Some(Ok(v)) => Some(v),
-            Some(Err(message)) => {
-                self.issue(loader, field, message);
+            Some(Err(problem)) => {
+                self.issue(loader, field, problem.to_string());
                 None
             }
         }
