@@ -378,7 +378,7 @@ impl Loader<'_> {
         for (i, (name, value)) in raw.into_iter().enumerate() {
             let field = format!("labels.{}", name.value);
             if let Err(message) = check_label_name(&name.value) {
-                self.issue(Origin::File(name.referenced), &field, message);
+                self.issue(Origin::File(name.referenced), &field, message.to_string());
             }
             if i == crate::expfmt::MAX_ADDED_LABELS {
                 let message = format!(

@@ -59,13 +59,6 @@ pub(crate) enum CheckError {
     RequestHeadSize(String),
 }
 
-impl From<CheckError> for String {
-    /// For the checks whose own problems are still plain messages.
-    fn from(error: CheckError) -> String {
-        error.to_string()
-    }
-}
-
 pub(crate) fn parse_engine(text: &str) -> Result<Engine, CheckError> {
     Engine::parse(text).ok_or_else(|| {
         let known: Vec<&str> = crate::model::engine::PRESETS

@@ -1,8 +1,9 @@
 //! Configuration: YAML file + `DYN_SYSTEM_*` environment + CLI flags → one validated [`Config`].
 //!
 //! Precedence: CLI flag > environment > file > default. Loading happens in two stages: the
-//! file is parsed into raw values that keep their line and column (`raw`), then every value is
-//! expanded (`${VAR}`), parsed and checked (`load`), collecting every problem into one
+//! file is parsed into raw values that keep their line and column (`raw`, and each feature's
+//! `config` module for its section), then every value is expanded (`${VAR}`), parsed and checked
+//! (`assemble`, and the features' sections), collecting every problem into one
 //! [`ConfigError`] whose lines read `FILE:LINE:COL: FIELD: MESSAGE`.
 //!
 //! The file (every section optional; values may use `${VAR}`, `${VAR:-default}` and `$$` for a

@@ -47,13 +47,6 @@ pub(crate) enum UnitError {
     Port(String),
 }
 
-impl From<UnitError> for String {
-    /// For the checks whose own problems are still plain messages.
-    fn from(error: UnitError) -> String {
-        error.to_string()
-    }
-}
-
 /// Parses a duration: one or more `NUMBER UNIT` terms (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`;
 /// decimals allowed, as in `1.5s` or `1m30s`).
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, UnitError> {

@@ -63,10 +63,12 @@ impl Loader<'_> {
         };
         self.unknown_keys(&raw.unknown, "incidents", RawIncidents::FIELDS);
         if let Some((keep, _)) = self.file_value(raw.keep.as_ref(), "incidents.keep", |t| {
-            parse_count(t).map_err(String::from).and_then(|n| match n {
-                0 => Err("must be at least 1".to_owned()),
-                n => Ok(n),
-            })
+            parse_count(t)
+                .map_err(KeepError::from)
+                .and_then(|n| match n {
+                    0 => Err(KeepError::Zero),
+                    n => Ok(n),
+                })
         }) {
             incidents.keep = keep;
         }
@@ -107,6 +109,15 @@ impl Loader<'_> {
         }
         incidents
     }
+}
+
+/// Why `incidents.keep` was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum KeepError {
+    #[error(transparent)]
+    Count(#[from] crate::config::units::UnitError),
+    #[error("must be at least 1")]
+    Zero,
 }
 
 /// Why sysport cannot keep incidents in a directory.

@@ -123,7 +123,7 @@ pub(crate) fn load(path: &Path, env: &dyn Env) -> Result<WebConfig, Vec<ConfigIs
                 loader.issue(
                     Origin::File(http2.referenced),
                     "http_server_config.http2",
-                    message,
+                    message.to_string(),
                 );
             }
         }
@@ -306,7 +306,7 @@ fn tls_settings(loader: &mut Loader<'_>, raw: Spanned<RawTls>, dir: &Path) -> Op
         None => Some(true),
         Some(Ok(b)) => Some(b),
         Some(Err(message)) => {
-            places.issue(loader, "prefer_server_cipher_suites", message);
+            places.issue(loader, "prefer_server_cipher_suites", message.to_string());
             None
         }
     };
