@@ -43,9 +43,10 @@ EXPFMT = os.path.join(ROOT, "crates", "expfmt", "src")
 
 def read_layers(path=ARCHITECTURE):
     """The layer table of docs/architecture.md, the one place the layers are written: module
-    (top-level, under src/) → layer, and the layers whose modules import none of each other
-    ("none of each other" in the row's "may use" column). Layer 0, the exposition crate, is
-    outside src/ and left out."""
+    (top-level, under src/, or a child module such as `canary::config` that sits on a layer of
+    its own) → layer, and the layers whose modules import none of each other ("none of each
+    other" in the row's "may use" column). Layer 0, the exposition crate, is outside src/ and
+    left out."""
     layers, apart = {}, set()
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
@@ -57,7 +58,7 @@ def read_layers(path=ARCHITECTURE):
         if len(cells) < 4 or not cells[0].isdigit():
             continue
         layer = int(cells[0])
-        for name in re.findall(r"`([a-z_]+)`(?! \(crate\))", cells[1]):
+        for name in re.findall(r"`([a-z_]+(?:::[a-z_]+)*)`(?! \(crate\))", cells[1]):
             layers[name] = layer
         if "none of each other" in cells[3]:
             apart.add(layer)
@@ -366,7 +367,14 @@ class Graph:
 
 
 def top(rel):
-    return rel.split("/")[0].removesuffix(".rs")
+    """The module of the layer table a file belongs to: the longest module path of the file
+    (`canary/config.rs` → `canary::config`) that the table names, else its top-level module."""
+    parts = module_of(rel)
+    for k in range(len(parts), 1, -1):
+        name = "::".join(parts[:k])
+        if name in LAYERS:
+            return name
+    return parts[0] if parts else ""
 
 
 def top_items(text):
@@ -467,9 +475,10 @@ def self_test():
 
     cases = [
         ("as it is", None, 0),
-        ("config/data.rs imports config/load.rs, which imports it", ("config/data.rs", "use super::load::Overrides;\n"), 1),
+        ("config/data.rs imports config/assemble.rs, which imports it", ("config/data.rs", "use super::assemble::Overrides;\n"), 1),
         ("model imports telemetry, which imports model", ("model/mod.rs", "use crate::telemetry::Telemetry;\n"), 1),
         ("stall imports canary, beside it", ("stall/mod.rs", "use crate::canary::Tracker;\n"), 1),
+        ("canary::config imports canary, a layer above it", ("canary/config.rs", "use crate::canary::Tracker;\n"), 1),
     ]
     expfmt_cases = [
         ("expfmt's lib.rs defines a type that parse/mod.rs imports",

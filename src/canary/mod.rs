@@ -31,6 +31,7 @@
 //!   engine is seen down and up again or a reload changes the canary.
 
 pub(crate) mod answer;
+pub(crate) mod config;
 mod tracker;
 
 pub(crate) use tracker::{CanaryStatus, Kind, Next, Outcome, Seen, Tracker};

@@ -1,60 +1,11 @@
-//! The validated configuration: plain data, every field checked by the loader.
+//! The top-level sections of the validated configuration (`listen`, `health`, `upstreams`,
+//! `limits`, `shutdown`): plain data, every field checked by the loader.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
 use std::time::Duration;
 
-use super::control::ControlConfig;
-use super::web_config::WebConfig;
-use crate::model::{Engine, FamilyKey, Url, ViewFamily, routes};
-use crate::relabel::Rule;
-
-/// The most upstreams one configuration may name: `/status`, `/` and `/health` cost time in
-/// proportion to them, and each check loop keeps a task for every one.
-pub const MAX_UPSTREAMS: usize = 2_000;
-
-/// The validated configuration the server runs with.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Config {
-    /// Address and port of the system port.
-    pub listen: Listen,
-    /// Readiness / liveness settings.
-    pub health: HealthConfig,
-    /// Labels added to every engine series that does not already carry them, in file order.
-    pub labels: Vec<(String, String)>,
-    /// The engine endpoints to scrape, in file order (their families are emitted in this order).
-    pub upstreams: Vec<UpstreamConfig>,
-    /// Resource limits applied to every upstream response.
-    pub limits: Limits,
-    /// Graceful shutdown behaviour.
-    pub shutdown: ShutdownConfig,
-    /// The engine vitals.
-    pub vitals: VitalsConfig,
-    /// Views served at `/metrics/<name>` besides the built-in `router` (which one named
-    /// `router` replaces), in file order.
-    pub views: Vec<ViewConfig>,
-    /// Rules applied to every engine series, after its upstream's own.
-    pub metric_relabel_configs: Vec<Rule>,
-    /// Dynamo's control routes: who may reach them and which are served.
-    pub control: ControlConfig,
-    /// OTLP push of the `/metrics` page; `None`: off.
-    pub otlp: Option<OtlpConfig>,
-    /// Where incidents are kept.
-    pub incidents: IncidentsConfig,
-    /// The file this configuration was read from, if any (used by `SIGHUP` reload).
-    pub source: Option<PathBuf>,
-}
-
-/// A page at `/metrics/<name>` computed from the upstreams' families.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ViewConfig {
-    pub name: String,
-    /// In output order; each read from every upstream that has it.
-    pub families: Vec<ViewFamily>,
-    /// Labels combined with each family's operation; `None`: each upstream engine's
-    /// data-parallel rank labels.
-    pub aggregate: Option<Vec<String>>,
-}
+use crate::model::routes;
+use crate::web::config::WebConfig;
 
 /// Where the system port listens, and what one client may hold there.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,94 +57,6 @@ pub struct HealthConfig {
     pub interval: Duration,
 }
 
-/// One engine endpoint.
-#[derive(Debug, Clone, PartialEq)]
-pub struct UpstreamConfig {
-    /// Unique name, used as the `upstream` label of sysport's own metrics.
-    pub name: String,
-    /// The inference engine behind it (default vLLM): its preset gave the defaults, and decides
-    /// the `router` view's families and the renamed families of `aliases`.
-    pub engine: Engine,
-    /// The Prometheus endpoint (http or https).
-    pub url: Url,
-    /// Family-name prefixes to keep; never empty.
-    pub keep: Vec<String>,
-    /// Per-scrape timeout, default 2 s (further capped by Prometheus' scrape timeout header).
-    pub timeout: Duration,
-    /// Optional health URL; without one, readiness follows the last scrape.
-    pub health_url: Option<Url>,
-    /// Whether readiness needs this upstream, default true.
-    pub required: bool,
-    /// Reuse a fetch younger than this, and serve a slightly older one while a refresh runs
-    /// (0 = always fetch), default 0.
-    pub min_interval: Duration,
-    /// Also serve renamed families under their other name in the full `/metrics`, default false.
-    pub aliases: bool,
-    /// Rules applied to this upstream's series before the top-level ones; default none.
-    pub metric_relabel_configs: Vec<Rule>,
-    /// Stall detection (`stall_after` above zero); from a file, the flags or the built-in
-    /// default on for every engine whose families the upstream keeps, off in
-    /// [`UpstreamConfig::new`].
-    pub stall: Option<StallConfig>,
-    /// Canary requests while idle (`canary_after` above zero); from a file, the flags or the
-    /// built-in default on for every engine with a generation route whose families the
-    /// upstream keeps, off in [`UpstreamConfig::new`].
-    pub canary: Option<CanaryConfig>,
-}
-
-/// Canary requests of one upstream: after `after` of idleness, one one-token request through
-/// the engine must answer within `timeout` for the upstream to stay ready (see `crate::canary`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct CanaryConfig {
-    /// Idle time before a canary; more than zero.
-    pub after: Duration,
-    /// Where the request goes; `{model}` in the path stands for the model.
-    pub url: Url,
-    /// The JSON body of a `POST` (`{model}` stands for the model as a JSON string); `None`: `GET`.
-    pub body: Option<String>,
-    /// Headers sent with the request and the model lookup, values expanded.
-    pub headers: Vec<(String, String)>,
-    /// How long the answer may take, default 3 s.
-    pub timeout: Duration,
-    /// Failed canaries in a row (with no progress between them) that make `/live/engine` 503;
-    /// 0 = never; default 3.
-    pub live_failures: u32,
-    /// The model; `None`: asked of the engine (vLLM's `GET /v1/models`).
-    pub model: Option<String>,
-    /// How the answer is judged (the engine's).
-    pub answer: crate::model::engine::CanaryAnswer,
-    /// The families that tell idle from busy: the stall detection's, or the engine's.
-    pub idle: StallConfig,
-}
-
-/// Stall detection of one upstream: requests running or waiting at every check for `after`, and
-/// the progress counters never moving in that time, is a stalled engine.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StallConfig {
-    /// How long requests may run without progress; more than zero.
-    pub after: Duration,
-    /// The gauge of requests being worked on: busy when a series is above zero.
-    pub busy: FamilyKey,
-    /// The gauge of requests waiting: busy too when a series is above zero.
-    pub waiting: FamilyKey,
-    /// Counters that move while requests are worked on, summed over every series (a
-    /// histogram's or summary's `_count`); never empty.
-    pub progress: Vec<FamilyKey>,
-}
-
-impl StallConfig {
-    /// Stall detection after `after` with `engine`'s own families.
-    pub fn preset(engine: Engine, after: Duration) -> StallConfig {
-        let families = &engine.preset().stall;
-        StallConfig {
-            after,
-            busy: families.busy.clone(),
-            waiting: families.waiting.clone(),
-            progress: families.progress.clone(),
-        }
-    }
-}
-
 /// Limits applied to each upstream response.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
@@ -221,22 +84,6 @@ impl Limits {
             max_families: self.max_families,
             max_labels: self.max_labels,
             max_label_value_bytes: self.max_label_value_bytes,
-        }
-    }
-}
-
-/// Engine vitals settings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct VitalsConfig {
-    /// The range of the vitals' rates and quantiles (`rate(x[window])`), default 1 min; zero
-    /// turns the vitals off.
-    pub window: Duration,
-}
-
-impl Default for VitalsConfig {
-    fn default() -> Self {
-        VitalsConfig {
-            window: Duration::from_secs(60),
         }
     }
 }
@@ -284,29 +131,6 @@ impl Default for ShutdownConfig {
     }
 }
 
-impl UpstreamConfig {
-    /// An upstream with the defaults of `--upstream NAME=URL`: vLLM, keep `vllm:` and
-    /// `lmcache:`, 2 s timeout, required, no health URL, always fetch, no aliases, no stall
-    /// detection and no canaries (the loader turns both on by default; see
-    /// [`UpstreamConfig::stall`]).
-    pub fn new(name: impl Into<String>, url: Url) -> Self {
-        UpstreamConfig {
-            name: name.into(),
-            engine: Engine::Vllm,
-            url,
-            keep: Engine::Vllm.default_keep(),
-            timeout: Duration::from_secs(2),
-            health_url: None,
-            required: true,
-            min_interval: Duration::ZERO,
-            aliases: false,
-            metric_relabel_configs: Vec::new(),
-            stall: None,
-            canary: None,
-        }
-    }
-}
-
 impl std::fmt::Display for StartingStatus {
     /// `notready` or `ready`, as in the file and `DYN_SYSTEM_STARTING_HEALTH_STATUS`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -326,101 +150,6 @@ impl Default for Limits {
             max_families: 20_000,
             max_labels: 64,
             max_label_value_bytes: super::units::DEFAULT_MAX_LABEL_VALUE_BYTES,
-        }
-    }
-}
-
-/// The wire protocol of OTLP export.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OtlpProtocol {
-    /// `grpc`: `opentelemetry.proto.collector.metrics.v1.MetricsService/Export` (Dynamo's).
-    Grpc,
-    /// `http/protobuf`: `POST` of the protobuf request to `/v1/metrics`.
-    HttpProtobuf,
-}
-
-/// How counters and histograms are sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Temporality {
-    /// The totals since the series started (default).
-    Cumulative,
-    /// The change since the last export that reached the receiver.
-    Delta,
-}
-
-/// OTLP push, when on.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OtlpConfig {
-    /// Where requests go: for http/protobuf the whole URL, for gRPC its origin.
-    pub endpoint: Url,
-    pub protocol: OtlpProtocol,
-    /// Sent with every request, in order.
-    pub headers: Vec<(String, String)>,
-    /// gzip the request body.
-    pub gzip: bool,
-    /// How long one request may take, default 10 s (and never more than the interval).
-    pub timeout: Duration,
-    /// PEM CA certificates the receiver's certificate must chain to (else the system's roots).
-    pub certificate: Option<PathBuf>,
-    /// PEM private key of the client certificate (mTLS), with `client_certificate`.
-    pub client_key: Option<PathBuf>,
-    /// PEM client certificate chain (mTLS), with `client_key`.
-    pub client_certificate: Option<PathBuf>,
-    /// Time between exports, default 60 s.
-    pub interval: Duration,
-    pub temporality: Temporality,
-    /// The resource's attributes, `service.name` first.
-    pub resource: Vec<(String, String)>,
-    /// Requests larger than this (encoded, before gzip) are split in halves; `None`: only when
-    /// the receiver says a request is too large.
-    pub max_request_bytes: Option<usize>,
-}
-
-impl std::fmt::Display for OtlpProtocol {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            OtlpProtocol::Grpc => "grpc",
-            OtlpProtocol::HttpProtobuf => "http/protobuf",
-        })
-    }
-}
-
-impl std::fmt::Display for Temporality {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Temporality::Cumulative => "cumulative",
-            Temporality::Delta => "delta",
-        })
-    }
-}
-
-/// Where incidents are kept (docs/incidents.md).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IncidentsConfig {
-    /// Written to and read back from at start; `None`: in memory only.
-    pub dir: Option<PathBuf>,
-    /// Most incidents kept, in memory and in `dir`.
-    pub keep: usize,
-    /// Most bytes the incidents take in `dir`.
-    pub max_bytes: usize,
-    /// py-spy, for the engine's Python stacks; `None`: found on `PATH`.
-    pub py_spy: Option<PathBuf>,
-    /// How long one process's dump may take before it is killed.
-    pub stacks_timeout: Duration,
-    /// Upstreams whose engine's processes are found by their command line instead of the
-    /// upstream's port: (upstream name, regular expression), in the file's order.
-    pub processes: Vec<(String, String)>,
-}
-
-impl Default for IncidentsConfig {
-    fn default() -> Self {
-        IncidentsConfig {
-            dir: None,
-            keep: 20,
-            max_bytes: 256 << 20,
-            py_spy: None,
-            stacks_timeout: Duration::from_secs(10),
-            processes: Vec::new(),
         }
     }
 }

@@ -17,7 +17,18 @@ pub(crate) struct ExpandError {
     /// The reference as written (`${POD_NAME}`), to find it in the file.
     pub(crate) token: String,
     /// What is wrong.
-    pub(crate) message: String,
+    pub(crate) problem: ReferenceError,
+}
+
+/// Why a `${...}` reference could not be expanded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ReferenceError {
+    #[error("unterminated \"${{\" (write $$ for a literal $)")]
+    Unterminated,
+    #[error("invalid reference \"${{{0}}}\": expected ${{NAME}} or ${{NAME:-default}}")]
+    Malformed(String),
+    #[error("environment variable {0} is not set (\"${{{0}:-default}}\" gives a fallback)")]
+    Unset(String),
 }
 
 /// Expands every reference in `value`, reporting each one that fails.
@@ -38,16 +49,16 @@ pub(crate) fn expand(value: &str, env: &dyn Env) -> Result<String, Vec<ExpandErr
             let Some(close) = body.find('}') else {
                 errors.push(ExpandError {
                     token: rest[dollar..].to_owned(),
-                    message: "unterminated \"${\" (write $$ for a literal $)".to_owned(),
+                    problem: ReferenceError::Unterminated,
                 });
                 break;
             };
             let token = &rest[dollar..dollar + close + 3];
             match reference(&body[..close], env) {
                 Ok(text) => out.push_str(&text),
-                Err(message) => errors.push(ExpandError {
+                Err(problem) => errors.push(ExpandError {
                     token: token.to_owned(),
-                    message,
+                    problem,
                 }),
             }
             rest = &body[close + 1..];
@@ -65,23 +76,19 @@ pub(crate) fn expand(value: &str, env: &dyn Env) -> Result<String, Vec<ExpandErr
 }
 
 /// The text of one reference, given what is between `${` and `}`.
-fn reference(inner: &str, env: &dyn Env) -> Result<String, String> {
+fn reference(inner: &str, env: &dyn Env) -> Result<String, ReferenceError> {
     let (name, default) = match inner.split_once(":-") {
         Some((name, default)) => (name, Some(default)),
         None => (inner, None),
     };
     if !is_variable_name(name) {
-        return Err(format!(
-            "invalid reference \"${{{inner}}}\": expected ${{NAME}} or ${{NAME:-default}}"
-        ));
+        return Err(ReferenceError::Malformed(inner.to_owned()));
     }
     match (env.var(name), default) {
         (Some(value), Some(default)) if value.is_empty() => Ok(default.to_owned()),
         (Some(value), _) => Ok(value),
         (None, Some(default)) => Ok(default.to_owned()),
-        (None, None) => Err(format!(
-            "environment variable {name} is not set (\"${{{name}:-default}}\" gives a fallback)"
-        )),
+        (None, None) => Err(ReferenceError::Unset(name.to_owned())),
     }
 }
 
@@ -141,9 +148,9 @@ mod tests {
         let tokens: Vec<&str> = errors.iter().map(|e| e.token.as_str()).collect();
         assert_eq!(tokens, ["${A}", "${C}"]);
         assert!(
-            errors[0].message.contains("A is not set"),
+            errors[0].problem.to_string().contains("A is not set"),
             "{}",
-            errors[0].message
+            errors[0].problem
         );
     }
 

@@ -9,11 +9,11 @@ use super::env::{self, Env};
 use super::error::ConfigIssue;
 use super::expand::expand;
 use super::path;
-use super::raw::Text;
+use super::section::Text;
 
 /// Where an effective value came from, to point a problem with it at the right place.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Origin {
+pub(crate) enum Origin {
     Default,
     File(Location),
     Env(&'static str),
@@ -21,19 +21,19 @@ pub(super) enum Origin {
 }
 
 /// One load in progress: the file text, the environment, and the problems found so far.
-pub(super) struct Loader<'a> {
+pub(crate) struct Loader<'a> {
     env: &'a dyn Env,
     /// The file being loaded, if any.
-    pub(super) file: Option<PathBuf>,
+    pub(crate) file: Option<PathBuf>,
     source: String,
     /// Every problem found so far.
-    pub(super) issues: Vec<ConfigIssue>,
+    pub(crate) issues: Vec<ConfigIssue>,
     /// `limits.max_label_value_bytes` once read: the most a configured label value may hold.
-    pub(super) max_label_value_bytes: usize,
+    pub(crate) max_label_value_bytes: usize,
 }
 
 impl<'a> Loader<'a> {
-    pub(super) fn new(env: &'a dyn Env, file: Option<PathBuf>, source: String) -> Self {
+    pub(crate) fn new(env: &'a dyn Env, file: Option<PathBuf>, source: String) -> Self {
         Loader {
             env,
             file,
@@ -44,13 +44,13 @@ impl<'a> Loader<'a> {
     }
 
     /// The environment values come from.
-    pub(super) fn env(&self) -> &'a dyn Env {
+    pub(crate) fn env(&self) -> &'a dyn Env {
         self.env
     }
 
     /// Parses the file's YAML; on failure records the problem and goes on with defaults, so
     /// that problems in the environment and flags are reported too.
-    pub(super) fn parse<T: serde::de::DeserializeOwned + Default>(&mut self) -> T {
+    pub(crate) fn parse<T: serde::de::DeserializeOwned + Default>(&mut self) -> T {
         match serde_saphyr::from_str::<T>(&self.source) {
             Ok(raw) => raw,
             Err(err) => {
@@ -89,11 +89,11 @@ impl<'a> Loader<'a> {
     }
 
     /// Chooses flag > environment > file > default, reporting a bad environment value.
-    pub(super) fn choose<T>(
+    pub(crate) fn choose<T, E: std::fmt::Display>(
         &mut self,
         flag: Option<(T, &'static str)>,
         var: &'static str,
-        parse: fn(&str) -> Result<T, String>,
+        parse: fn(&str) -> Result<T, E>,
         file: Option<(T, Location)>,
         default: T,
     ) -> (T, Origin) {
@@ -103,7 +103,7 @@ impl<'a> Loader<'a> {
         if let Some(text) = env::setting(self.env, var) {
             match parse(&text) {
                 Ok(value) => return (value, Origin::Env(var)),
-                Err(message) => self.issue(Origin::Env(var), var, message),
+                Err(problem) => self.issue(Origin::Env(var), var, problem.to_string()),
             }
         }
         match file {
@@ -113,18 +113,18 @@ impl<'a> Loader<'a> {
     }
 
     /// Expands and parses one file value, recording any problem at its position.
-    pub(super) fn file_value<T>(
+    pub(crate) fn file_value<T, E: std::fmt::Display>(
         &mut self,
         text: Option<&Text>,
         field: &str,
-        parse: impl FnOnce(&str) -> Result<T, String>,
+        parse: impl FnOnce(&str) -> Result<T, E>,
     ) -> Option<(T, Location)> {
         let text = text?;
         let expanded = self.expand(text, field)?;
         match parse(&expanded) {
             Ok(value) => Some((value, text.referenced)),
-            Err(message) => {
-                self.issue(Origin::File(text.referenced), field, message);
+            Err(problem) => {
+                self.issue(Origin::File(text.referenced), field, problem.to_string());
                 None
             }
         }
@@ -132,7 +132,7 @@ impl<'a> Loader<'a> {
 
     /// Expands `${VAR}` references in a file value; each failing one is reported at its own
     /// position in the file.
-    pub(super) fn expand(&mut self, text: &Text, field: &str) -> Option<String> {
+    pub(crate) fn expand(&mut self, text: &Text, field: &str) -> Option<String> {
         let errors = match expand(&text.value, self.env) {
             Ok(expanded) => return Some(expanded),
             Err(errors) => errors,
@@ -154,13 +154,13 @@ impl<'a> Loader<'a> {
             });
             let (line, column) =
                 found.unwrap_or((text.referenced.line(), text.referenced.column()));
-            self.at(line, column, field.to_owned(), error.message);
+            self.at(line, column, field.to_owned(), error.problem.to_string());
         }
         None
     }
 
     /// Records each key of the mapping at `path` that it does not have, at the key.
-    pub(super) fn unknown_keys(&mut self, unknown: &[Text], path: &str, fields: &[&str]) {
+    pub(crate) fn unknown_keys(&mut self, unknown: &[Text], path: &str, fields: &[&str]) {
         for key in unknown {
             let field = match path {
                 "" => key.value.clone(),
@@ -180,7 +180,7 @@ impl<'a> Loader<'a> {
     /// Records a problem when `value`, configured at `at` for `field`, is longer than a label
     /// value may be (`limits.max_label_value_bytes`, as the engines' values): it would be
     /// written into every series. Returns whether it fits.
-    pub(super) fn label_value_fits(&mut self, value: &str, at: Location, field: &str) -> bool {
+    pub(crate) fn label_value_fits(&mut self, value: &str, at: Location, field: &str) -> bool {
         let limit = self.max_label_value_bytes;
         if value.len() <= limit {
             return true;
@@ -193,7 +193,7 @@ impl<'a> Loader<'a> {
         false
     }
 
-    pub(super) fn issue(&mut self, origin: Origin, field: &str, message: impl Into<String>) {
+    pub(crate) fn issue(&mut self, origin: Origin, field: &str, message: impl Into<String>) {
         match origin {
             Origin::File(location) => {
                 self.at(
@@ -220,7 +220,7 @@ impl<'a> Loader<'a> {
         }
     }
 
-    pub(super) fn at(&mut self, line: u64, column: u64, field: String, message: String) {
+    pub(crate) fn at(&mut self, line: u64, column: u64, field: String, message: String) {
         self.issues.push(ConfigIssue {
             file: self.file.clone(),
             line: usize::try_from(line).ok(),

@@ -1,8 +1,9 @@
 //! Configuration: YAML file + `DYN_SYSTEM_*` environment + CLI flags → one validated [`Config`].
 //!
 //! Precedence: CLI flag > environment > file > default. Loading happens in two stages: the
-//! file is parsed into raw values that keep their line and column (`raw`), then every value is
-//! expanded (`${VAR}`), parsed and checked (`load`), collecting every problem into one
+//! file is parsed into raw values that keep their line and column (`raw`, and each feature's
+//! `config` module for its section), then every value is expanded (`${VAR}`), parsed and checked
+//! (`assemble`, and the features' sections), collecting every problem into one
 //! [`ConfigError`] whose lines read `FILE:LINE:COL: FIELD: MESSAGE`.
 //!
 //! The file (every section optional; values may use `${VAR}`, `${VAR:-default}` and `$$` for a
@@ -57,53 +58,45 @@
 //! [`Config`]'s `Display` renders the effective configuration in this same schema.
 //! `metric_relabel_configs` values are taken literally (no `${VAR}`): see `relabel`.
 
-mod builtin;
-mod canary;
-#[cfg(test)]
-mod canary_tests;
-mod check;
-mod control;
-#[cfg(test)]
-mod control_tests;
-mod data;
-#[cfg(test)]
-mod engine_tests;
-mod env;
-mod error;
+mod assemble;
+pub(crate) mod check;
+pub(crate) mod data;
+pub(crate) mod env;
+pub(crate) mod error;
 mod expand;
-mod incidents;
-mod load;
-mod loader;
-mod otlp;
-#[cfg(test)]
-mod otlp_tests;
+pub(crate) mod loader;
 mod path;
+pub(crate) mod quote;
 mod raw;
-mod relabel;
-#[cfg(test)]
-mod relabel_tests;
 mod render;
-mod stall;
+pub(crate) mod section;
 #[cfg(test)]
-mod stall_tests;
-#[cfg(test)]
-mod tests;
-mod units;
-mod views;
-mod web;
-mod web_config;
-#[cfg(test)]
-mod web_tests;
+pub(crate) mod tests;
+pub(crate) mod units;
+mod whole;
 
-pub use control::{
+pub use crate::canary::config::{CanaryConfig, CanaryUpstream};
+pub use crate::control::config::{
     ControlConfig, DYN_DISABLE_ENGINE_ROUTES, DYN_ENGINE_ROUTES_ALLOW, DYN_ENGINE_ROUTES_DENY,
-    DYN_LORA_ENABLED, RoutePolicy,
+    DYN_LORA_ENABLED, NotTruthy, RoutePolicy,
 };
-pub use data::{
-    CanaryConfig, Config, HealthConfig, IncidentsConfig, Limits, Listen, MAX_UPSTREAMS, OtlpConfig,
-    OtlpProtocol, ShutdownConfig, StallConfig, StartingStatus, Temporality, UpstreamConfig,
-    ViewConfig, VitalsConfig,
+pub use crate::incidents::config::IncidentsConfig;
+pub use crate::otlp::config::{
+    OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
+    OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE, OTEL_METRIC_EXPORT_INTERVAL,
+    OTEL_METRICS_EXPORTER, OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME,
 };
+pub use crate::otlp::config::{OtlpConfig, OtlpProtocol, Temporality};
+pub use crate::scrape::config::{MAX_UPSTREAMS, UpstreamConfig};
+pub use crate::stall::config::StallConfig;
+pub use crate::views::config::ViewConfig;
+pub use crate::vitals::config::VitalsConfig;
+pub use crate::web::config::{
+    ClientAuth, MAX_BCRYPT_COST, Pem, TlsPlaces, TlsSettings, TlsVersion, TlsVersionError,
+    WebConfig,
+};
+pub use assemble::{Overrides, load, load_file};
+pub use data::{HealthConfig, Limits, Listen, ShutdownConfig, StartingStatus};
 pub use env::{
     DYN_CANARY_WAIT_TIME, DYN_HEALTH_CHECK_ENABLED, DYN_HEALTH_CHECK_PAYLOAD,
     DYN_HEALTH_CHECK_REQUEST_TIMEOUT, DYN_SYSTEM_HEALTH_PATH, DYN_SYSTEM_HOST,
@@ -111,13 +104,5 @@ pub use env::{
     SYSPORT_CONFIG, SYSPORT_WEB_CONFIG,
 };
 pub use error::{ConfigError, ConfigIssue};
-pub use load::{Overrides, load, load_file};
-pub use otlp::{
-    OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
-    OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE, OTEL_METRIC_EXPORT_INTERVAL,
-    OTEL_METRICS_EXPORTER, OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME,
-};
 pub use render::Rendered;
-pub use web_config::{
-    ClientAuth, MAX_BCRYPT_COST, Pem, TlsPlaces, TlsSettings, TlsVersion, WebConfig,
-};
+pub use whole::Config;

@@ -1,68 +1,17 @@
 //! The configuration file as written: every value a string with its position, checked and
-//! converted later (see `build`), so that each problem names its line and column.
-//!
-//! Every value may hold `${VAR}` references (see `expand`). In a flow mapping such as
-//! `labels: { worker_id: "${POD_NAME}" }` quote the value: `{` and `}` end a flow mapping.
+//! converted later (see `build`), so that each problem names its line and column. The sections
+//! a feature owns are written in its own folder (`canary::config`, ...).
 
-use std::fmt;
-
-use serde::Deserialize;
-use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde_saphyr::Spanned;
 
-/// A scalar value as written in the file, with its position.
-pub(crate) type Text = Spanned<String>;
-
-/// Declares one mapping of the file: a struct of optional fields, each the doc comment of a
-/// setting, whose `Deserialize` keeps the keys it does not know in `unknown` (with their
-/// positions) instead of failing at the first one as `deny_unknown_fields` does, so that a
-/// misspelt key is reported with every other problem of the file.
-macro_rules! section {
-    ($(#[$meta:meta])* $name:ident { $($(#[$field_meta:meta])* $field:ident: $ty:ty,)* }) => {
-        $(#[$meta])*
-        #[derive(Debug, Default)]
-        pub(crate) struct $name {
-            $($(#[$field_meta])* pub(crate) $field: Option<$ty>,)*
-            /// Keys this mapping does not have, as written.
-            pub(crate) unknown: Vec<Text>,
-        }
-
-        impl $name {
-            /// The keys this mapping has.
-            pub(crate) const FIELDS: &'static [&'static str] = &[$(stringify!($field)),*];
-        }
-
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                struct SectionVisitor;
-
-                impl<'de> Visitor<'de> for SectionVisitor {
-                    type Value = $name;
-
-                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                        f.write_str("a mapping of keys to values")
-                    }
-
-                    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<$name, A::Error> {
-                        let mut section = $name::default();
-                        while let Some(key) = map.next_key::<Text>()? {
-                            match key.value.as_str() {
-                                $(stringify!($field) => section.$field = map.next_value()?,)*
-                                _ => {
-                                    map.next_value::<IgnoredAny>()?;
-                                    section.unknown.push(key);
-                                }
-                            }
-                        }
-                        Ok(section)
-                    }
-                }
-
-                deserializer.deserialize_map(SectionVisitor)
-            }
-        }
-    };
-}
+use super::section::{RawLabels, Text, section};
+use crate::control::config::RawControl;
+use crate::incidents::config::RawIncidents;
+use crate::otlp::config::RawOtlp;
+use crate::relabel::config::RawRules;
+use crate::scrape::config::RawUpstream;
+use crate::views::config::RawView;
+use crate::vitals::config::RawVitals;
 
 section! {
     /// The whole file. Every section is optional.
@@ -95,79 +44,6 @@ section! {
         otlp: RawOtlp,
         /// Where the incidents (docs/incidents.md) are kept across restarts.
         incidents: RawIncidents,
-    }
-}
-
-section! {
-    /// `incidents:` section.
-    RawIncidents {
-        /// A directory sysport writes each closed incident to and reads them back from at
-        /// start (default none: the last `keep` in memory only). Relative to the file.
-        dir: Text,
-        /// Most incidents kept (`20`, default 20), in memory and in `dir`; the oldest go first.
-        keep: Text,
-        /// Most bytes the incidents take in `dir` (`256MiB`, default 256MiB).
-        max_bytes: Text,
-        /// py-spy for the engine's Python stacks (default: `py-spy` on `PATH`).
-        py_spy: Text,
-        /// How long one process's stack dump may take before it is killed (`10s`, default 10s).
-        stacks_timeout: Text,
-        /// Per upstream, by name: a regular expression matched against each process's command
-        /// line (as `pgrep -f`); the matching processes and their descendants are the engine's,
-        /// instead of the process listening on the upstream's port
-        /// (`{ vllm: "vllm serve|vllm.entrypoints" }`).
-        processes: RawLabels,
-    }
-}
-
-section! {
-    /// `control:` section.
-    RawControl {
-        /// Serve `/engine/*` and `/v1/loras` on a port without basic auth or client
-        /// certificates (`false`, default false: they answer 403 there).
-        allow_unauthenticated: Text,
-        /// How long one call to an engine may take (`30s`, default 30s).
-        timeout: Text,
-    }
-}
-
-section! {
-    /// `otlp:` section; each field is overridden by its OpenTelemetry variable.
-    RawOtlp {
-        /// `otlp` to push, `none` (default) not to; `OTEL_METRICS_EXPORTER`.
-        exporter: Text,
-        /// The receiver's URL, used as given (`http://collector:4317`, or for http/protobuf
-        /// `http://collector:4318/v1/metrics`); `OTEL_EXPORTER_OTLP[_METRICS]_ENDPOINT`.
-        endpoint: Text,
-        /// `grpc` (default) or `http/protobuf`; `OTEL_EXPORTER_OTLP[_METRICS]_PROTOCOL`.
-        protocol: Text,
-        /// Request headers as `key=value,key2=value2` (percent-encoded where needed);
-        /// `OTEL_EXPORTER_OTLP[_METRICS]_HEADERS`.
-        headers: Text,
-        /// `gzip` or `none` (default); `OTEL_EXPORTER_OTLP[_METRICS]_COMPRESSION`.
-        compression: Text,
-        /// How long one request may take (`10s`, default 10s, at most the interval);
-        /// `OTEL_EXPORTER_OTLP[_METRICS]_TIMEOUT` in milliseconds.
-        timeout: Text,
-        /// PEM CA certificates for the receiver; `OTEL_EXPORTER_OTLP[_METRICS]_CERTIFICATE`.
-        certificate: Text,
-        /// PEM client key (mTLS); `OTEL_EXPORTER_OTLP[_METRICS]_CLIENT_KEY`.
-        client_key: Text,
-        /// PEM client certificate (mTLS); `OTEL_EXPORTER_OTLP[_METRICS]_CLIENT_CERTIFICATE`.
-        client_certificate: Text,
-        /// Time between exports (`60s`, default 60s); `OTEL_METRIC_EXPORT_INTERVAL` in
-        /// milliseconds.
-        interval: Text,
-        /// `cumulative` (default) or `delta`;
-        /// `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`.
-        temporality: Text,
-        /// `service.name` of the resource (default `sysport`); `OTEL_SERVICE_NAME`.
-        service_name: Text,
-        /// More resource attributes as `key=value,...`; `OTEL_RESOURCE_ATTRIBUTES`.
-        resource_attributes: Text,
-        /// Requests larger than this (`4MiB`) are split in halves; default: only when the
-        /// receiver answers that one is too large.
-        max_request_bytes: Text,
     }
 }
 
@@ -232,118 +108,6 @@ section! {
 }
 
 section! {
-    /// One entry of `upstreams:`.
-    RawUpstream {
-        /// Unique name, made of `A-Z a-z 0-9 _ . -`; the `upstream` label of sysport's own metrics.
-        name: Text,
-        /// The inference engine: `vllm` (default), `sglang`, `trtllm` (trtllm-serve), `llamacpp`
-        /// (llama.cpp's `llama-server`) or `triton` (Triton with the TensorRT-LLM backend). Its
-        /// preset gives the defaults of `url`, `keep` and `health_url` (named, the engine's
-        /// health endpoint on `url`'s origin), and the families of the `router` view.
-        engine: Text,
-        /// The Prometheus endpoint, `http://` or `https://`; default the engine's own on
-        /// 127.0.0.1 (vLLM `:8000/metrics`, SGLang `:30000/metrics`, trtllm-serve
-        /// `:8000/prometheus/metrics`, Triton `:8002/metrics`, llama.cpp `:8080/metrics`, served
-        /// only with `--metrics`). Several upstreams may share a URL: it is fetched once per
-        /// scrape.
-        url: Text,
-        /// Family-name prefixes to keep; default the engine's (`["vllm:", "lmcache:"]`,
-        /// `["sglang:"]`, `["trtllm_"]`, `["nv_"]`, `["llamacpp:"]`); not empty, and none under `dynamo_sysport_`
-        /// (sysport's own names, which no upstream's can take).
-        keep: Spanned<Vec<Text>>,
-        /// Per-scrape timeout (`2s`, default 2s), further capped by Prometheus' scrape timeout; more
-        /// than zero.
-        timeout: Text,
-        /// Health URL checked every `health.interval` (2xx is healthy; a redirect is not, and is
-        /// not followed), or `none`: readiness follows the last scrape. Default the engine's own
-        /// (vLLM, SGLang, trtllm-serve, llama.cpp `/health`; Triton `/v2/health/ready` on its
-        /// HTTP port 8000): at the preset's address when `url` is omitted, on `url`'s origin
-        /// when `engine` is named; none when neither is written (a metrics URL of something
-        /// else, like LMCache's).
-        health_url: Text,
-        /// Whether readiness needs this upstream (`true`, default, or `false`).
-        required: Text,
-        /// Reuse a fetch younger than this (`0s`, default: always fetch). Bounds the load that
-        /// frequent readers such as inference gateways put on the engine.
-        min_interval: Text,
-        /// Also serve each family the engine renamed under its other name in the full `/metrics`
-        /// (`true` or `false`, default), when the page has only one of the two.
-        aliases: Text,
-        /// Prometheus `metric_relabel_configs` (the same schema and meaning) applied to this
-        /// upstream's series before the wire, before the top-level ones.
-        metric_relabel_configs: RawRules,
-        /// Stall detection (`60s`; default `0s`, off): an engine whose requests run at every
-        /// health check for this long while its progress counters never move is stalled:
-        /// `/health` and `/live/engine` answer 503 until the counters move again. Make it longer
-        /// than the longest prefill; several `health.interval`s.
-        stall_after: Text,
-        /// The families stall detection reads, instead of the engine's (needs `stall_after`).
-        stall: Spanned<RawStall>,
-        /// Canary requests (`10s`; default `0s`, off): after this long with nothing running and
-        /// no progress, one one-token request goes through the engine; a failure makes the
-        /// upstream not ready until a canary passes or progress is seen.
-        canary_after: Text,
-        /// The canary request, instead of the engine's (needs `canary_after`).
-        canary: Spanned<RawCanary>,
-    }
-}
-
-section! {
-    /// `canary:` of an upstream.
-    RawCanary {
-        /// Where the canary goes, default the engine's on its HTTP origin (the `health_url`'s, or
-        /// else the metrics URL's): vLLM `/v1/completions`, SGLang and trtllm-serve
-        /// `/health_generate`, Triton `/v2/models/{model}/generate`.
-        url: Text,
-        /// The JSON body (then a `POST`; `{model}` stands for the model as a JSON string),
-        /// default the engine's.
-        body: Text,
-        /// Headers of the request (`{ Authorization: "Bearer ${API_KEY}" }`).
-        headers: RawLabels,
-        /// How long the answer may take (`3s`, default 3s).
-        timeout: Text,
-        /// Failed canaries in a row that make `/live/engine` 503 (default 3; 0 = never).
-        live_failures: Text,
-        /// The model (default: vLLM asks `GET /v1/models`; Triton `ensemble`).
-        model: Text,
-    }
-}
-
-section! {
-    /// `stall:` of an upstream.
-    RawStall {
-        /// The gauge of requests being worked on (busy when any series is above zero), as a
-        /// family key: `vllm:num_requests_running`, or with label values that pick its series,
-        /// `'nv_trt_llm_request_metrics{request_type="active"}'`. Default the engine's.
-        busy: Text,
-        /// The gauge of requests waiting to be worked on (busy too when any series is above
-        /// zero: a scheduler that stopped with requests queued), as a family key. Default the
-        /// engine's.
-        waiting: Text,
-        /// One family key, or a list: counters that move while requests are worked on (a
-        /// histogram's or summary's `_count`), summed over every series. Default the engine's.
-        progress: Spanned<RawList>,
-    }
-}
-
-section! {
-    /// One entry of `views:`.
-    RawView {
-        /// Served at `/metrics/<name>`; `A-Z a-z 0-9 _ . -`, unique.
-        name: Text,
-        /// Family → operation, in output order. A family is its text-format name, optionally with
-        /// label values that pick its series (`nv_trt_llm_request_metrics{request_type="waiting"}`);
-        /// the operation (`sum`, `avg`, `max`, `min`, or `pass` to keep every series as it is)
-        /// combines the series that differ only in the `aggregate` labels.
-        families: Spanned<RawLabels>,
-        /// Labels aggregated away with each family's operation; default each upstream engine's
-        /// data-parallel rank labels (`engine` for vLLM, `dp_rank` for SGLang). Copies of one
-        /// number (`pid`, `tp_rank`, `pp_rank`) are always combined with `max` first.
-        aggregate: Spanned<Vec<Text>>,
-    }
-}
-
-section! {
     /// `limits:` section. Sizes take a binary unit, always: `B`, `KiB`, `MiB`, `GiB` (or `Ki`,
     /// `Mi`, `Gi`), as in `512KiB` or `16MiB`.
     RawLimits {
@@ -365,88 +129,10 @@ section! {
 }
 
 section! {
-    /// `vitals:` section.
-    RawVitals {
-        /// The window rates and quantiles are computed over, as Prometheus' `rate(x[window])`
-        /// (`1m`, default 1m). At least two health checks must fit in it for a figure. `0s`
-        /// turns the vitals off: the health checks then read no families for them.
-        window: Text,
-    }
-}
-
-section! {
     /// `shutdown:` section.
     RawShutdown {
         /// After SIGTERM, `/health` answers 503 at once and the listener keeps serving this long
         /// (`5s`, default 5s) so load balancers stop sending traffic first.
         drain_delay: Text,
     }
-}
-
-/// One value or a list of them. Its elements have no positions of their own (serde reads an
-/// untagged enum through a buffer): problems point at the whole value.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub(crate) enum RawList {
-    One(String),
-    Many(Vec<String>),
-}
-
-/// `labels:` as an ordered list of (name, value); the parser rejects duplicate names.
-#[derive(Debug, Default)]
-pub(crate) struct RawLabels(pub(crate) Vec<(Text, Text)>);
-
-impl<'de> Deserialize<'de> for RawLabels {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct LabelsVisitor;
-
-        impl<'de> Visitor<'de> for LabelsVisitor {
-            type Value = RawLabels;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a mapping of label name to value")
-            }
-
-            fn visit_unit<E: serde::de::Error>(self) -> Result<RawLabels, E> {
-                Ok(RawLabels::default())
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawLabels, A::Error> {
-                let mut labels = Vec::new();
-                while let Some(name) = map.next_key()? {
-                    labels.push((name, map.next_value()?));
-                }
-                Ok(RawLabels(labels))
-            }
-        }
-
-        deserializer.deserialize_map(LabelsVisitor)
-    }
-}
-
-/// The list as written.
-pub(crate) type RawRules = Spanned<Vec<Spanned<RawRelabel>>>;
-
-/// One rule, with Prometheus' fields and defaults. See Prometheus' `<relabel_config>`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawRelabel {
-    /// Labels whose values are joined with `separator` and matched against `regex`
-    /// (`__name__` is the sample's name).
-    pub(crate) source_labels: Option<Spanned<Vec<Text>>>,
-    /// Placed between the joined source values, default `;`.
-    pub(crate) separator: Option<Text>,
-    /// RE2 regular expression, anchored at both ends, default `(.*)`.
-    pub(crate) regex: Option<Text>,
-    /// For `hashmod`: the modulus of the hash of the joined source values.
-    pub(crate) modulus: Option<Text>,
-    /// The label a `replace`, `hashmod`, `lowercase`, `uppercase` writes, or that `keepequal`
-    /// and `dropequal` compare with; `replace` may use `$1`-style references in it.
-    pub(crate) target_label: Option<Text>,
-    /// What `replace` writes (and `labelmap` names labels), with `$1`, `${1}`, `$name`
-    /// references to the regex's groups; default `$1`.
-    pub(crate) replacement: Option<Text>,
-    /// `replace` (default), `keep`, `drop`, `keepequal`, `dropequal`, `hashmod`, `labelmap`,
-    /// `labeldrop`, `labelkeep`, `lowercase` or `uppercase`.
-    pub(crate) action: Option<Text>,
 }

@@ -7,10 +7,9 @@
 
 use std::fmt;
 
-use super::data::Config;
+use super::quote::quoted;
 use super::units::{format_bytes, format_duration};
-use crate::model::{ShownUrl, Url};
-use crate::relabel::Rule;
+use super::whole::Config;
 
 /// The configuration as `check-config` prints it.
 #[derive(Debug, Clone, Copy)]
@@ -132,57 +131,11 @@ impl fmt::Display for Rendered<'_> {
                 writeln!(f, "  {}: {}", quoted(name), quoted(value))?;
             }
         }
-        writeln!(f, "upstreams:")?;
-        for upstream in upstreams {
-            writeln!(f, "  - name: {}", quoted(&upstream.name))?;
-            writeln!(f, "    engine: {}", upstream.engine.name())?;
-            writeln!(f, "    url: {}", shown(&upstream.url))?;
-            let keep: Vec<String> = upstream.keep.iter().map(|p| quoted(p)).collect();
-            writeln!(f, "    keep: [{}]", keep.join(", "))?;
-            writeln!(f, "    timeout: {}", format_duration(upstream.timeout))?;
-            match &upstream.health_url {
-                Some(health_url) => writeln!(f, "    health_url: {}", shown(health_url))?,
-                None => writeln!(f, "    health_url: none")?,
-            }
-            writeln!(f, "    required: {}", upstream.required)?;
-            writeln!(
-                f,
-                "    min_interval: {}",
-                format_duration(upstream.min_interval)
-            )?;
-            writeln!(f, "    aliases: {}", upstream.aliases)?;
-            match &upstream.stall {
-                None => writeln!(f, "    stall_after: 0s")?,
-                Some(stall) => {
-                    writeln!(f, "    stall_after: {}", format_duration(stall.after))?;
-                    writeln!(f, "    stall:")?;
-                    writeln!(f, "      busy: {}", quoted(&stall.busy.to_string()))?;
-                    writeln!(f, "      waiting: {}", quoted(&stall.waiting.to_string()))?;
-                    let progress: Vec<String> = stall
-                        .progress
-                        .iter()
-                        .map(|p| quoted(&p.to_string()))
-                        .collect();
-                    writeln!(f, "      progress: [{}]", progress.join(", "))?;
-                }
-            }
-            write_canary(f, upstream.canary.as_ref())?;
-            if !views
-                .iter()
-                .any(|v| v.name == crate::model::engine::ROUTER_VIEW)
-            {
-                let router: Vec<String> = upstream
-                    .engine
-                    .preset()
-                    .router
-                    .iter()
-                    .map(|r| format!("{}: {}", r.key, r.op))
-                    .collect();
-                writeln!(f, "    # /metrics/router: {}", router.join(", "))?;
-            }
-            write_rules(f, &upstream.metric_relabel_configs, "    ")?;
-        }
-        write_rules(f, metric_relabel_configs, "")?;
+        let router_view = views
+            .iter()
+            .any(|v| v.name == crate::model::engine::ROUTER_VIEW);
+        crate::scrape::config::render(f, upstreams, router_view)?;
+        crate::relabel::config::render(f, metric_relabel_configs, "")?;
         writeln!(f, "limits:")?;
         writeln!(
             f,
@@ -208,155 +161,10 @@ impl fmt::Display for Rendered<'_> {
             "  drain_delay: {}",
             format_duration(shutdown.drain_delay)
         )?;
-        writeln!(f, "vitals:")?;
-        writeln!(f, "  window: {}", format_duration(vitals.window))?;
-        writeln!(f, "control:")?;
-        writeln!(
-            f,
-            "  allow_unauthenticated: {}",
-            control.allow_unauthenticated
-        )?;
-        writeln!(f, "  timeout: {}", format_duration(control.timeout))?;
-        super::otlp::render(otlp.as_ref(), f)?;
-        writeln!(f, "incidents:")?;
-        if let Some(dir) = &incidents.dir {
-            writeln!(f, "  dir: {}", quoted(&dir.display().to_string()))?;
-        }
-        writeln!(f, "  keep: {}", incidents.keep)?;
-        writeln!(f, "  max_bytes: {}", format_bytes(incidents.max_bytes))?;
-        if let Some(py_spy) = &incidents.py_spy {
-            writeln!(f, "  py_spy: {}", quoted(&py_spy.display().to_string()))?;
-        }
-        writeln!(
-            f,
-            "  stacks_timeout: {}",
-            format_duration(incidents.stacks_timeout)
-        )?;
-        if !incidents.processes.is_empty() {
-            writeln!(f, "  processes:")?;
-            for (upstream, pattern) in &incidents.processes {
-                writeln!(f, "    {}: {}", quoted(upstream), quoted(pattern))?;
-            }
-        }
-        if views.is_empty() {
-            return writeln!(f, "views: []");
-        }
-        writeln!(f, "views:")?;
-        for view in views {
-            writeln!(f, "  - name: {}", quoted(&view.name))?;
-            writeln!(f, "    families:")?;
-            for family in &view.families {
-                writeln!(
-                    f,
-                    "      {}: {}",
-                    quoted(&family.key.to_string()),
-                    family.op
-                )?;
-            }
-            if let Some(labels) = &view.aggregate {
-                let labels: Vec<String> = labels.iter().map(|l| quoted(l)).collect();
-                writeln!(f, "    aggregate: [{}]", labels.join(", "))?;
-            }
-        }
-        Ok(())
+        crate::vitals::config::render(f, vitals)?;
+        crate::control::config::render(f, control)?;
+        crate::otlp::config::render(otlp.as_ref(), f)?;
+        crate::incidents::config::render(f, incidents)?;
+        crate::views::config::render(f, views)
     }
-}
-
-/// `metric_relabel_configs` at `indent`, every field with its effective value (those an
-/// action must leave at their default are left out when they are).
-fn write_rules(f: &mut fmt::Formatter<'_>, rules: &[Rule], indent: &str) -> fmt::Result {
-    if rules.is_empty() {
-        return writeln!(f, "{indent}metric_relabel_configs: []");
-    }
-    writeln!(f, "{indent}metric_relabel_configs:")?;
-    for rule in rules {
-        let mut lead = format!("{indent}  - ");
-        let mut field = |f: &mut fmt::Formatter<'_>, key: &str, value: &str| {
-            let line = writeln!(f, "{lead}{key}: {value}");
-            lead = format!("{indent}    ");
-            line
-        };
-        if !rule.source_labels.is_empty() {
-            let names: Vec<String> = rule.source_labels.iter().map(|n| literal(n)).collect();
-            field(f, "source_labels", &format!("[{}]", names.join(", ")))?;
-        }
-        field(f, "separator", &literal(&rule.separator))?;
-        field(f, "regex", &literal(rule.regex.as_str()))?;
-        if rule.modulus != 0 {
-            field(f, "modulus", &rule.modulus.to_string())?;
-        }
-        if !rule.target_label.is_empty() {
-            field(f, "target_label", &literal(&rule.target_label))?;
-        }
-        field(f, "replacement", &literal(&rule.replacement))?;
-        field(f, "action", rule.action.as_str())?;
-    }
-    Ok(())
-}
-
-/// `canary_after` and `canary:`. Header values are left out: they hold credentials.
-fn write_canary(
-    f: &mut fmt::Formatter<'_>,
-    canary: Option<&super::data::CanaryConfig>,
-) -> fmt::Result {
-    let Some(canary) = canary else {
-        return writeln!(f, "    canary_after: 0s");
-    };
-    writeln!(f, "    canary_after: {}", format_duration(canary.after))?;
-    writeln!(f, "    canary:")?;
-    writeln!(f, "      url: {}", shown(&canary.url))?;
-    if let Some(body) = &canary.body {
-        writeln!(f, "      body: {}", quoted(body))?;
-    }
-    writeln!(f, "      timeout: {}", format_duration(canary.timeout))?;
-    writeln!(f, "      live_failures: {}", canary.live_failures)?;
-    if let Some(model) = &canary.model {
-        writeln!(f, "      model: {}", quoted(model))?;
-    }
-    if !canary.headers.is_empty() {
-        let names: Vec<&str> = canary.headers.iter().map(|(n, _)| n.as_str()).collect();
-        writeln!(
-            f,
-            "      # headers (values not shown): {}",
-            names.join(", ")
-        )?;
-    }
-    Ok(())
-}
-
-/// A configured URL, quoted, its password as `***`.
-fn shown(url: &Url) -> String {
-    quoted(&ShownUrl(url).to_string())
-}
-
-/// A YAML double-quoted scalar that reads back as `text`: `$` is doubled because loading expands
-/// `${VAR}` in every value.
-fn quoted(text: &str) -> String {
-    quote(text, true)
-}
-
-/// A YAML double-quoted scalar that reads back as `text` where no `${VAR}` is expanded.
-fn literal(text: &str) -> String {
-    quote(text, false)
-}
-
-fn quote(text: &str, expands: bool) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '$' if expands => out.push_str("$$"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}') => {
-                out.push_str(&format!("\\u{:04x}", u32::from(c)));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }

@@ -7,24 +7,24 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::load::load_text;
+use super::assemble::load_text;
 use super::*;
 use crate::model::{Engine, FamilyKey, Op, Url, ViewFamily};
 
 const FILE: &str = "sysport.yaml";
 
-pub(super) fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+pub(crate) fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs
         .iter()
         .map(|&(key, value)| (key.to_owned(), value.to_owned()))
         .collect()
 }
 
-pub(super) fn no_env() -> HashMap<String, String> {
+pub(crate) fn no_env() -> HashMap<String, String> {
     HashMap::new()
 }
 
-pub(super) fn url(text: &str) -> Url {
+pub(crate) fn url(text: &str) -> Url {
     Url::parse(text).expect("test URL")
 }
 
@@ -33,18 +33,18 @@ fn ip(text: &str) -> IpAddr {
 }
 
 /// Loads `yaml` as if read from `sysport.yaml`.
-pub(super) fn load_yaml(yaml: &str, env: &HashMap<String, String>) -> Result<Config, ConfigError> {
+pub(crate) fn load_yaml(yaml: &str, env: &HashMap<String, String>) -> Result<Config, ConfigError> {
     load_text(yaml, Some(Path::new(FILE)), &Overrides::default(), env)
 }
 
-pub(super) fn ok(yaml: &str) -> Config {
+pub(crate) fn ok(yaml: &str) -> Config {
     match load_yaml(yaml, &no_env()) {
         Ok(config) => config,
         Err(err) => panic!("expected a valid config, got:\n{err}"),
     }
 }
 
-pub(super) fn problems(yaml: &str, env: &HashMap<String, String>) -> Vec<ConfigIssue> {
+pub(crate) fn problems(yaml: &str, env: &HashMap<String, String>) -> Vec<ConfigIssue> {
     match load_yaml(yaml, env) {
         Ok(config) => panic!("expected an error, got:\n{config}"),
         Err(err) => {
@@ -62,7 +62,7 @@ fn only_issue(yaml: &str) -> String {
 }
 
 #[track_caller]
-pub(super) fn assert_issue(
+pub(crate) fn assert_issue(
     issue: &ConfigIssue,
     line: usize,
     column: usize,
@@ -80,10 +80,10 @@ pub(super) fn assert_issue(
 }
 
 /// A file under the system temp directory, removed on drop.
-pub(super) struct TempFile(pub(super) PathBuf);
+pub(crate) struct TempFile(pub(crate) PathBuf);
 
 impl TempFile {
-    pub(super) fn new(contents: &str) -> Self {
+    pub(crate) fn new(contents: &str) -> Self {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let name = format!(
             "sysport-config-test-{}-{}.yaml",

@@ -14,14 +14,43 @@ pub(crate) const DEFAULT_MAX_LABEL_VALUE_BYTES: usize = 512 << 10;
 
 const NANOS_PER_SEC: u128 = 1_000_000_000;
 
+/// A duration, size, count or port that does not read; shown after the value's location.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum UnitError {
+    #[error("invalid duration {0:?}: expected a number and unit, like 250ms, 2s, 1.5s, 1m or 0s")]
+    Duration(String),
+    #[error("invalid duration {text:?}: the number needs a unit, like {number}s or {number}ms")]
+    DurationWithoutUnit { text: String, number: String },
+    #[error("invalid size {0:?}: expected a whole number and unit, like 1048576B, 512KiB or 16MiB")]
+    Size(String),
+    #[error(
+        "invalid size {text:?}: the number needs a unit, like {number}B, {number}KiB or \
+         {number}MiB"
+    )]
+    SizeWithoutUnit { text: String, number: String },
+    #[error(
+        "invalid size {text:?}: decimal or binary? Kubernetes reads {short} as 10^{ten} bytes, \
+         Prometheus reads {short}B as 2^{two}: write {number}{binary}, or {bytes}B"
+    )]
+    DecimalSize {
+        text: String,
+        number: String,
+        short: &'static str,
+        binary: &'static str,
+        ten: u32,
+        two: u32,
+        bytes: usize,
+    },
+    #[error("invalid number {0:?}: expected a whole number, like 250000")]
+    Count(String),
+    #[error("invalid port {0:?}: must be 0-65535")]
+    Port(String),
+}
+
 /// Parses a duration: one or more `NUMBER UNIT` terms (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`;
 /// decimals allowed, as in `1.5s` or `1m30s`).
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let fail = || {
-        format!(
-            "invalid duration {text:?}: expected a number and unit, like 250ms, 2s, 1.5s, 1m or 0s"
-        )
-    };
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, UnitError> {
+    let fail = || UnitError::Duration(text.to_owned());
     let s = text.trim();
     if s.is_empty() {
         return Err(fail());
@@ -39,10 +68,10 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
         let (unit, after) = after.split_at(unit_len);
         let unit_nanos: u128 = match unit.trim() {
             "" if !number.is_empty() => {
-                return Err(format!(
-                    "invalid duration {text:?}: the number needs a unit, like {number}s or \
-                     {number}ms"
-                ));
+                return Err(UnitError::DurationWithoutUnit {
+                    text: text.to_owned(),
+                    number: number.to_owned(),
+                });
             }
             "ns" => 1,
             "us" | "µs" => 1_000,
@@ -112,13 +141,8 @@ const DECIMAL_UNITS: [(&str, &str, u32, u32); 3] = [
 
 /// Parses a byte size: an integer and a binary unit, `B`, `KiB`, `MiB` or `GiB` (or
 /// Kubernetes' `Ki`, `Mi`, `Gi`), in any case: `512KiB`, `16Mi`, `1048576B`.
-pub(crate) fn parse_bytes(text: &str) -> Result<usize, String> {
-    let fail = || {
-        format!(
-            "invalid size {text:?}: expected a whole number and unit, like 1048576B, 512KiB or \
-             16MiB"
-        )
-    };
+pub(crate) fn parse_bytes(text: &str) -> Result<usize, UnitError> {
+    let fail = || UnitError::Size(text.to_owned());
     let s = text.trim();
     let digits_len = s
         .find(|c: char| !c.is_ascii_digit() && c != '_')
@@ -127,10 +151,10 @@ pub(crate) fn parse_bytes(text: &str) -> Result<usize, String> {
     let unit = unit.trim();
     let count = parse_count(number).map_err(|_| fail())?;
     if unit.is_empty() {
-        return Err(format!(
-            "invalid size {text:?}: the number needs a unit, like {number}B, {number}KiB or \
-             {number}MiB"
-        ));
+        return Err(UnitError::SizeWithoutUnit {
+            text: text.to_owned(),
+            number: number.to_owned(),
+        });
     }
     let binary = BYTE_UNITS.iter().find(|(name, _)| {
         name.eq_ignore_ascii_case(unit)
@@ -145,11 +169,15 @@ pub(crate) fn parse_bytes(text: &str) -> Result<usize, String> {
         unit.eq_ignore_ascii_case(short) || unit.eq_ignore_ascii_case(&format!("{short}B"))
     });
     match decimal {
-        Some(&(short, binary, ten, two)) => Err(format!(
-            "invalid size {text:?}: decimal or binary? Kubernetes reads {short} as 10^{ten} \
-             bytes, Prometheus reads {short}B as 2^{two}: write {number}{binary}, or {}B",
-            count.saturating_mul(10usize.pow(ten))
-        )),
+        Some(&(short, binary, ten, two)) => Err(UnitError::DecimalSize {
+            text: text.to_owned(),
+            number: number.to_owned(),
+            short,
+            binary,
+            ten,
+            two,
+            bytes: count.saturating_mul(10usize.pow(ten)),
+        }),
         None => Err(fail()),
     }
 }
@@ -165,9 +193,9 @@ pub(crate) fn format_bytes(n: usize) -> String {
 }
 
 /// Parses a plain non-negative integer; `_` may separate digits (`250_000`).
-pub(crate) fn parse_count(text: &str) -> Result<usize, String> {
+pub(crate) fn parse_count(text: &str) -> Result<usize, UnitError> {
     let s = text.trim();
-    let fail = || format!("invalid number {text:?}: expected a whole number, like 250000");
+    let fail = || UnitError::Count(text.to_owned());
     if s.is_empty() || s.starts_with('_') || !s.chars().all(|c| c.is_ascii_digit() || c == '_') {
         return Err(fail());
     }
@@ -175,10 +203,10 @@ pub(crate) fn parse_count(text: &str) -> Result<usize, String> {
 }
 
 /// Parses a TCP port.
-pub(crate) fn parse_port(text: &str) -> Result<u16, String> {
+pub(crate) fn parse_port(text: &str) -> Result<u16, UnitError> {
     text.trim()
         .parse()
-        .map_err(|_| format!("invalid port {text:?}: must be 0-65535"))
+        .map_err(|_| UnitError::Port(text.to_owned()))
 }
 
 #[cfg(test)]
@@ -210,11 +238,11 @@ mod tests {
         for text in [
             "", "s", "2x", "-1s", "1.2.3s", "1m30", "abc", "1 s s", ".s", "0", "5", "0.25",
         ] {
-            let err = parse_duration(text).expect_err(text);
+            let err = parse_duration(text).expect_err(text).to_string();
             assert!(err.starts_with("invalid duration"), "{err}");
         }
         assert_eq!(
-            parse_duration("5"),
+            parse_duration("5").map_err(|e| e.to_string()),
             Err(r#"invalid duration "5": the number needs a unit, like 5s or 5ms"#.to_owned())
         );
     }
@@ -269,14 +297,14 @@ mod tests {
             assert!(parse_bytes(text).is_err(), "{text}");
         }
         assert_eq!(
-            parse_bytes("1000"),
+            parse_bytes("1000").map_err(|e| e.to_string()),
             Err(
                 r#"invalid size "1000": the number needs a unit, like 1000B, 1000KiB or 1000MiB"#
                     .to_owned()
             )
         );
         assert_eq!(
-            parse_bytes("16M"),
+            parse_bytes("16M").map_err(|e| e.to_string()),
             Err(
                 "invalid size \"16M\": decimal or binary? Kubernetes reads M as 10^6 bytes, \
                  Prometheus reads MB as 2^20: write 16MiB, or 16000000B"
@@ -286,6 +314,7 @@ mod tests {
         assert!(
             parse_bytes("16MB")
                 .expect_err("MB")
+                .to_string()
                 .contains("write 16MiB, or 16000000B")
         );
     }
@@ -312,7 +341,7 @@ mod tests {
         assert_eq!(parse_port("8081"), Ok(8081));
         assert_eq!(parse_port("0"), Ok(0));
         assert_eq!(
-            parse_port("99999"),
+            parse_port("99999").map_err(|e| e.to_string()),
             Err(r#"invalid port "99999": must be 0-65535"#.to_owned())
         );
         assert!(parse_port("http").is_err());

@@ -10,6 +10,7 @@
 //! variables). Every call to an engine goes through [`forward`]: a timeout, a bounded answer,
 //! at most a few in flight, one log line.
 
+pub(crate) mod config;
 pub mod engine;
 pub mod forward;
 pub mod lora;

@@ -12,6 +12,7 @@
 //! ([`Incidents::canary`]). It judges nothing itself but the engine's start time.
 
 mod bundle;
+pub(crate) mod config;
 mod incident;
 mod scan;
 mod stacks;

@@ -6,6 +6,7 @@
 //! export goes out within the drain delay. See docs/otlp.md.
 
 mod answer;
+pub(crate) mod config;
 mod convert;
 mod delta;
 mod grpc;

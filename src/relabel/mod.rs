@@ -31,6 +31,7 @@
 
 mod analysis;
 mod apply;
+pub(crate) mod config;
 mod labels;
 mod made;
 mod page;

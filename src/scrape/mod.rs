@@ -20,6 +20,7 @@ use crate::model::{Read, Recorder, UpstreamRecord};
 use crate::relabel::RuleSet;
 
 mod blocks;
+pub(crate) mod config;
 mod decode;
 mod error;
 mod flight;

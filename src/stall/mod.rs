@@ -25,6 +25,7 @@
 //! plainly summed: a sum of counters moves whenever any of them does, while a largest value
 //! could hide a copy that moves below a stuck one.
 
+pub(crate) mod config;
 mod watch;
 
 pub(crate) use watch::{StallStatus, Unread, Watch};

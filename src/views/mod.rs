@@ -16,6 +16,7 @@
 //!   `aliases`: renamed families under their other name in the full `/metrics`.
 
 mod aliases;
+pub(crate) mod config;
 mod text;
 
 pub use aliases::{Aliases, aliases};

@@ -26,6 +26,7 @@
 //! recorded (off the runtime thread, by the health check), so `/status` and the status page
 //! only copy them.
 
+pub(crate) mod config;
 mod figures;
 mod quantile;
 mod rate;

@@ -14,6 +14,7 @@
 //! The request paths never see TLS: it ends in the listener.
 
 pub mod auth;
+pub(crate) mod config;
 mod gate;
 pub mod tls;
 pub mod verify;

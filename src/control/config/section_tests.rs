@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use super::tests::{env, load_yaml, no_env, ok, problems};
-use super::*;
+use crate::config::tests::{env, load_yaml, no_env, ok, problems};
+use crate::config::*;
 
 #[test]
 fn the_section_loads_renders_back_and_names_a_bad_value() {

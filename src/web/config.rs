@@ -1,8 +1,12 @@
 //! The web configuration as data: exporter-toolkit's `tls_server_config`, `basic_auth_users` and
-//! `http_server_config`, validated by [`super::web`]'s loader and used by the `web` module.
+//! `http_server_config`, validated by its loader (`file`) and used by the `web` module.
 
 use std::fmt;
 use std::path::PathBuf;
+
+pub(crate) mod file;
+#[cfg(test)]
+mod tests;
 
 /// The highest bcrypt cost `basic_auth_users` may use. A check at cost 14 holds one core for
 /// about a second (0.7 s on a fast one), and each step above doubles it: at cost 31 one login
@@ -140,19 +144,26 @@ pub enum TlsVersion {
     Tls13,
 }
 
+/// A TLS version the web configuration may not name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TlsVersionError {
+    #[error(
+        "{0} is not supported: sysport's TLS (rustls) implements TLS 1.2 and 1.3 only; use \
+         TLS12 or TLS13"
+    )]
+    Unsupported(String),
+    #[error("unknown TLS version {0:?}: expected TLS12 or TLS13")]
+    Unknown(String),
+}
+
 impl TlsVersion {
     /// Parses a Go name; TLS 1.0 and 1.1 are refused with the reason.
-    pub fn parse(text: &str) -> Result<TlsVersion, String> {
+    pub fn parse(text: &str) -> Result<TlsVersion, TlsVersionError> {
         match text {
             "TLS12" => Ok(TlsVersion::Tls12),
             "TLS13" => Ok(TlsVersion::Tls13),
-            "TLS10" | "TLS11" => Err(format!(
-                "{text} is not supported: sysport's TLS (rustls) implements TLS 1.2 and 1.3 only; \
-                 use TLS12 or TLS13"
-            )),
-            _ => Err(format!(
-                "unknown TLS version {text:?}: expected TLS12 or TLS13"
-            )),
+            "TLS10" | "TLS11" => Err(TlsVersionError::Unsupported(text.to_owned())),
+            _ => Err(TlsVersionError::Unknown(text.to_owned())),
         }
     }
 }

@@ -1,8 +1,8 @@
 //! The web configuration's own checks: `basic_auth_users` hashes and their cost.
 
-use super::tests::{TempFile, no_env};
-use super::web::load;
-use super::*;
+use super::file::load;
+use crate::config::tests::{TempFile, no_env};
+use crate::config::*;
 
 /// A bcrypt hash of `cost` (made at cost 4 and relabelled: only its form is read at loading).
 fn hash_of_cost(cost: u32) -> String {

@@ -11,14 +11,12 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_saphyr::{Location, Spanned};
 
-use super::check::parse_bool;
-use super::env::Env;
-use super::error::ConfigIssue;
-use super::loader::{Loader, Origin};
-use super::raw::{RawLabels, Text};
-use super::web_config::{
-    ClientAuth, MAX_BCRYPT_COST, Pem, TlsPlaces, TlsSettings, TlsVersion, WebConfig,
-};
+use super::{ClientAuth, MAX_BCRYPT_COST, Pem, TlsPlaces, TlsSettings, TlsVersion, WebConfig};
+use crate::config::check::parse_bool;
+use crate::config::env::Env;
+use crate::config::error::ConfigIssue;
+use crate::config::loader::{Loader, Origin};
+use crate::config::section::{RawLabels, Text};
 
 /// The file as written.
 #[derive(Debug, Default, Deserialize)]
@@ -65,7 +63,7 @@ const HEADERS: [(&str, &[&str]); 5] = [
 ];
 
 /// Loads the web configuration at `path`; the problems carry its name and positions.
-pub(super) fn load(path: &Path, env: &dyn Env) -> Result<WebConfig, Vec<ConfigIssue>> {
+pub(crate) fn load(path: &Path, env: &dyn Env) -> Result<WebConfig, Vec<ConfigIssue>> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(err) => {
@@ -125,7 +123,7 @@ pub(super) fn load(path: &Path, env: &dyn Env) -> Result<WebConfig, Vec<ConfigIs
                 loader.issue(
                     Origin::File(http2.referenced),
                     "http_server_config.http2",
-                    message,
+                    message.to_string(),
                 );
             }
         }
@@ -228,8 +226,8 @@ impl Places {
         match text.as_deref().map(TlsVersion::parse) {
             None => Some(default),
             Some(Ok(v)) => Some(v),
-            Some(Err(message)) => {
-                self.issue(loader, field, message);
+            Some(Err(problem)) => {
+                self.issue(loader, field, problem.to_string());
                 None
             }
         }
@@ -308,7 +306,7 @@ fn tls_settings(loader: &mut Loader<'_>, raw: Spanned<RawTls>, dir: &Path) -> Op
         None => Some(true),
         Some(Ok(b)) => Some(b),
         Some(Err(message)) => {
-            places.issue(loader, "prefer_server_cipher_suites", message);
+            places.issue(loader, "prefer_server_cipher_suites", message.to_string());
             None
         }
     };
@@ -337,12 +335,15 @@ fn tls_settings(loader: &mut Loader<'_>, raw: Spanned<RawTls>, dir: &Path) -> Op
 
 /// The web configuration file in force: `--web.config.file` > `SYSPORT_WEB_CONFIG` >
 /// `listen.web_config_file`.
-pub(super) fn chosen(
+pub(crate) fn chosen(
     flag: Option<&PathBuf>,
     env: &dyn Env,
     file: Option<PathBuf>,
 ) -> Option<PathBuf> {
     flag.cloned()
-        .or_else(|| super::env::setting(env, super::env::SYSPORT_WEB_CONFIG).map(PathBuf::from))
+        .or_else(|| {
+            crate::config::env::setting(env, crate::config::env::SYSPORT_WEB_CONFIG)
+                .map(PathBuf::from)
+        })
         .or(file)
 }

@@ -1,7 +1,7 @@
 //! `stall_after` and `stall:`: the preset's families by default, overrides, and every problem
 //! reported with its line, column and field.
 
-use super::tests::{assert_issue, no_env, ok, problems};
+use crate::config::tests::{assert_issue, no_env, ok, problems};
 use std::time::Duration;
 
 use crate::model::FamilyKey;

@@ -9,11 +9,115 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::data::{OtlpConfig, OtlpProtocol, Temporality};
-use super::env;
-use super::loader::{Loader, Origin};
-use super::raw::{RawOtlp, Text};
+use crate::config::check::CheckError;
+use crate::config::env;
+use crate::config::loader::{Loader, Origin};
+use crate::config::section::{Text, section};
 use crate::model::Url;
+
+/// The wire protocol of OTLP export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// `grpc`: `opentelemetry.proto.collector.metrics.v1.MetricsService/Export` (Dynamo's).
+    Grpc,
+    /// `http/protobuf`: `POST` of the protobuf request to `/v1/metrics`.
+    HttpProtobuf,
+}
+
+/// How counters and histograms are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Temporality {
+    /// The totals since the series started (default).
+    Cumulative,
+    /// The change since the last export that reached the receiver.
+    Delta,
+}
+
+/// OTLP push, when on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtlpConfig {
+    /// Where requests go: for http/protobuf the whole URL, for gRPC its origin.
+    pub endpoint: Url,
+    pub protocol: OtlpProtocol,
+    /// Sent with every request, in order.
+    pub headers: Vec<(String, String)>,
+    /// gzip the request body.
+    pub gzip: bool,
+    /// How long one request may take, default 10 s (and never more than the interval).
+    pub timeout: Duration,
+    /// PEM CA certificates the receiver's certificate must chain to (else the system's roots).
+    pub certificate: Option<PathBuf>,
+    /// PEM private key of the client certificate (mTLS), with `client_certificate`.
+    pub client_key: Option<PathBuf>,
+    /// PEM client certificate chain (mTLS), with `client_key`.
+    pub client_certificate: Option<PathBuf>,
+    /// Time between exports, default 60 s.
+    pub interval: Duration,
+    pub temporality: Temporality,
+    /// The resource's attributes, `service.name` first.
+    pub resource: Vec<(String, String)>,
+    /// Requests larger than this (encoded, before gzip) are split in halves; `None`: only when
+    /// the receiver says a request is too large.
+    pub max_request_bytes: Option<usize>,
+}
+
+impl std::fmt::Display for OtlpProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OtlpProtocol::Grpc => "grpc",
+            OtlpProtocol::HttpProtobuf => "http/protobuf",
+        })
+    }
+}
+
+impl std::fmt::Display for Temporality {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Temporality::Cumulative => "cumulative",
+            Temporality::Delta => "delta",
+        })
+    }
+}
+
+section! {
+    /// `otlp:` section; each field is overridden by its OpenTelemetry variable.
+    RawOtlp {
+        /// `otlp` to push, `none` (default) not to; `OTEL_METRICS_EXPORTER`.
+        exporter: Text,
+        /// The receiver's URL, used as given (`http://collector:4317`, or for http/protobuf
+        /// `http://collector:4318/v1/metrics`); `OTEL_EXPORTER_OTLP[_METRICS]_ENDPOINT`.
+        endpoint: Text,
+        /// `grpc` (default) or `http/protobuf`; `OTEL_EXPORTER_OTLP[_METRICS]_PROTOCOL`.
+        protocol: Text,
+        /// Request headers as `key=value,key2=value2` (percent-encoded where needed);
+        /// `OTEL_EXPORTER_OTLP[_METRICS]_HEADERS`.
+        headers: Text,
+        /// `gzip` or `none` (default); `OTEL_EXPORTER_OTLP[_METRICS]_COMPRESSION`.
+        compression: Text,
+        /// How long one request may take (`10s`, default 10s, at most the interval);
+        /// `OTEL_EXPORTER_OTLP[_METRICS]_TIMEOUT` in milliseconds.
+        timeout: Text,
+        /// PEM CA certificates for the receiver; `OTEL_EXPORTER_OTLP[_METRICS]_CERTIFICATE`.
+        certificate: Text,
+        /// PEM client key (mTLS); `OTEL_EXPORTER_OTLP[_METRICS]_CLIENT_KEY`.
+        client_key: Text,
+        /// PEM client certificate (mTLS); `OTEL_EXPORTER_OTLP[_METRICS]_CLIENT_CERTIFICATE`.
+        client_certificate: Text,
+        /// Time between exports (`60s`, default 60s); `OTEL_METRIC_EXPORT_INTERVAL` in
+        /// milliseconds.
+        interval: Text,
+        /// `cumulative` (default) or `delta`;
+        /// `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`.
+        temporality: Text,
+        /// `service.name` of the resource (default `sysport`); `OTEL_SERVICE_NAME`.
+        service_name: Text,
+        /// More resource attributes as `key=value,...`; `OTEL_RESOURCE_ATTRIBUTES`.
+        resource_attributes: Text,
+        /// Requests larger than this (`4MiB`) are split in halves; default: only when the
+        /// receiver answers that one is too large.
+        max_request_bytes: Text,
+    }
+}
 
 pub const OTEL_METRICS_EXPORTER: &str = "OTEL_METRICS_EXPORTER";
 pub const OTEL_EXPORTER_OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
@@ -61,7 +165,7 @@ const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
 
 impl Loader<'_> {
     /// The OTLP settings; `None` when export is off.
-    pub(super) fn otlp(&mut self, raw: Option<RawOtlp>) -> Option<OtlpConfig> {
+    pub(crate) fn otlp(&mut self, raw: Option<RawOtlp>) -> Option<OtlpConfig> {
         let raw = raw.unwrap_or_default();
         self.unknown_keys(&raw.unknown, "otlp", RawOtlp::FIELDS);
         let file_on = self
@@ -71,7 +175,7 @@ impl Loader<'_> {
             Some(text) => match parse_exporter(&text) {
                 Ok(on) => on,
                 Err(message) => {
-                    self.issue(Origin::Env(OTEL_METRICS_EXPORTER), "", message);
+                    self.issue(Origin::Env(OTEL_METRICS_EXPORTER), "", message.to_string());
                     false
                 }
             },
@@ -162,7 +266,7 @@ impl Loader<'_> {
             .file_value(
                 raw.max_request_bytes.as_ref(),
                 "otlp.max_request_bytes",
-                super::units::parse_bytes,
+                crate::config::units::parse_bytes,
             )
             .map(|(n, _)| n);
         let resource = self.resource(raw.service_name.as_ref(), raw.resource_attributes.as_ref());
@@ -183,12 +287,12 @@ impl Loader<'_> {
     }
 
     /// The metrics-specific variable, else the generic one, else the file's value.
-    fn pick<T>(
+    fn pick<T, E: std::fmt::Display>(
         &mut self,
         (metrics, generic): (&'static str, &'static str),
         file: Option<&Text>,
         field: &str,
-        parse: impl Fn(&str) -> Result<T, String>,
+        parse: impl Fn(&str) -> Result<T, E>,
     ) -> Option<T> {
         for var in [metrics, generic] {
             if var.is_empty() {
@@ -197,8 +301,8 @@ impl Loader<'_> {
             if let Some(text) = env::setting(self.env(), var) {
                 return match parse(&text) {
                     Ok(value) => Some(value),
-                    Err(message) => {
-                        self.issue(Origin::Env(var), var, message);
+                    Err(problem) => {
+                        self.issue(Origin::Env(var), var, problem.to_string());
                         None
                     }
                 };
@@ -218,7 +322,7 @@ impl Loader<'_> {
         if let Some(text) = env::setting(self.env(), var) {
             match parse_ms(&text) {
                 Ok(d) => return d,
-                Err(message) => self.issue(Origin::Env(var), var, message),
+                Err(problem) => self.issue(Origin::Env(var), var, problem.to_string()),
             }
         }
         self.file_value(file, field, positive)
@@ -250,8 +354,8 @@ impl Loader<'_> {
     fn env_url(&mut self, var: &'static str, text: &str) -> Option<Url> {
         match parse_endpoint(text) {
             Ok(url) => Some(url),
-            Err(message) => {
-                self.issue(Origin::Env(var), var, message);
+            Err(problem) => {
+                self.issue(Origin::Env(var), var, problem.to_string());
                 None
             }
         }
@@ -276,15 +380,17 @@ impl Loader<'_> {
                         attrs.push((k, v));
                     }
                 }
-                Err(message) => self.issue(
+                Err(problem) => self.issue(
                     Origin::Env(OTEL_RESOURCE_ATTRIBUTES),
                     OTEL_RESOURCE_ATTRIBUTES,
-                    message,
+                    problem.to_string(),
                 ),
             }
         }
         let file_service = self
-            .file_value(service, "otlp.service_name", |t| Ok(t.trim().to_owned()))
+            .file_value(service, "otlp.service_name", |t| {
+                Ok::<_, std::convert::Infallible>(t.trim().to_owned())
+            })
             .map(|(s, _)| s);
         let from_attrs = attrs
             .iter()
@@ -300,84 +406,113 @@ impl Loader<'_> {
     }
 }
 
-fn parse_exporter(text: &str) -> Result<bool, String> {
+/// Why an OTLP setting was refused; shown after its variable or the value's location.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum OtlpError {
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    #[error("unknown metrics exporter {0:?}: sysport exports `otlp`, or `none` for no export")]
+    Exporter(String),
+    #[error("unknown OTLP protocol {0:?}: must be grpc or http/protobuf")]
+    Protocol(String),
+    #[error("unknown compression {0:?}: must be gzip or none")]
+    Compression(String),
+    #[error("unknown temporality preference {0:?}: must be cumulative or delta")]
+    Temporality(String),
+    #[error("invalid value {0:?}: must be a whole number of milliseconds above 0")]
+    Milliseconds(String),
+    #[error("entry {entry} {text:?} is not key=value (a list of key=value, separated by commas)")]
+    NotKeyValue { entry: usize, text: String },
+    #[error("entry {entry}: {error}")]
+    Entry { entry: usize, error: PercentError },
+    #[error("entry {0} has an empty key")]
+    EmptyKey(usize),
+    #[error("{0:?} is not a valid header name")]
+    HeaderName(String),
+    #[error("the value of {0:?} is not a valid header value")]
+    HeaderValue(String),
+}
+
+/// A percent-encoded key or value that does not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum PercentError {
+    #[error("bad percent escape in {0:?}")]
+    Escape(String),
+    #[error("{0:?} does not decode to UTF-8")]
+    Utf8(String),
+}
+
+fn parse_exporter(text: &str) -> Result<bool, OtlpError> {
     match text.trim() {
         "otlp" => Ok(true),
         "none" => Ok(false),
-        other => Err(format!(
-            "unknown metrics exporter {other:?}: sysport exports `otlp`, or `none` for no export"
-        )),
+        other => Err(OtlpError::Exporter(other.to_owned())),
     }
 }
 
-fn parse_protocol(text: &str) -> Result<OtlpProtocol, String> {
+fn parse_protocol(text: &str) -> Result<OtlpProtocol, OtlpError> {
     match text.trim() {
         "grpc" => Ok(OtlpProtocol::Grpc),
         "http/protobuf" => Ok(OtlpProtocol::HttpProtobuf),
-        other => Err(format!(
-            "unknown OTLP protocol {other:?}: must be grpc or http/protobuf"
-        )),
+        other => Err(OtlpError::Protocol(other.to_owned())),
     }
 }
 
-fn parse_compression(text: &str) -> Result<bool, String> {
+fn parse_compression(text: &str) -> Result<bool, OtlpError> {
     match text.trim() {
         "gzip" => Ok(true),
         "none" | "" => Ok(false),
-        other => Err(format!(
-            "unknown compression {other:?}: must be gzip or none"
-        )),
+        other => Err(OtlpError::Compression(other.to_owned())),
     }
 }
 
-fn parse_temporality(text: &str) -> Result<Temporality, String> {
+fn parse_temporality(text: &str) -> Result<Temporality, OtlpError> {
     match text.trim().to_ascii_lowercase().as_str() {
         "cumulative" => Ok(Temporality::Cumulative),
         "delta" => Ok(Temporality::Delta),
-        other => Err(format!(
-            "unknown temporality preference {other:?}: must be cumulative or delta"
-        )),
+        other => Err(OtlpError::Temporality(other.to_owned())),
     }
 }
 
-fn parse_endpoint(text: &str) -> Result<Url, String> {
-    super::check::parse_url(text)
+fn parse_endpoint(text: &str) -> Result<Url, CheckError> {
+    crate::config::check::parse_url(text)
 }
 
 /// Milliseconds, as the OpenTelemetry variables give durations; more than zero.
-fn parse_ms(text: &str) -> Result<Duration, String> {
+fn parse_ms(text: &str) -> Result<Duration, OtlpError> {
     match text.trim().parse::<u64>() {
-        Ok(0) | Err(_) => Err(format!(
-            "invalid value {text:?}: must be a whole number of milliseconds above 0"
-        )),
+        Ok(0) | Err(_) => Err(OtlpError::Milliseconds(text.to_owned())),
         Ok(ms) => Ok(Duration::from_millis(ms)),
     }
 }
 
-fn positive(text: &str) -> Result<Duration, String> {
-    super::check::positive_duration(text)
+fn positive(text: &str) -> Result<Duration, CheckError> {
+    crate::config::check::positive_duration(text)
 }
 
 /// The W3C Baggage-like list of `OTEL_EXPORTER_OTLP_HEADERS` and `OTEL_RESOURCE_ATTRIBUTES`:
 /// `key=value` entries separated by commas, each split on its first `=`, both sides
 /// percent-decoded and trimmed.
-pub(super) fn parse_headers(text: &str) -> Result<Vec<(String, String)>, String> {
+fn parse_headers(text: &str) -> Result<Vec<(String, String)>, OtlpError> {
     let mut out = Vec::new();
     for (i, entry) in text.split(',').enumerate() {
         if entry.trim().is_empty() {
             continue;
         }
         let Some((key, value)) = entry.split_once('=') else {
-            return Err(format!(
-                "entry {} {:?} is not key=value (a list of key=value, separated by commas)",
-                i + 1,
-                entry.trim()
-            ));
+            return Err(OtlpError::NotKeyValue {
+                entry: i + 1,
+                text: entry.trim().to_owned(),
+            });
         };
-        let key = percent_decode(key.trim()).map_err(|e| format!("entry {}: {e}", i + 1))?;
-        let value = percent_decode(value.trim()).map_err(|e| format!("entry {}: {e}", i + 1))?;
+        let in_entry = |error| OtlpError::Entry {
+            entry: i + 1,
+            error,
+        };
+        let key = percent_decode(key.trim()).map_err(in_entry)?;
+        let value = percent_decode(value.trim()).map_err(in_entry)?;
         if key.is_empty() {
-            return Err(format!("entry {} has an empty key", i + 1));
+            return Err(OtlpError::EmptyKey(i + 1));
         }
         out.push((key, value));
     }
@@ -385,20 +520,20 @@ pub(super) fn parse_headers(text: &str) -> Result<Vec<(String, String)>, String>
 }
 
 /// [`parse_headers`], each key a valid HTTP header name and each value a valid header value.
-fn parse_header_list(text: &str) -> Result<Vec<(String, String)>, String> {
+fn parse_header_list(text: &str) -> Result<Vec<(String, String)>, OtlpError> {
     let headers = parse_headers(text)?;
     for (key, value) in &headers {
         if axum::http::HeaderName::from_bytes(key.as_bytes()).is_err() {
-            return Err(format!("{key:?} is not a valid header name"));
+            return Err(OtlpError::HeaderName(key.clone()));
         }
         if axum::http::HeaderValue::from_str(value).is_err() {
-            return Err(format!("the value of {key:?} is not a valid header value"));
+            return Err(OtlpError::HeaderValue(key.clone()));
         }
     }
     Ok(headers)
 }
 
-fn percent_decode(text: &str) -> Result<String, String> {
+fn percent_decode(text: &str) -> Result<String, PercentError> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -408,7 +543,7 @@ fn percent_decode(text: &str) -> Result<String, String> {
                 .get(i + 1..i + 3)
                 .and_then(|h| std::str::from_utf8(h).ok())
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("bad percent escape in {text:?}"))?;
+                .ok_or_else(|| PercentError::Escape(text.to_owned()))?;
             out.push(hex);
             i += 3;
         } else {
@@ -416,7 +551,7 @@ fn percent_decode(text: &str) -> Result<String, String> {
             i += 1;
         }
     }
-    String::from_utf8(out).map_err(|_| format!("{text:?} does not decode to UTF-8"))
+    String::from_utf8(out).map_err(|_| PercentError::Utf8(text.to_owned()))
 }
 
 /// The generic endpoint's URL with the metrics signal's path appended.
@@ -428,11 +563,11 @@ fn with_metrics_path(mut url: Url) -> Url {
 
 /// The `otlp:` section as `check-config` prints it: header values as `***` (they often hold
 /// a token).
-pub(super) fn render(
+pub(crate) fn render(
     otlp: Option<&OtlpConfig>,
     f: &mut std::fmt::Formatter<'_>,
 ) -> std::fmt::Result {
-    use super::units::{format_bytes, format_duration};
+    use crate::config::units::{format_bytes, format_duration};
     use std::fmt::Write as _;
     let Some(o) = otlp else {
         return writeln!(f, "otlp:\n  exporter: none");
@@ -475,3 +610,6 @@ pub(super) fn render(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,31 +1,21 @@
 //! Loading: file + environment + flags → one validated [`Config`], collecting every problem
 //! with its location instead of stopping at the first.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use serde_saphyr::Spanned;
-
-use super::canary::{Dynamo, FileCanary};
 use super::check::{
-    answer_bytes, check_label_name, check_upstream_name, keep_prefix, nonzero, parse_bool,
-    parse_engine, parse_flag_upstream, parse_health_url, parse_ip, parse_route,
-    parse_starting_status, parse_url, positive_duration, request_head_size,
+    CheckError, answer_bytes, check_label_name, nonzero, parse_ip, parse_route, positive_duration,
+    request_head_size,
 };
-use super::data::{
-    Config, HealthConfig, Limits, Listen, MAX_UPSTREAMS, ShutdownConfig, UpstreamConfig,
-    VitalsConfig,
-};
+use super::data::{HealthConfig, Limits, Listen, ShutdownConfig, StartingStatus};
 use super::env::{self, Env};
 use super::error::{ConfigError, ConfigIssue};
 use super::loader::{Loader, Origin};
-use super::raw::{
-    RawConfig, RawHealth, RawLimits, RawListen, RawShutdown, RawUpstream, RawVitals, Text,
-};
-use super::units::{parse_bytes, parse_count, parse_duration, parse_port};
-use super::web;
-use crate::model::{Engine, Url, hide_password_in};
+use super::raw::{RawConfig, RawHealth, RawLimits, RawListen, RawShutdown};
+use super::section::Text;
+use super::units::{UnitError, parse_bytes, parse_count, parse_duration, parse_port};
+use super::whole::Config;
 
 /// Command-line flags; each one, when given, wins over the environment and the file.
 #[derive(Debug, Clone, Default)]
@@ -127,21 +117,7 @@ impl Loader<'_> {
         let shutdown = drain_delay.map_or_else(ShutdownConfig::default, |(drain_delay, _)| {
             ShutdownConfig { drain_delay }
         });
-        let window = raw.vitals.and_then(|vitals| {
-            self.unknown_keys(&vitals.unknown, "vitals", RawVitals::FIELDS);
-            let (window, at) =
-                self.file_value(vitals.window.as_ref(), "vitals.window", parse_duration)?;
-            if !window.is_zero() && window < std::time::Duration::from_secs(1) {
-                self.issue(
-                    Origin::File(at),
-                    "vitals.window",
-                    "must be 0s (off) or at least 1s",
-                );
-                return None;
-            }
-            Some(window)
-        });
-        let vitals = window.map_or_else(VitalsConfig::default, |window| VitalsConfig { window });
+        let vitals = self.vitals(raw.vitals);
         let views = self.views(raw.views, &upstreams, &health);
         let control = self.control(raw.control);
         let otlp = self.otlp(raw.otlp);
@@ -238,7 +214,11 @@ impl Loader<'_> {
             .file_value(
                 raw.max_connections.as_ref(),
                 "listen.max_connections",
-                |text| parse_count(text).and_then(nonzero),
+                |text| {
+                    parse_count(text)
+                        .map_err(CheckError::from)
+                        .and_then(nonzero)
+                },
             )
             .map(|(n, _)| n);
         let probe_port = self
@@ -258,19 +238,20 @@ impl Loader<'_> {
             .file_value(
                 raw.web_config_file.as_ref(),
                 "listen.web_config_file",
-                |t| Ok::<_, String>(PathBuf::from(t)),
+                |t| Ok::<_, std::convert::Infallible>(PathBuf::from(t)),
             )
             .map(|(p, _)| p);
         let web =
-            web::chosen(overrides.web_config.as_ref(), self.env(), web_file).and_then(|path| {
-                match web::load(&path, self.env()) {
-                    Ok(web) => Some(web),
-                    Err(issues) => {
-                        self.issues.extend(issues);
-                        None
-                    }
-                }
-            });
+            crate::web::config::file::chosen(overrides.web_config.as_ref(), self.env(), web_file)
+                .and_then(
+                    |path| match crate::web::config::file::load(&path, self.env()) {
+                        Ok(web) => Some(web),
+                        Err(issues) => {
+                            self.issues.extend(issues);
+                            None
+                        }
+                    },
+                );
         Listen {
             host,
             port,
@@ -336,39 +317,6 @@ impl Loader<'_> {
         }
     }
 
-    fn upstreams(
-        &mut self,
-        file: Option<Spanned<Vec<Spanned<RawUpstream>>>>,
-        flags: &[String],
-        dynamo: &Dynamo,
-    ) -> Vec<UpstreamConfig> {
-        let given = |loader: &mut Self, upstreams: Vec<UpstreamConfig>| {
-            upstreams
-                .into_iter()
-                .map(|u| {
-                    let u = u.with_default_checks();
-                    UpstreamConfig {
-                        canary: loader.canary(FileCanary::none(), &u, dynamo),
-                        ..u
-                    }
-                })
-                .collect()
-        };
-        if !flags.is_empty() {
-            let upstreams = self.flag_upstreams(flags);
-            return given(self, upstreams);
-        }
-        let Some(file) = file else {
-            return given(self, Config::default().upstreams);
-        };
-        if file.value.is_empty() {
-            let message =
-                "empty list: name at least one upstream, or omit the section for the default";
-            self.issue(Origin::File(file.referenced), "upstreams", message);
-        }
-        self.file_upstreams(file.value, dynamo)
-    }
-
     fn limits(&mut self, raw: RawLimits) -> Limits {
         self.unknown_keys(&raw.unknown, "limits", RawLimits::FIELDS);
         let defaults = Limits::default();
@@ -416,11 +364,13 @@ impl Loader<'_> {
         &mut self,
         text: Option<&Text>,
         field: &str,
-        parse: fn(&str) -> Result<usize, String>,
+        parse: fn(&str) -> Result<usize, UnitError>,
         default: usize,
     ) -> usize {
-        self.file_value(text, field, |text| parse(text).and_then(nonzero))
-            .map_or(default, |(limit, _)| limit)
+        self.file_value(text, field, |text| {
+            parse(text).map_err(CheckError::from).and_then(nonzero)
+        })
+        .map_or(default, |(limit, _)| limit)
     }
 
     fn labels(&mut self, raw: Vec<(Text, Text)>) -> Vec<(String, String)> {
@@ -428,7 +378,7 @@ impl Loader<'_> {
         for (i, (name, value)) in raw.into_iter().enumerate() {
             let field = format!("labels.{}", name.value);
             if let Err(message) = check_label_name(&name.value) {
-                self.issue(Origin::File(name.referenced), &field, message);
+                self.issue(Origin::File(name.referenced), &field, message.to_string());
             }
             if i == crate::expfmt::MAX_ADDED_LABELS {
                 let message = format!(
@@ -445,167 +395,17 @@ impl Loader<'_> {
         }
         labels
     }
+}
 
-    fn file_upstreams(
-        &mut self,
-        raw: Vec<Spanned<RawUpstream>>,
-        dynamo: &Dynamo,
-    ) -> Vec<UpstreamConfig> {
-        let mut first_lines = HashMap::new();
-        if let Some(extra) = raw.get(MAX_UPSTREAMS) {
-            let message = format!(
-                "{} upstreams: at most {MAX_UPSTREAMS} can be configured",
-                raw.len()
-            );
-            let field = format!("upstreams[{MAX_UPSTREAMS}]");
-            self.issue(Origin::File(extra.referenced), &field, message);
-        }
-        raw.into_iter()
-            .enumerate()
-            .filter_map(|(i, entry)| self.file_upstream(i, entry, &mut first_lines, dynamo))
-            .collect()
-    }
+/// A starting status that is neither `notready` nor `ready`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid starting status {0:?}: must be notready or ready")]
+struct BadStartingStatus(String);
 
-    /// One entry of the file's `upstreams`; `None` when it lacks a usable name, url or keep list
-    /// (the problem is recorded, so the load fails anyway).
-    fn file_upstream(
-        &mut self,
-        i: usize,
-        entry: Spanned<RawUpstream>,
-        first_lines: &mut HashMap<String, u64>,
-        dynamo: &Dynamo,
-    ) -> Option<UpstreamConfig> {
-        let field = |key: &str| format!("upstreams[{i}].{key}");
-        let raw = entry.value;
-        self.unknown_keys(
-            &raw.unknown,
-            &format!("upstreams[{i}]"),
-            RawUpstream::FIELDS,
-        );
-        if raw.name.is_none() {
-            let message = "missing: every upstream needs a name";
-            self.issue(Origin::File(entry.referenced), &field("name"), message);
-        }
-        let name = self
-            .file_value(raw.name.as_ref(), &field("name"), check_upstream_name)
-            .filter(|(name, at)| self.label_value_fits(name, *at, &field("name")));
-        if let Some((name, location)) = &name {
-            if let Some(first) = first_lines.get(name) {
-                let message = format!("duplicate upstream name {name:?} (first at line {first})");
-                self.issue(Origin::File(*location), &field("name"), message);
-            } else {
-                first_lines.insert(name.clone(), location.line());
-            }
-        }
-        let engine = self
-            .file_value(raw.engine.as_ref(), &field("engine"), parse_engine)
-            .map_or(Engine::Vllm, |(engine, _)| engine);
-        let preset = engine.preset();
-        let preset_url = |u: &str| Url::parse(u).expect("a preset's URLs are valid");
-        let url = match &raw.url {
-            Some(text) => self
-                .file_value(Some(text), &field("url"), parse_url)
-                .map(|(url, _)| url),
-            None => Some(preset_url(preset.metrics_url)),
-        };
-        let keep = match raw.keep {
-            None => Some(engine.default_keep()),
-            Some(keep) => self.keep(keep, &field("keep")),
-        };
-        let stall = self.stall(
-            i,
-            raw.stall_after.as_ref(),
-            raw.stall,
-            engine,
-            keep.as_deref(),
-        );
-        let canary = self.file_canary(i, raw.canary_after.as_ref(), raw.canary);
-        let timeout = self.file_value(raw.timeout.as_ref(), &field("timeout"), positive_duration);
-        let health_url = match (&raw.health_url, &raw.url) {
-            (Some(text), _) => self
-                .file_value(Some(text), &field("health_url"), parse_health_url)
-                .and_then(|(url, _)| url),
-            (None, None) => Some(preset_url(preset.health_url)),
-            // With the engine named, its own health endpoint on the metrics URL's origin (a URL
-            // of something else, like LMCache's, names no engine: readiness follows scrapes).
-            (None, Some(_)) if raw.engine.is_some() => {
-                url.as_ref().map(|u| preset.health_url_of(u))
-            }
-            (None, Some(_)) => None,
-        };
-        let required = self.file_value(raw.required.as_ref(), &field("required"), parse_bool);
-        let min_interval = self.file_value(
-            raw.min_interval.as_ref(),
-            &field("min_interval"),
-            parse_duration,
-        );
-        let aliases = self.file_value(raw.aliases.as_ref(), &field("aliases"), parse_bool);
-        let metric_relabel_configs =
-            self.relabel_rules(raw.metric_relabel_configs, &field("metric_relabel_configs"));
-
-        let defaults = UpstreamConfig::new(name?.0, url?);
-        let upstream = UpstreamConfig {
-            engine,
-            keep: keep?,
-            timeout: timeout.map_or(defaults.timeout, |(timeout, _)| timeout),
-            health_url,
-            required: required.map_or(defaults.required, |(required, _)| required),
-            min_interval: min_interval.map_or(defaults.min_interval, |(interval, _)| interval),
-            aliases: aliases.is_some_and(|(aliases, _)| aliases),
-            metric_relabel_configs,
-            stall: stall?,
-            ..defaults
-        };
-        Some(UpstreamConfig {
-            canary: self.canary(canary?, &upstream, dynamo),
-            ..upstream
-        })
-    }
-
-    fn keep(&mut self, keep: Spanned<Vec<Text>>, field: &str) -> Option<Vec<String>> {
-        if keep.value.is_empty() {
-            self.issue(
-                Origin::File(keep.referenced),
-                field,
-                "empty list keeps nothing: list the family-name prefixes to keep, like \"vllm:\"",
-            );
-            return None;
-        }
-        let mut prefixes = Vec::with_capacity(keep.value.len());
-        let mut ok = true;
-        for (j, prefix) in keep.value.iter().enumerate() {
-            let field = format!("{field}[{j}]");
-            match self.file_value(Some(prefix), &field, keep_prefix) {
-                Some((prefix, _)) => prefixes.push(prefix),
-                None => ok = false,
-            }
-        }
-        ok.then_some(prefixes)
-    }
-
-    fn flag_upstreams(&mut self, specs: &[String]) -> Vec<UpstreamConfig> {
-        if specs.len() > MAX_UPSTREAMS {
-            let message = format!(
-                "{} upstreams: at most {MAX_UPSTREAMS} can be configured",
-                specs.len()
-            );
-            self.issue(Origin::Flag("--upstream"), "--upstream", message);
-        }
-        let mut upstreams: Vec<UpstreamConfig> = Vec::with_capacity(specs.len());
-        for spec in specs {
-            match parse_flag_upstream(spec) {
-                Ok(upstream) if upstreams.iter().any(|u| u.name == upstream.name) => {
-                    let message = format!(
-                        "{:?}: duplicate upstream name {:?}",
-                        hide_password_in(spec),
-                        upstream.name
-                    );
-                    self.issue(Origin::Flag("--upstream"), "--upstream", message);
-                }
-                Ok(upstream) => upstreams.push(upstream),
-                Err(message) => self.issue(Origin::Flag("--upstream"), "--upstream", message),
-            }
-        }
-        upstreams
+fn parse_starting_status(text: &str) -> Result<StartingStatus, BadStartingStatus> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "notready" => Ok(StartingStatus::NotReady),
+        "ready" => Ok(StartingStatus::Ready),
+        _ => Err(BadStartingStatus(text.to_owned())),
     }
 }

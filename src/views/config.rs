@@ -5,14 +5,44 @@ use std::collections::HashMap;
 
 use serde_saphyr::Spanned;
 
-use super::check::{check_label_name, check_upstream_name};
-use super::data::{HealthConfig, UpstreamConfig, ViewConfig};
-use super::loader::{Loader, Origin};
-use super::raw::RawView;
+use crate::config::check::{check_label_name, check_name};
+use crate::config::data::HealthConfig;
+use crate::config::loader::{Loader, Origin};
+use crate::config::quote::quoted;
+use crate::config::section::{RawLabels, Text, section};
 use crate::model::{FamilyKey, Op, ViewFamily, routes};
+use crate::scrape::config::UpstreamConfig;
+
+/// A page at `/metrics/<name>` computed from the upstreams' families.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ViewConfig {
+    pub name: String,
+    /// In output order; each read from every upstream that has it.
+    pub families: Vec<ViewFamily>,
+    /// Labels combined with each family's operation; `None`: each upstream engine's
+    /// data-parallel rank labels.
+    pub aggregate: Option<Vec<String>>,
+}
+
+section! {
+    /// One entry of `views:`.
+    RawView {
+        /// Served at `/metrics/<name>`; `A-Z a-z 0-9 _ . -`, unique.
+        name: Text,
+        /// Family → operation, in output order. A family is its text-format name, optionally with
+        /// label values that pick its series (`nv_trt_llm_request_metrics{request_type="waiting"}`);
+        /// the operation (`sum`, `avg`, `max`, `min`, or `pass` to keep every series as it is)
+        /// combines the series that differ only in the `aggregate` labels.
+        families: Spanned<RawLabels>,
+        /// Labels aggregated away with each family's operation; default each upstream engine's
+        /// data-parallel rank labels (`engine` for vLLM, `dp_rank` for SGLang). Copies of one
+        /// number (`pid`, `tp_rank`, `pp_rank`) are always combined with `max` first.
+        aggregate: Spanned<Vec<Text>>,
+    }
+}
 
 impl Loader<'_> {
-    pub(super) fn views(
+    pub(crate) fn views(
         &mut self,
         raw: Option<Spanned<Vec<Spanned<RawView>>>>,
         upstreams: &[UpstreamConfig],
@@ -44,9 +74,7 @@ impl Loader<'_> {
             let message = "missing: every view needs a name (it is served at /metrics/<name>)";
             self.issue(Origin::File(entry.referenced), &field("name"), message);
         }
-        let name = self.file_value(raw.name.as_ref(), &field("name"), |n| {
-            check_upstream_name(n).map_err(|m| m.replace("upstream name", "view name"))
-        });
+        let name = self.file_value(raw.name.as_ref(), &field("name"), |n| check_name(n, "view"));
         if let Some((name, location)) = &name {
             let path = routes::view(name);
             if let Some(first) = first_lines.get(name) {
@@ -106,7 +134,7 @@ impl Loader<'_> {
 
     fn view_families(
         &mut self,
-        raw: Vec<(super::raw::Text, super::raw::Text)>,
+        raw: Vec<(crate::config::section::Text, crate::config::section::Text)>,
         upstreams: &[UpstreamConfig],
         field: &str,
     ) -> Option<Vec<ViewFamily>> {
@@ -150,3 +178,31 @@ impl Loader<'_> {
         ok.then_some(families)
     }
 }
+
+/// `views:` as `check-config` prints it.
+pub(crate) fn render(f: &mut std::fmt::Formatter<'_>, views: &[ViewConfig]) -> std::fmt::Result {
+    if views.is_empty() {
+        return writeln!(f, "views: []");
+    }
+    writeln!(f, "views:")?;
+    for view in views {
+        writeln!(f, "  - name: {}", quoted(&view.name))?;
+        writeln!(f, "    families:")?;
+        for family in &view.families {
+            writeln!(
+                f,
+                "      {}: {}",
+                quoted(&family.key.to_string()),
+                family.op
+            )?;
+        }
+        if let Some(labels) = &view.aggregate {
+            let labels: Vec<String> = labels.iter().map(|l| quoted(l)).collect();
+            writeln!(f, "    aggregate: [{}]", labels.join(", "))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

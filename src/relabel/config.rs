@@ -6,14 +6,43 @@
 
 use serde_saphyr::{Location, Spanned};
 
-use super::loader::{Loader, Origin};
-use super::raw::{RawRelabel, RawRules, Text};
+use crate::config::loader::{Loader, Origin};
+use crate::config::quote::literal;
+use crate::config::section::Text;
 use crate::relabel::{Rule, RuleSpec};
+use serde::Deserialize;
+
+/// The list as written.
+pub(crate) type RawRules = Spanned<Vec<Spanned<RawRelabel>>>;
+
+/// One rule, with Prometheus' fields and defaults. See Prometheus' `<relabel_config>`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRelabel {
+    /// Labels whose values are joined with `separator` and matched against `regex`
+    /// (`__name__` is the sample's name).
+    pub(crate) source_labels: Option<Spanned<Vec<Text>>>,
+    /// Placed between the joined source values, default `;`.
+    pub(crate) separator: Option<Text>,
+    /// RE2 regular expression, anchored at both ends, default `(.*)`.
+    pub(crate) regex: Option<Text>,
+    /// For `hashmod`: the modulus of the hash of the joined source values.
+    pub(crate) modulus: Option<Text>,
+    /// The label a `replace`, `hashmod`, `lowercase`, `uppercase` writes, or that `keepequal`
+    /// and `dropequal` compare with; `replace` may use `$1`-style references in it.
+    pub(crate) target_label: Option<Text>,
+    /// What `replace` writes (and `labelmap` names labels), with `$1`, `${1}`, `$name`
+    /// references to the regex's groups; default `$1`.
+    pub(crate) replacement: Option<Text>,
+    /// `replace` (default), `keep`, `drop`, `keepequal`, `dropequal`, `hashmod`, `labelmap`,
+    /// `labeldrop`, `labelkeep`, `lowercase` or `uppercase`.
+    pub(crate) action: Option<Text>,
+}
 
 impl Loader<'_> {
     /// Checks every rule of a list (`field` names the list), recording each problem where it
     /// was written; the rules that pass, in order.
-    pub(super) fn relabel_rules(&mut self, raw: Option<RawRules>, field: &str) -> Vec<Rule> {
+    pub(crate) fn relabel_rules(&mut self, raw: Option<RawRules>, field: &str) -> Vec<Rule> {
         let Some(raw) = raw else {
             return Vec::new();
         };
@@ -110,3 +139,42 @@ fn location(raw: &RawRelabel, field: &str) -> Option<Location> {
         }
     }
 }
+
+/// `metric_relabel_configs` at `indent`, every field with its effective value (those an
+/// action must leave at their default are left out when they are).
+pub(crate) fn render(
+    f: &mut std::fmt::Formatter<'_>,
+    rules: &[Rule],
+    indent: &str,
+) -> std::fmt::Result {
+    if rules.is_empty() {
+        return writeln!(f, "{indent}metric_relabel_configs: []");
+    }
+    writeln!(f, "{indent}metric_relabel_configs:")?;
+    for rule in rules {
+        let mut lead = format!("{indent}  - ");
+        let mut field = |f: &mut std::fmt::Formatter<'_>, key: &str, value: &str| {
+            let line = writeln!(f, "{lead}{key}: {value}");
+            lead = format!("{indent}    ");
+            line
+        };
+        if !rule.source_labels.is_empty() {
+            let names: Vec<String> = rule.source_labels.iter().map(|n| literal(n)).collect();
+            field(f, "source_labels", &format!("[{}]", names.join(", ")))?;
+        }
+        field(f, "separator", &literal(&rule.separator))?;
+        field(f, "regex", &literal(rule.regex.as_str()))?;
+        if rule.modulus != 0 {
+            field(f, "modulus", &rule.modulus.to_string())?;
+        }
+        if !rule.target_label.is_empty() {
+            field(f, "target_label", &literal(&rule.target_label))?;
+        }
+        field(f, "replacement", &literal(&rule.replacement))?;
+        field(f, "action", rule.action.as_str())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

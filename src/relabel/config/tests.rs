@@ -1,8 +1,8 @@
 //! `metric_relabel_configs` in the file: read with Prometheus' defaults and literally (no
 //! `${VAR}`), each problem at its file, line, column and field, and rendered back.
 
-use super::tests::{TempFile, assert_issue, load_yaml, no_env, ok, problems};
-use super::*;
+use crate::config::tests::{TempFile, assert_issue, load_yaml, no_env, ok, problems};
+use crate::config::*;
 use crate::relabel::Action;
 
 const RULES: &str = r#"
@@ -152,7 +152,7 @@ fn rules_render_and_load_back_the_same() {
 
 #[test]
 fn the_example_file_loads_with_its_rules() {
-    let example = include_str!("../../config/sysport.example.yaml");
+    let example = include_str!("../../../config/sysport.example.yaml");
     let env: std::collections::HashMap<String, String> =
         [("POD_NAME".to_owned(), "vllm-0".to_owned())].into();
     let config = load_yaml(example, &env).expect("the example is valid");

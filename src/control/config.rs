@@ -10,10 +10,22 @@
 
 use std::time::Duration;
 
-use super::env::{self, Env};
-use super::loader::{Loader, Origin};
-use super::raw::RawControl;
-use super::units::parse_duration;
+use crate::config::check::{parse_bool, positive_duration};
+use crate::config::env::{self, Env};
+use crate::config::loader::{Loader, Origin};
+use crate::config::section::{Text, section};
+use crate::config::units::format_duration;
+
+section! {
+    /// `control:` section.
+    RawControl {
+        /// Serve `/engine/*` and `/v1/loras` on a port without basic auth or client
+        /// certificates (`false`, default false: they answer 403 there).
+        allow_unauthenticated: Text,
+        /// How long one call to an engine may take (`30s`, default 30s).
+        timeout: Text,
+    }
+}
 
 /// Turns every `/engine/*` route off (truthy values as Dynamo's `env_is_truthy`).
 pub const DYN_DISABLE_ENGINE_ROUTES: &str = "DYN_DISABLE_ENGINE_ROUTES";
@@ -51,7 +63,7 @@ impl RoutePolicy {
 
     /// The policy the three variables make (see the module's documentation); a value of
     /// `DYN_DISABLE_ENGINE_ROUTES` that is neither truthy nor falsy is an error naming it.
-    pub fn from_env(env: &dyn Env) -> Result<RoutePolicy, String> {
+    pub fn from_env(env: &dyn Env) -> Result<RoutePolicy, NotTruthy> {
         let disable = match env.var(DYN_DISABLE_ENGINE_ROUTES) {
             Some(v) => truthy(&v)?,
             None => false,
@@ -94,30 +106,16 @@ impl Default for ControlConfig {
     }
 }
 
-fn truthy(value: &str) -> Result<bool, String> {
+/// A value of `DYN_DISABLE_ENGINE_ROUTES` that is neither on nor off.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid value {0:?}: must be one of 1, true, on, yes (on) or 0, false, off, no (off)")]
+pub struct NotTruthy(String);
+
+fn truthy(value: &str) -> Result<bool, NotTruthy> {
     match value.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "on" | "yes" => Ok(true),
         "" | "0" | "false" | "off" | "no" => Ok(false),
-        _ => Err(format!(
-            "invalid value {value:?}: must be one of 1, true, on, yes (on) or 0, false, off, no \
-             (off)"
-        )),
-    }
-}
-
-// `check`'s own helpers would make an import circle through `data`.
-fn parse_bool(text: &str) -> Result<bool, String> {
-    match text.trim().to_ascii_lowercase().as_str() {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err(format!("invalid value {text:?}: must be true or false")),
-    }
-}
-
-fn nonzero_duration(text: &str) -> Result<Duration, String> {
-    match parse_duration(text)? {
-        Duration::ZERO => Err(format!("invalid duration {text:?}: must be greater than 0")),
-        duration => Ok(duration),
+        _ => Err(NotTruthy(value.to_owned())),
     }
 }
 
@@ -130,7 +128,7 @@ fn names(list: &str) -> Vec<String> {
 }
 
 impl Loader<'_> {
-    pub(super) fn control(&mut self, raw: Option<RawControl>) -> ControlConfig {
+    pub(crate) fn control(&mut self, raw: Option<RawControl>) -> ControlConfig {
         let mut control = ControlConfig::default();
         if let Some(raw) = raw {
             self.unknown_keys(&raw.unknown, "control", RawControl::FIELDS);
@@ -142,23 +140,24 @@ impl Loader<'_> {
                 control.allow_unauthenticated = allow;
             }
             if let Some((timeout, _)) =
-                self.file_value(raw.timeout.as_ref(), "control.timeout", nonzero_duration)
+                self.file_value(raw.timeout.as_ref(), "control.timeout", positive_duration)
             {
                 control.timeout = timeout;
             }
         }
         match RoutePolicy::from_env(self.env()) {
             Ok(policy) => control.engine_routes = policy,
-            Err(message) => self.issue(
+            Err(problem) => self.issue(
                 Origin::Env(DYN_DISABLE_ENGINE_ROUTES),
                 DYN_DISABLE_ENGINE_ROUTES,
-                message,
+                problem.to_string(),
             ),
         }
         if let Some(lora) = env::setting(self.env(), DYN_LORA_ENABLED) {
             match parse_bool(&lora) {
                 Ok(lora) => control.lora = lora,
-                Err(message) => {
+                Err(problem) => {
+                    let message = problem.to_string();
                     self.issue(Origin::Env(DYN_LORA_ENABLED), DYN_LORA_ENABLED, message);
                 }
             }
@@ -167,13 +166,24 @@ impl Loader<'_> {
     }
 }
 
+/// The `control:` section as `check-config` prints it.
+pub(crate) fn render(f: &mut std::fmt::Formatter<'_>, control: &ControlConfig) -> std::fmt::Result {
+    writeln!(f, "control:")?;
+    writeln!(
+        f,
+        "  allow_unauthenticated: {}",
+        control.allow_unauthenticated
+    )?;
+    writeln!(f, "  timeout: {}", format_duration(control.timeout))
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
 
     use super::*;
 
-    fn policy(vars: &[(&str, &str)]) -> Result<RoutePolicy, String> {
+    fn policy(vars: &[(&str, &str)]) -> Result<RoutePolicy, NotTruthy> {
         let env: HashMap<String, String> = vars
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -218,7 +228,12 @@ mod tests {
 
     #[test]
     fn an_unreadable_disable_value_is_an_error_naming_the_values() {
-        let err = policy(&[(DYN_DISABLE_ENGINE_ROUTES, "maybe")]).expect_err("refused");
+        let err = policy(&[(DYN_DISABLE_ENGINE_ROUTES, "maybe")])
+            .expect_err("refused")
+            .to_string();
         assert!(err.contains("\"maybe\"") && err.contains("yes"), "{err}");
     }
 }
+
+#[cfg(test)]
+mod section_tests;

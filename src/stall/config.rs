@@ -5,26 +5,82 @@ use std::time::Duration;
 
 use serde_saphyr::Spanned;
 
-use super::data::StallConfig;
-use super::loader::{Loader, Origin};
-use super::raw::{RawList, RawStall, Text};
-use super::units::parse_duration;
+use serde::Deserialize;
+
+use crate::config::loader::{Loader, Origin};
+use crate::config::quote::quoted;
+use crate::config::section::{Text, section};
+use crate::config::units::{format_duration, parse_duration};
 use crate::model::{Engine, FamilyKey};
+
+/// Stall detection of one upstream: requests running or waiting at every check for `after`, and
+/// the progress counters never moving in that time, is a stalled engine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StallConfig {
+    /// How long requests may run without progress; more than zero.
+    pub after: Duration,
+    /// The gauge of requests being worked on: busy when a series is above zero.
+    pub busy: FamilyKey,
+    /// The gauge of requests waiting: busy too when a series is above zero.
+    pub waiting: FamilyKey,
+    /// Counters that move while requests are worked on, summed over every series (a
+    /// histogram's or summary's `_count`); never empty.
+    pub progress: Vec<FamilyKey>,
+}
+
+impl StallConfig {
+    /// Stall detection after `after` with `engine`'s own families.
+    pub fn preset(engine: Engine, after: Duration) -> StallConfig {
+        let families = &engine.preset().stall;
+        StallConfig {
+            after,
+            busy: families.busy.clone(),
+            waiting: families.waiting.clone(),
+            progress: families.progress.clone(),
+        }
+    }
+}
+
+section! {
+    /// `stall:` of an upstream.
+    RawStall {
+        /// The gauge of requests being worked on (busy when any series is above zero), as a
+        /// family key: `vllm:num_requests_running`, or with label values that pick its series,
+        /// `'nv_trt_llm_request_metrics{request_type="active"}'`. Default the engine's.
+        busy: Text,
+        /// The gauge of requests waiting to be worked on (busy too when any series is above
+        /// zero: a scheduler that stopped with requests queued), as a family key. Default the
+        /// engine's.
+        waiting: Text,
+        /// One family key, or a list: counters that move while requests are worked on (a
+        /// histogram's or summary's `_count`), summed over every series. Default the engine's.
+        progress: Spanned<RawList>,
+    }
+}
+
+/// One value or a list of them. Its elements have no positions of their own (serde reads an
+/// untagged enum through a buffer): problems point at the whole value.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawList {
+    One(String),
+    Many(Vec<String>),
+}
 
 /// `stall_after` when the file does not say: long enough for one long prefill step and for
 /// SGLang's idle gauge (set every 30 s once idle), and Dynamo's `DYN_HEALTH_CHECK_BUSY_STALL`
 /// (docs/readiness.md, "Choosing stall_after").
-pub(super) const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(60);
 
 /// Stall detection with `engine`'s own families after [`DEFAULT_STALL_AFTER`], for an upstream
 /// that keeps them (`None` for one that does not, like LMCache's own endpoint).
-pub(super) fn default_stall(engine: Engine, keep: &[String]) -> Option<StallConfig> {
+pub(crate) fn default_stall(engine: Engine, keep: &[String]) -> Option<StallConfig> {
     let stall = StallConfig::preset(engine, DEFAULT_STALL_AFTER);
     unkept(keep, &stall).is_empty().then_some(stall)
 }
 
 /// The families `stall` reads that `keep` leaves out.
-pub(super) fn unkept(keep: &[String], stall: &StallConfig) -> Vec<String> {
+pub(crate) fn unkept(keep: &[String], stall: &StallConfig) -> Vec<String> {
     [&stall.busy, &stall.waiting]
         .into_iter()
         .chain(&stall.progress)
@@ -38,7 +94,7 @@ impl Loader<'_> {
     /// recorded. `keep` is `None` when the upstream's own was unusable (already reported).
     /// Without `stall_after`, on after [`DEFAULT_STALL_AFTER`] where the upstream keeps the
     /// families, else off; `stall_after: 0s` turns it off.
-    pub(super) fn stall(
+    pub(crate) fn stall(
         &mut self,
         i: usize,
         after: Option<&Text>,
@@ -170,3 +226,26 @@ impl Loader<'_> {
 fn kept(keep: &[String], name: &str) -> bool {
     keep.iter().any(|k| name.starts_with(k.as_str()))
 }
+
+/// `stall_after` and `stall:` of an upstream, as `check-config` prints them.
+pub(crate) fn render(
+    f: &mut std::fmt::Formatter<'_>,
+    stall: Option<&StallConfig>,
+) -> std::fmt::Result {
+    let Some(stall) = stall else {
+        return writeln!(f, "    stall_after: 0s");
+    };
+    writeln!(f, "    stall_after: {}", format_duration(stall.after))?;
+    writeln!(f, "    stall:")?;
+    writeln!(f, "      busy: {}", quoted(&stall.busy.to_string()))?;
+    writeln!(f, "      waiting: {}", quoted(&stall.waiting.to_string()))?;
+    let progress: Vec<String> = stall
+        .progress
+        .iter()
+        .map(|p| quoted(&p.to_string()))
+        .collect();
+    writeln!(f, "      progress: [{}]", progress.join(", "))
+}
+
+#[cfg(test)]
+mod tests;

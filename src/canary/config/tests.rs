@@ -1,8 +1,8 @@
 //! `canary_after`, `canary:` and Dynamo's `DYN_HEALTH_CHECK_*`: the preset's request by default,
 //! overrides, the environment's place, and every problem reported where it is.
 
-use super::tests::{TempFile, assert_issue, env, load_yaml, no_env, ok, problems};
-use super::*;
+use crate::config::tests::{TempFile, assert_issue, env, load_yaml, no_env, ok, problems};
+use crate::config::*;
 use std::time::Duration;
 
 use crate::model::Engine;

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use super::data::{OtlpProtocol, Temporality};
-use super::tests::{assert_issue, env, load_yaml, no_env, ok, problems, url};
+use crate::config::tests::{assert_issue, env, load_yaml, no_env, ok, problems, url};
+use crate::config::{OtlpProtocol, Temporality};
 
 #[test]
 fn off_unless_the_exporter_is_otlp() {

@@ -18,14 +18,14 @@ use std::time::Duration;
 
 use serde_saphyr::Spanned;
 
-use super::check::{parse_bool, parse_url, positive_duration};
-use super::data::{CanaryConfig, StallConfig, UpstreamConfig};
-use super::env;
-use super::loader::{Loader, Origin};
-use super::raw::{RawCanary, Text};
-use super::stall::unkept;
-use super::units::parse_duration;
-use crate::model::Url;
+use crate::config::check::{CheckError, parse_bool, parse_url, positive_duration};
+use crate::config::env;
+use crate::config::loader::{Loader, Origin};
+use crate::config::quote::{quoted, shown};
+use crate::config::section::{RawLabels, Text, section};
+use crate::config::units::{format_duration, parse_duration};
+use crate::model::{Engine, Url};
+use crate::stall::config::{StallConfig, unkept};
 
 /// Dynamo's default `DYN_CANARY_WAIT_TIME`.
 const DEFAULT_WAIT: Duration = Duration::from_secs(10);
@@ -34,8 +34,69 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default `canary.live_failures`.
 const DEFAULT_LIVE_FAILURES: u32 = 3;
 
+/// Canary requests of one upstream: after `after` of idleness, one one-token request through
+/// the engine must answer within `timeout` for the upstream to stay ready (see `crate::canary`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CanaryConfig {
+    /// Idle time before a canary; more than zero.
+    pub after: Duration,
+    /// Where the request goes; `{model}` in the path stands for the model.
+    pub url: Url,
+    /// The JSON body of a `POST` (`{model}` stands for the model as a JSON string); `None`: `GET`.
+    pub body: Option<String>,
+    /// Headers sent with the request and the model lookup, values expanded.
+    pub headers: Vec<(String, String)>,
+    /// How long the answer may take, default 3 s.
+    pub timeout: Duration,
+    /// Failed canaries in a row (with no progress between them) that make `/live/engine` 503;
+    /// 0 = never; default 3.
+    pub live_failures: u32,
+    /// The model; `None`: asked of the engine (vLLM's `GET /v1/models`).
+    pub model: Option<String>,
+    /// How the answer is judged (the engine's).
+    pub answer: crate::model::engine::CanaryAnswer,
+    /// The families that tell idle from busy: the stall detection's, or the engine's.
+    pub idle: StallConfig,
+}
+
+/// What a canary's defaults read of its upstream. A trait, so that the upstream's section (which
+/// holds its canary) and this one do not import each other.
+pub trait CanaryUpstream {
+    /// The engine behind the upstream.
+    fn engine(&self) -> Engine;
+    /// The metrics URL.
+    fn metrics_url(&self) -> &Url;
+    /// The health URL, if any: the engine's HTTP origin when there is one.
+    fn health_url(&self) -> Option<&Url>;
+    /// The family-name prefixes the upstream keeps.
+    fn keep(&self) -> &[String];
+    /// The upstream's stall detection, if on.
+    fn stall(&self) -> Option<&StallConfig>;
+}
+
+section! {
+    /// `canary:` of an upstream.
+    RawCanary {
+        /// Where the canary goes, default the engine's on its HTTP origin (the `health_url`'s, or
+        /// else the metrics URL's): vLLM `/v1/completions`, SGLang and trtllm-serve
+        /// `/health_generate`, Triton `/v2/models/{model}/generate`.
+        url: Text,
+        /// The JSON body (then a `POST`; `{model}` stands for the model as a JSON string),
+        /// default the engine's.
+        body: Text,
+        /// Headers of the request (`{ Authorization: "Bearer ${API_KEY}" }`).
+        headers: RawLabels,
+        /// How long the answer may take (`3s`, default 3s).
+        timeout: Text,
+        /// Failed canaries in a row that make `/live/engine` 503 (default 3; 0 = never).
+        live_failures: Text,
+        /// The model (default: vLLM asks `GET /v1/models`; Triton `ensemble`).
+        model: Text,
+    }
+}
+
 /// What the file says of one upstream's canary, before the environment.
-pub(super) struct FileCanary {
+pub(crate) struct FileCanary {
     /// `canary_after` as written (zero = off); `None` when not written.
     after: Option<Duration>,
     url: Option<Url>,
@@ -48,7 +109,7 @@ pub(super) struct FileCanary {
 
 impl FileCanary {
     /// Nothing written: an upstream of `--upstream`, or the default one.
-    pub(super) fn none() -> FileCanary {
+    pub(crate) fn none() -> FileCanary {
         FileCanary {
             after: None,
             url: None,
@@ -63,7 +124,7 @@ impl FileCanary {
 
 impl Loader<'_> {
     /// Upstream `i`'s `canary_after` and `canary:`; `None` when a problem was recorded.
-    pub(super) fn file_canary(
+    pub(crate) fn file_canary(
         &mut self,
         i: usize,
         after: Option<&Text>,
@@ -121,8 +182,12 @@ impl Loader<'_> {
         );
         for (name, text) in raw.headers.map(|h| h.0).unwrap_or_default() {
             let key = format!("canary.headers.{}", name.value);
-            if let Err(message) = check_header(&name.value) {
-                self.issue(Origin::File(name.referenced), &field(&key), message);
+            if let Err(problem) = check_header(&name.value) {
+                self.issue(
+                    Origin::File(name.referenced),
+                    &field(&key),
+                    problem.to_string(),
+                );
                 ok = false;
             }
             match self.expand(&text, &field(&key)) {
@@ -141,16 +206,16 @@ impl Loader<'_> {
     }
 
     /// The canary of an upstream: the file's, under Dynamo's environment names.
-    pub(super) fn canary(
+    pub(crate) fn canary(
         &mut self,
         file: FileCanary,
-        upstream: &UpstreamConfig,
+        upstream: &impl CanaryUpstream,
         dynamo: &Dynamo,
     ) -> Option<CanaryConfig> {
         let preset = CanaryConfig::preset(upstream, dynamo.wait);
         // Only where the upstream keeps what tells the engine idle (not LMCache's endpoint).
         let on = match dynamo.enabled {
-            Some(enabled) => enabled && unkept(&upstream.keep, &preset.idle).is_empty(),
+            Some(enabled) => enabled && unkept(upstream.keep(), &preset.idle).is_empty(),
             None => CanaryConfig::default_for(upstream).is_some(),
         };
         let after = match (dynamo.enabled, file.after) {
@@ -181,7 +246,7 @@ impl Loader<'_> {
     }
 
     /// Dynamo's `DYN_HEALTH_CHECK_*` settings, each problem named after its variable.
-    pub(super) fn dynamo(&mut self) -> Dynamo {
+    pub(crate) fn dynamo(&mut self) -> Dynamo {
         let enabled = self.env_setting(env::DYN_HEALTH_CHECK_ENABLED, parse_bool);
         let wait = self
             .env_setting(env::DYN_CANARY_WAIT_TIME, parse_seconds)
@@ -199,12 +264,12 @@ impl Loader<'_> {
 
 impl Loader<'_> {
     /// An optional file value; a problem with it clears `ok`.
-    fn optional<T>(
+    fn optional<T, E: std::fmt::Display>(
         &mut self,
         text: Option<&Text>,
         field: &str,
         ok: &mut bool,
-        parse: fn(&str) -> Result<T, String>,
+        parse: fn(&str) -> Result<T, E>,
     ) -> Option<T> {
         let parsed = self.file_value(text, field, parse).map(|(v, _)| v);
         *ok &= text.is_none() || parsed.is_some();
@@ -212,20 +277,20 @@ impl Loader<'_> {
     }
 
     /// An environment setting; a problem with it is named after the variable.
-    fn env_setting<T>(
+    fn env_setting<T, E: std::fmt::Display>(
         &mut self,
         var: &'static str,
-        parse: fn(&str) -> Result<T, String>,
+        parse: fn(&str) -> Result<T, E>,
     ) -> Option<T> {
         let text = env::setting(self.env(), var)?;
         parse(&text)
-            .map_err(|message| self.issue(Origin::Env(var), var, message))
+            .map_err(|problem| self.issue(Origin::Env(var), var, problem.to_string()))
             .ok()
     }
 }
 
 /// Dynamo's environment names for canaries.
-pub(super) struct Dynamo {
+pub(crate) struct Dynamo {
     /// `DYN_HEALTH_CHECK_ENABLED`; `None` when unset.
     enabled: Option<bool>,
     wait: Duration,
@@ -233,30 +298,14 @@ pub(super) struct Dynamo {
     payload: Option<String>,
 }
 
-impl UpstreamConfig {
-    /// This upstream with the health checks a configuration gets when it says nothing of them:
-    /// stall detection and canaries on where its engine's preset has them and the upstream
-    /// keeps their families (see [`UpstreamConfig::stall`], [`UpstreamConfig::canary`]).
-    pub fn with_default_checks(self) -> UpstreamConfig {
-        let u = UpstreamConfig {
-            stall: super::stall::default_stall(self.engine, &self.keep),
-            ..self
-        };
-        UpstreamConfig {
-            canary: CanaryConfig::default_for(&u),
-            ..u
-        }
-    }
-}
-
 impl CanaryConfig {
     /// The canaries `upstream` gets when nothing says otherwise: its engine's request after
     /// Dynamo's 10 s of idleness, where the engine has a generation route of its own and the
     /// upstream keeps the families that tell it idle; else none.
-    pub fn default_for(upstream: &UpstreamConfig) -> Option<CanaryConfig> {
+    pub fn default_for(upstream: &impl CanaryUpstream) -> Option<CanaryConfig> {
         let canary = CanaryConfig::preset(upstream, DEFAULT_WAIT);
-        let on = upstream.engine.canary().on_by_default
-            && unkept(&upstream.keep, &canary.idle).is_empty();
+        let on = upstream.engine().canary().on_by_default
+            && unkept(upstream.keep(), &canary.idle).is_empty();
         on.then_some(canary)
     }
 
@@ -264,13 +313,13 @@ impl CanaryConfig {
     /// engine's HTTP origin (the health URL's, as Triton generates on its HTTP port and not its
     /// metrics port; else the metrics URL's), a 3 s timeout, `live_failures` 3, and the stall
     /// detection's families (else the engine's) to tell idle.
-    pub fn preset(upstream: &UpstreamConfig, after: Duration) -> CanaryConfig {
-        let engine = upstream.engine;
+    pub fn preset(upstream: &impl CanaryUpstream, after: Duration) -> CanaryConfig {
+        let engine = upstream.engine();
         let preset = engine.canary();
         let mut url = upstream
-            .health_url
-            .clone()
-            .unwrap_or_else(|| upstream.url.clone());
+            .health_url()
+            .unwrap_or_else(|| upstream.metrics_url())
+            .clone();
         url.set_path(preset.path);
         url.set_query(None);
         CanaryConfig {
@@ -283,57 +332,123 @@ impl CanaryConfig {
             model: preset.model.map(str::to_owned),
             answer: preset.answer,
             idle: upstream
-                .stall
-                .clone()
+                .stall()
+                .cloned()
                 .unwrap_or_else(|| StallConfig::preset(engine, Duration::ZERO)),
         }
     }
 }
 
+/// Why a canary setting was refused; shown after the value's location or variable.
+#[derive(Debug, thiserror::Error)]
+enum CanaryError {
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    #[error("invalid seconds {0:?}: must be greater than 0")]
+    Seconds(String),
+    #[error("cannot read the payload file {path:?}: {error}")]
+    PayloadFile { path: String, error: std::io::Error },
+    #[error("{path}: invalid JSON body: {error}")]
+    PayloadFileJson {
+        path: String,
+        error: serde_json::Error,
+    },
+    #[error("invalid JSON body: {0}")]
+    Body(serde_json::Error),
+    #[error("invalid count {0:?}: a whole number, 0 for never")]
+    Failures(String),
+    #[error("empty model name")]
+    EmptyModel,
+    #[error("invalid header name {0:?}")]
+    HeaderName(String),
+}
+
 /// Seconds, as Dynamo writes them (`10`, `2.5`), or a duration (`10s`); more than zero.
-fn parse_seconds(text: &str) -> Result<Duration, String> {
+fn parse_seconds(text: &str) -> Result<Duration, CanaryError> {
     let seconds = match text.trim().parse::<f64>() {
         Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => Duration::from_secs_f64(s),
-        Ok(_) => return Err(format!("invalid seconds {text:?}: must be greater than 0")),
+        Ok(_) => return Err(CanaryError::Seconds(text.to_owned())),
         Err(_) => positive_duration(text)?,
     };
     Ok(seconds)
 }
 
 /// `DYN_HEALTH_CHECK_PAYLOAD`: inline JSON, or `@/path/file.json`.
-fn read_payload(text: &str) -> Result<String, String> {
+fn read_payload(text: &str) -> Result<String, CanaryError> {
     match text.trim().strip_prefix('@') {
         Some(path) => {
-            let body = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read the payload file {path:?}: {e}"))?;
-            parse_body(&body).map_err(|e| format!("{path}: {e}"))
+            let body = std::fs::read_to_string(path).map_err(|error| CanaryError::PayloadFile {
+                path: path.to_owned(),
+                error,
+            })?;
+            check_json(&body).map_err(|error| CanaryError::PayloadFileJson {
+                path: path.to_owned(),
+                error,
+            })?;
+            Ok(body.trim().to_owned())
         }
         None => parse_body(text),
     }
 }
 
 /// A canary body: JSON once `{model}` stands for a string.
-fn parse_body(text: &str) -> Result<String, String> {
-    serde_json::from_str::<serde_json::Value>(&text.replace("{model}", "\"m\""))
-        .map_err(|e| format!("invalid JSON body: {e}"))?;
+fn parse_body(text: &str) -> Result<String, CanaryError> {
+    check_json(text).map_err(CanaryError::Body)?;
     Ok(text.trim().to_owned())
 }
 
-fn parse_failures(text: &str) -> Result<u32, String> {
-    text.trim()
-        .parse()
-        .map_err(|_| format!("invalid count {text:?}: a whole number, 0 for never"))
+fn check_json(text: &str) -> Result<(), serde_json::Error> {
+    serde_json::from_str::<serde_json::Value>(&text.replace("{model}", "\"m\"")).map(|_| ())
 }
 
-fn parse_model(text: &str) -> Result<String, String> {
+fn parse_failures(text: &str) -> Result<u32, CanaryError> {
+    text.trim()
+        .parse()
+        .map_err(|_| CanaryError::Failures(text.to_owned()))
+}
+
+fn parse_model(text: &str) -> Result<String, CanaryError> {
     match text.trim() {
-        "" => Err("empty model name".to_owned()),
+        "" => Err(CanaryError::EmptyModel),
         model => Ok(model.to_owned()),
     }
 }
 
-fn check_header(name: &str) -> Result<(), String> {
+fn check_header(name: &str) -> Result<(), CanaryError> {
     reqwest::header::HeaderName::from_bytes(name.as_bytes())
         .map(|_| ())
-        .map_err(|_| format!("invalid header name {name:?}"))
+        .map_err(|_| CanaryError::HeaderName(name.to_owned()))
 }
+
+/// `canary_after` and `canary:`. Header values are left out: they hold credentials.
+pub(crate) fn render(
+    f: &mut std::fmt::Formatter<'_>,
+    canary: Option<&CanaryConfig>,
+) -> std::fmt::Result {
+    let Some(canary) = canary else {
+        return writeln!(f, "    canary_after: 0s");
+    };
+    writeln!(f, "    canary_after: {}", format_duration(canary.after))?;
+    writeln!(f, "    canary:")?;
+    writeln!(f, "      url: {}", shown(&canary.url))?;
+    if let Some(body) = &canary.body {
+        writeln!(f, "      body: {}", quoted(body))?;
+    }
+    writeln!(f, "      timeout: {}", format_duration(canary.timeout))?;
+    writeln!(f, "      live_failures: {}", canary.live_failures)?;
+    if let Some(model) = &canary.model {
+        writeln!(f, "      model: {}", quoted(model))?;
+    }
+    if !canary.headers.is_empty() {
+        let names: Vec<&str> = canary.headers.iter().map(|(n, _)| n.as_str()).collect();
+        writeln!(
+            f,
+            "      # headers (values not shown): {}",
+            names.join(", ")
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
