@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::engines::StandIn;
-use common::{Running, client, config, upstream_config};
+use common::{Running, client, config, eventually, upstream_config};
 use serde_json::{Value, json};
 use sysport::config::{Config, Overrides, RoutePolicy};
 use sysport::model::{Engine, Url};
@@ -113,6 +113,11 @@ async fn metadata_is_read_at_most_once_per_check_interval() {
     let mut c = config(vec![upstream("vllm", Engine::Vllm, &vllm)]);
     c.health.interval = Duration::from_secs(3600);
     let running = Running::start(c).await;
+    // The read made once the first check finds the engine up, unasked.
+    eventually(Duration::from_secs(5), "the read at start", || async {
+        asked(&vllm, "GET /version") == 1
+    })
+    .await;
     for _ in 0..5 {
         assert_eq!(
             get(&running, "/metadata").await.1["upstreams"]["vllm"]["version"],
@@ -125,6 +130,51 @@ async fn metadata_is_read_at_most_once_per_check_interval() {
         .filter(|r| *r == "GET /version")
         .count();
     assert_eq!(versions, 1, "{:?}", vllm.requests());
+}
+
+/// How many of the stand-in's requests were `line` (`METHOD /path`).
+fn asked(s: &StandIn, line: &str) -> usize {
+    s.requests().iter().filter(|r| *r == line).count()
+}
+
+#[tokio::test]
+async fn metadata_is_read_at_start_and_again_after_the_engine_restarts() {
+    let vllm = StandIn::vllm().await;
+    // Checks every 200 ms; nobody asks `/metadata` until the end.
+    let running = Running::start(config(vec![upstream("vllm", Engine::Vllm, &vllm)])).await;
+    let reads = || (asked(&vllm, "GET /version"), asked(&vllm, "GET /v1/models"));
+    eventually(Duration::from_secs(5), "the read at start", || async {
+        reads() == (1, 1)
+    })
+    .await;
+    // While the engine runs on, its routes are not read again, check after check.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(reads(), (1, 1), "{:?}", vllm.requests());
+    // Restarted with another version: its process start time moves, the checks see it.
+    *vllm.behaviour().version.lock().expect("lock") = Some("0.33.0".into());
+    (vllm.behaviour().restarted_after).store(60, std::sync::atomic::Ordering::SeqCst);
+    let restarted = Instant::now();
+    while reads() != (2, 2) {
+        if restarted.elapsed() > Duration::from_secs(10) {
+            let (_, incidents) = get(&running, "/incidents").await;
+            panic!(
+                "no read after the restart: {:?}\n{incidents}",
+                vllm.requests()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(reads(), (2, 2), "one read a restart: {:?}", vllm.requests());
+    let (status, m) = get(&running, "/metadata").await;
+    assert_eq!(status, 200);
+    assert_eq!(m["upstreams"]["vllm"]["version"], "0.33.0", "{m}");
+    assert_eq!(m["upstreams"]["vllm"]["cache_config"]["block_size"], "16");
+    let (_, incidents) = get(&running, "/incidents").await;
+    assert_eq!(
+        incidents[0]["kind"], "restarted",
+        "the incidents' restart: {incidents}"
+    );
 }
 
 #[tokio::test]
