@@ -738,6 +738,61 @@ async fn each_call_is_one_log_line_naming_who_route_upstream_status_and_duration
 }
 
 #[tokio::test]
+async fn a_call_with_a_client_certificate_is_logged_under_its_subject() {
+    let pki = common::pki::Pki::new("control-who");
+    pki.ca("ca");
+    pki.leaf("ca", "server", "IP:127.0.0.1");
+    pki.leaf("ca", "operator", "DNS:operator.example");
+    std::fs::write(
+        pki.path("web.yml"),
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
+         client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
+    )
+    .expect("web config");
+    let vllm = StandIn::vllm().await;
+    let (metrics, health, web) = (
+        vllm.url("/metrics"),
+        vllm.url("/health"),
+        pki.path("web.yml"),
+    );
+    let probe_port = common::sidecar::free_port();
+    let sidecar = common::sidecar::Sidecar::launch("control-who")
+        .config(|port| {
+            format!(
+                "listen: {{ host: 127.0.0.1, port: {port}, probe_port: {probe_port}, \
+                 web_config_file: {} }}\n\
+                 upstreams:\n  - name: engine-a\n    url: {metrics}\n    health_url: {health}\n",
+                web.display()
+            )
+        })
+        .live_at(format!("http://127.0.0.1:{probe_port}/live"))
+        .start()
+        .await;
+    let url = sidecar
+        .url("/engine/reset_prefix_cache")
+        .replace("http://", "https://");
+    let r = pki
+        .client("ca", Some("operator"))
+        .post(&url)
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(r.status().as_u16(), 200);
+    let lines: Vec<String> = sidecar
+        .log()
+        .lines()
+        .filter(|l| l.contains("control call"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains(r#"client certificate \"CN=operator\" from 127.0.0.1"#),
+        "{}",
+        lines[0]
+    );
+}
+
+#[tokio::test]
 async fn adapters_load_and_unload_through_each_engine_own_routes() {
     for (engine, load, unload) in [
         (

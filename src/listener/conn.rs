@@ -33,13 +33,42 @@ pub struct ClientIp(pub IpAddr);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Credentialed;
 
+/// The client certificate a request's connection proved itself with (a request extension, set
+/// with [`Credentialed`]): its subject (RFC 4514, `CN=operator`), or its first subject
+/// alternative name when its subject is empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCert(pub Arc<str>);
+
+impl ClientCert {
+    /// The name of a DER certificate the handshake verified.
+    pub fn of(der: &[u8]) -> ClientCert {
+        Self::named(der).unwrap_or_else(|| ClientCert("(no subject or name)".into()))
+    }
+
+    fn named(der: &[u8]) -> Option<ClientCert> {
+        use x509_parser::extensions::GeneralName;
+        let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+        let subject = cert.subject().to_string();
+        if !subject.is_empty() {
+            return Some(ClientCert(subject.into()));
+        }
+        let san = cert.subject_alternative_name().ok()??;
+        san.value.general_names.iter().find_map(|name| match name {
+            GeneralName::DNSName(s) | GeneralName::RFC822Name(s) | GeneralName::URI(s) => {
+                Some(ClientCert((*s).into()))
+            }
+            _ => None,
+        })
+    }
+}
+
 /// Who is on the other end of a connection.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Peer {
     /// The client's address.
     pub ip: Option<IpAddr>,
-    /// The TLS handshake verified a client certificate against the client CA.
-    pub verified_cert: bool,
+    /// The client certificate the TLS handshake verified against the client CA.
+    pub verified_cert: Option<ClientCert>,
 }
 
 /// Serves HTTP/1.1 on `io` until the client leaves or sysport closes the connection.
@@ -103,8 +132,8 @@ pub async fn serve<I>(
 /// The router, marking the connection busy from a request's head to the end of its answer.
 struct ConnService {
     client: Option<IpAddr>,
-    /// The TLS handshake verified a client certificate.
-    verified_cert: bool,
+    /// The client certificate the TLS handshake verified.
+    verified_cert: Option<ClientCert>,
     router: Router,
     watch: Arc<Watch>,
 }
@@ -122,8 +151,9 @@ impl hyper::service::Service<hyper::Request<Incoming>> for ConnService {
         if let Some(ip) = self.client {
             req.extensions_mut().insert(ClientIp(ip));
         }
-        if self.verified_cert {
+        if let Some(cert) = &self.verified_cert {
             req.extensions_mut().insert(Credentialed);
+            req.extensions_mut().insert(cert.clone());
         }
         let answer = tower::ServiceExt::oneshot(self.router.clone(), req);
         Box::pin(async move {

@@ -118,7 +118,7 @@ async fn connection(
     let Some((tls, handshakes)) = tls else {
         let peer = conn::Peer {
             ip: client,
-            verified_cert: false,
+            verified_cert: None,
         };
         if let Some(handoff) = handoff {
             let (deadline, _) = watch.deadline(&limits);
@@ -188,9 +188,12 @@ async fn connection(
         Ok(io) => {
             // A certificate the handshake accepted proves the client only where the
             // configuration has it verified against the client CA.
+            let cert = io.get_ref().1.peer_certificates().and_then(|c| c.first());
             let peer = conn::Peer {
                 ip: client,
-                verified_cert: certs_verified && io.get_ref().1.peer_certificates().is_some(),
+                verified_cert: cert
+                    .filter(|_| certs_verified)
+                    .map(|der| conn::ClientCert::of(der)),
             };
             conn::serve(io, peer, router, watch, slot, limits, stop).await;
         }
