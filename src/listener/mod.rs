@@ -23,6 +23,7 @@ pub mod handshakes;
 mod limits;
 pub mod metrics;
 pub mod phase;
+mod sendq;
 pub mod slots;
 
 pub use handoff::Handoff;
@@ -115,9 +116,11 @@ async fn connection(
         tracing::debug!(error = %err, "cannot set TCP_NODELAY");
     }
     let client = tcp.peer_addr().ok().map(|a| a.ip());
+    let addrs = tcp.local_addr().ok().zip(tcp.peer_addr().ok());
     let Some((tls, handshakes)) = tls else {
         let peer = conn::Peer {
             ip: client,
+            addrs,
             verified_cert: None,
         };
         if let Some(handoff) = handoff {
@@ -191,6 +194,7 @@ async fn connection(
             let cert = io.get_ref().1.peer_certificates().and_then(|c| c.first());
             let peer = conn::Peer {
                 ip: client,
+                addrs,
                 verified_cert: cert
                     .filter(|_| certs_verified)
                     .map(|der| conn::ClientCert::of(der)),
