@@ -105,6 +105,10 @@ pub async fn serve<I>(
     let every = (limits.write_timeout / 4).min(QUEUE_EVERY);
     loop {
         let (deadline, reason) = watch.deadline(&limits);
+        if reason != Closed::WriteTimeout {
+            // A reading of an earlier answer says nothing of the next one's.
+            queue = Queue::default();
+        }
         // While the answer's writes are stalled, the send queue is read every so often.
         let read_queue = (reason == Closed::WriteTimeout)
             .then_some(addrs)
