@@ -1,7 +1,8 @@
 //! Bounded whatever the engine sends: the real binary's resident memory with the vitals of a
 //! 1,000-rank engine against the same without them, and with a label that changes at every
 //! check; `/live` and the other probes while four clients read the status page without pause;
-//! a canary answered with an endless, a huge or a trickling body.
+//! a canary answered with an endless, a huge or a trickling body; a client that takes its
+//! answer slowly kept past the write timeout, one that takes nothing cut at it.
 
 mod common;
 
@@ -666,4 +667,119 @@ async fn status_of_as_many_upstreams_as_allowed_answers_within_a_second_beside_m
         *beside < *alone * 3 + Duration::from_secs(1),
         "/metrics took {beside:?} beside /status readers, {alone:?} alone"
     );
+}
+
+/// A 4 MiB page of `n`-numbered counters, new each second (`t` in its last line).
+fn four_mib_page(t: u64) -> String {
+    let mut p = big_page(t);
+    let cut = p[..4 << 20].rfind('\n').expect("lines") + 1;
+    p.replace_range(..cut, "");
+    p.insert_str(0, "# TYPE vllm:prompt_tokens counter\n");
+    p
+}
+
+/// Asks for `/metrics` with `Connection: close` on a socket with a 4 KiB receive buffer, then
+/// reads `per_tick` bytes every 100 ms (0: nothing) until sysport closes the connection or
+/// `within` passes. Returns the bytes received.
+async fn reader(port: u16, per_tick: usize, within: Duration) -> Vec<u8> {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    let mut tcp = socket
+        .connect(([127, 0, 0, 1], port).into())
+        .await
+        .expect("connect");
+    let request = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    tcp.write_all(request.as_bytes()).await.expect("request");
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; per_tick.max(1)];
+    let started = Instant::now();
+    while started.elapsed() < within {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if per_tick == 0 {
+            continue;
+        }
+        let mut tick = 0;
+        while tick < per_tick {
+            match tcp.read(&mut buf[..per_tick - tick]).await {
+                Ok(0) | Err(_) => return got,
+                Ok(n) => {
+                    got.extend_from_slice(&buf[..n]);
+                    tick += n;
+                }
+            }
+        }
+    }
+    // What a non-reader would get now, if its connection is still open.
+    let rest = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut got)).await;
+    assert!(
+        rest.is_ok(),
+        "reading the rest of the answer took over 10 s"
+    );
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_keeps_its_connection_past_the_write_timeout_and_a_non_reader_does_not() {
+    let _alone = ALONE.lock().await;
+    let engine = Engine::start(four_mib_page, Router::new()).await;
+    let sp = Sidecar::launch("bounds-slow-reader")
+        .config(|port| {
+            format!(
+                "listen: {{host: 127.0.0.1, port: {port}, write_timeout: 2s}}\n\
+                 shutdown: {{drain_delay: 0s}}\n\
+                 health: {{interval: 5s}}\n\
+                 upstreams:\n  - name: vllm\n    url: {}\n    health_url: {}\n    \
+                 timeout: 5s\n    canary_after: 0s\n    stall_after: 0s\n",
+                engine.url("/metrics"),
+                engine.url("/health"),
+            )
+        })
+        .start()
+        .await;
+    let closed = || async {
+        let page = sp
+            .get(
+                "/metrics?name=dynamo_sysport_http_connections_closed_total",
+                &[],
+            )
+            .await
+            .body;
+        let page = String::from_utf8(page).expect("text");
+        common::metric(&page, "dynamo_sysport_http_connections_closed_total")
+            .label("reason", "write_timeout")
+            .value()
+    };
+    // One that reads nothing for 6 s (three write timeouts): cut, as before.
+    let got = reader(sp.port, 0, Duration::from_secs(6)).await;
+    assert!(got.len() < 4 << 20, "a non-reader got {} bytes", got.len());
+    assert_eq!(
+        closed().await,
+        1.0,
+        "the non-reader cut at the write timeout"
+    );
+    // One that takes 60 KiB a second: the kernel holds what it has not taken, so sysport's
+    // writes wait for seconds at a time, but its send queue goes down all along.
+    let started = Instant::now();
+    let got = reader(sp.port, 6 << 10, Duration::from_secs(120)).await;
+    let text = String::from_utf8_lossy(&got);
+    let own = sp
+        .get(
+            "/metrics?name=dynamo_sysport_http_connections_closed_total",
+            &[],
+        )
+        .await
+        .body;
+    assert!(
+        text.contains("vllm:generation_tokens_total") && got.len() > 4 << 20,
+        "the slow reader got {} bytes in {:?}:\n{}",
+        got.len(),
+        started.elapsed(),
+        String::from_utf8_lossy(&own)
+    );
+    assert!(
+        started.elapsed() > Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(closed().await, 1.0, "the slow reader was not cut");
 }

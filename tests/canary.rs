@@ -47,6 +47,8 @@ struct Fake {
     model: Mutex<String>,
     /// Generation requests (completions, `/health_generate`, Triton generate), in order.
     generations: Mutex<Vec<(String, String)>>,
+    /// The canary's model lookups: `/v1/models` with the canary's `Authorization`.
+    /// sysport's `/metadata` reads the same route at start, without it.
     models_asked: AtomicUsize,
     authorization: Mutex<Option<String>>,
     /// Generations answered: vLLM's `request_success_total` and `generation_tokens_total`
@@ -122,10 +124,15 @@ vllm:generation_tokens_total{{engine=\"0\",model_name=\"m\"}} {served}
             }
         };
         let e = engine.clone();
-        let models = move || {
+        let models = move |headers: HeaderMap| {
             let e = e.clone();
             async move {
-                e.models_asked.fetch_add(1, Ordering::SeqCst);
+                if headers
+                    .get("authorization")
+                    .is_some_and(|v| v == "Bearer sekret")
+                {
+                    e.models_asked.fetch_add(1, Ordering::SeqCst);
+                }
                 let id = e.model.lock().expect("lock").clone();
                 json(serde_json::json!({"object": "list", "data": [{"id": id, "object": "model"}]}))
             }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::engines::StandIn;
-use common::{Running, client, config, upstream_config};
+use common::{Running, client, config, eventually, upstream_config};
 use serde_json::{Value, json};
 use sysport::config::{Config, Overrides, RoutePolicy};
 use sysport::model::{Engine, Url};
@@ -113,6 +113,11 @@ async fn metadata_is_read_at_most_once_per_check_interval() {
     let mut c = config(vec![upstream("vllm", Engine::Vllm, &vllm)]);
     c.health.interval = Duration::from_secs(3600);
     let running = Running::start(c).await;
+    // The read made once the first check finds the engine up, unasked.
+    eventually(Duration::from_secs(5), "the read at start", || async {
+        asked(&vllm, "GET /version") == 1
+    })
+    .await;
     for _ in 0..5 {
         assert_eq!(
             get(&running, "/metadata").await.1["upstreams"]["vllm"]["version"],
@@ -125,6 +130,51 @@ async fn metadata_is_read_at_most_once_per_check_interval() {
         .filter(|r| *r == "GET /version")
         .count();
     assert_eq!(versions, 1, "{:?}", vllm.requests());
+}
+
+/// How many of the stand-in's requests were `line` (`METHOD /path`).
+fn asked(s: &StandIn, line: &str) -> usize {
+    s.requests().iter().filter(|r| *r == line).count()
+}
+
+#[tokio::test]
+async fn metadata_is_read_at_start_and_again_after_the_engine_restarts() {
+    let vllm = StandIn::vllm().await;
+    // Checks every 200 ms; nobody asks `/metadata` until the end.
+    let running = Running::start(config(vec![upstream("vllm", Engine::Vllm, &vllm)])).await;
+    let reads = || (asked(&vllm, "GET /version"), asked(&vllm, "GET /v1/models"));
+    eventually(Duration::from_secs(5), "the read at start", || async {
+        reads() == (1, 1)
+    })
+    .await;
+    // While the engine runs on, its routes are not read again, check after check.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(reads(), (1, 1), "{:?}", vllm.requests());
+    // Restarted with another version: its process start time moves, the checks see it.
+    *vllm.behaviour().version.lock().expect("lock") = Some("0.33.0".into());
+    (vllm.behaviour().restarted_after).store(60, std::sync::atomic::Ordering::SeqCst);
+    let restarted = Instant::now();
+    while reads() != (2, 2) {
+        if restarted.elapsed() > Duration::from_secs(10) {
+            let (_, incidents) = get(&running, "/incidents").await;
+            panic!(
+                "no read after the restart: {:?}\n{incidents}",
+                vllm.requests()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(reads(), (2, 2), "one read a restart: {:?}", vllm.requests());
+    let (status, m) = get(&running, "/metadata").await;
+    assert_eq!(status, 200);
+    assert_eq!(m["upstreams"]["vllm"]["version"], "0.33.0", "{m}");
+    assert_eq!(m["upstreams"]["vllm"]["cache_config"]["block_size"], "16");
+    let (_, incidents) = get(&running, "/incidents").await;
+    assert_eq!(
+        incidents[0]["kind"], "restarted",
+        "the incidents' restart: {incidents}"
+    );
 }
 
 #[tokio::test]
@@ -685,6 +735,61 @@ async fn each_call_is_one_log_line_naming_who_route_upstream_status_and_duration
     ] {
         assert!(lines[0].contains(field), "{field} in {}", lines[0]);
     }
+}
+
+#[tokio::test]
+async fn a_call_with_a_client_certificate_is_logged_under_its_subject() {
+    let pki = common::pki::Pki::new("control-who");
+    pki.ca("ca");
+    pki.leaf("ca", "server", "IP:127.0.0.1");
+    pki.leaf("ca", "operator", "DNS:operator.example");
+    std::fs::write(
+        pki.path("web.yml"),
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
+         client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
+    )
+    .expect("web config");
+    let vllm = StandIn::vllm().await;
+    let (metrics, health, web) = (
+        vllm.url("/metrics"),
+        vllm.url("/health"),
+        pki.path("web.yml"),
+    );
+    let probe_port = common::sidecar::free_port();
+    let sidecar = common::sidecar::Sidecar::launch("control-who")
+        .config(|port| {
+            format!(
+                "listen: {{ host: 127.0.0.1, port: {port}, probe_port: {probe_port}, \
+                 web_config_file: {} }}\n\
+                 upstreams:\n  - name: engine-a\n    url: {metrics}\n    health_url: {health}\n",
+                web.display()
+            )
+        })
+        .live_at(format!("http://127.0.0.1:{probe_port}/live"))
+        .start()
+        .await;
+    let url = sidecar
+        .url("/engine/reset_prefix_cache")
+        .replace("http://", "https://");
+    let r = pki
+        .client("ca", Some("operator"))
+        .post(&url)
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(r.status().as_u16(), 200);
+    let lines: Vec<String> = sidecar
+        .log()
+        .lines()
+        .filter(|l| l.contains("control call"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains(r#"client certificate \"CN=operator\" from 127.0.0.1"#),
+        "{}",
+        lines[0]
+    );
 }
 
 #[tokio::test]

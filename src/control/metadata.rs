@@ -3,21 +3,23 @@
 //! model of an adapter), its cache configuration (the labels of its `*cache_config_info`
 //! family), the labels sysport adds to its series, and sysport's own version.
 //!
-//! Read when first asked, then again on demand when the last read is older than the check
-//! interval, when a scrape of the upstream failed since (the cache is one of the scraper's
-//! recorders), or when its scrapes came back (an engine restarted with another version or
-//! model); one read at a time, each answer bounded. Nothing
-//! is read at start: an engine nobody asks about gets no request beyond sysport's scrapes and
-//! canaries. The cache configuration comes from the upstream's page through the scraper (a
-//! selective read, sharing fetches with `/metrics`). What could not be read is
+//! Read without being asked ([`Control::keep_read`]) once the upstream's scrapes are first up
+//! (at start, and after a reload), and again after each restart of its engine that the
+//! incidents see (its process start time changed). On demand, read again when the last read
+//! is older than the check interval, when a scrape of the upstream failed since (the cache is
+//! one of the scraper's recorders), or when its scrapes came back. One read at a time, each
+//! answer bounded. The cache configuration comes from the upstream's page through the scraper
+//! (a selective read, sharing fetches with `/metrics`). What could not be read is
 //! `{"not_available": reason}` in its place: the answer is always 200.
 
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::http::StatusCode;
 use serde_json::{Map, Value, json};
+use tokio::sync::watch;
 
 use super::forward::{self, MAX_ANSWER_BYTES};
 use super::{Control, Reply, engine_url};
@@ -26,23 +28,93 @@ use crate::expfmt::{self, Exposition, Selection};
 use crate::model::control::Method;
 use crate::model::{Read, Recorder, ScrapeRecord, ShownUrl};
 
+/// One read of an upstream.
+#[derive(Debug, Clone)]
+struct Entry {
+    at: Instant,
+    /// Its scrapes were up when it was read.
+    up: bool,
+    /// The restarts the incidents had seen of its engine when it was read.
+    restarts: u64,
+    /// The cache configuration has been read (from the page: only when asked).
+    page: bool,
+    value: Value,
+}
+
 /// What the last read of each upstream found.
 #[derive(Debug)]
 pub struct Cache {
-    /// Per upstream: when it was read, whether its scrapes were up then, and what it said.
-    read: Mutex<Vec<Option<(Instant, bool, Value)>>>,
+    /// Per upstream: its last read.
+    read: Mutex<Vec<Option<Entry>>>,
     /// Held while reading, so a burst of requests makes one read.
     reading: tokio::sync::Mutex<()>,
     /// Per upstream: a scrape failed since its last read (the engine down, or restarting).
     failed: Vec<AtomicBool>,
+    /// Per upstream: its last scrape succeeded.
+    up: Vec<AtomicBool>,
+    /// Woken when an upstream's scrapes turn up: [`Control::keep_read`] reads it.
+    came_up: tokio::sync::Notify,
 }
 
-/// Told every scrape's result: a failure makes the next `/metadata` read that upstream again.
+/// Told every scrape's result: a failure makes the next `/metadata` read that upstream again;
+/// scrapes that turn up wake the reader.
 impl Recorder for Cache {
     fn scraped(&self, record: &ScrapeRecord<'_>) {
-        if !record.succeeded() && record.read != Read::Deadline {
-            if let Some(failed) = self.failed.get(record.upstream) {
-                failed.store(true, Ordering::Relaxed);
+        let u = record.upstream;
+        let (Some(failed), Some(up)) = (self.failed.get(u), self.up.get(u)) else {
+            return;
+        };
+        if record.succeeded() {
+            if !up.swap(true, Ordering::Relaxed) {
+                self.came_up.notify_one();
+            }
+        } else if record.read != Read::Deadline {
+            failed.store(true, Ordering::Relaxed);
+            up.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What is known of an upstream now, against which its last read is judged.
+#[derive(Debug, Clone, Copy)]
+struct Now {
+    up: bool,
+    restarts: u64,
+}
+
+/// Which upstreams a pass reads.
+#[derive(Debug, Clone, Copy)]
+enum Due {
+    /// Asked for: read longer ago than the age, failed a scrape since, its scrapes' state or
+    /// its engine's restarts changed since, or never read; the cache configuration of one read
+    /// unasked.
+    Asked(Duration),
+    /// Unasked: up now, and never read while up or restarted since.
+    Unasked,
+}
+
+/// What a read asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// The engine's own routes and its page.
+    Whole,
+    /// The engine's own routes: unasked, sysport adds no fetch of the page to its scrapes.
+    Engine,
+    /// The page, for the cache configuration of a read made unasked.
+    Page,
+}
+
+impl Due {
+    fn wants(self, entry: Option<&Entry>, failed: bool, now: Now) -> Option<Part> {
+        let changed = |e: &Entry| e.up != now.up || e.restarts != now.restarts;
+        match (self, entry) {
+            (Due::Asked(_), None) => Some(Part::Whole),
+            (Due::Asked(max_age), Some(e)) if failed || changed(e) || e.at.elapsed() >= max_age => {
+                Some(Part::Whole)
+            }
+            (Due::Asked(_), Some(e)) => (!e.page).then_some(Part::Page),
+            (Due::Unasked, e) => {
+                (now.up && e.is_none_or(|e| !e.up || changed(e))).then_some(Part::Engine)
             }
         }
     }
@@ -54,20 +126,19 @@ impl Cache {
             read: Mutex::new(vec![None; upstreams]),
             reading: tokio::sync::Mutex::new(()),
             failed: (0..upstreams).map(|_| AtomicBool::new(false)).collect(),
+            up: (0..upstreams).map(|_| AtomicBool::new(false)).collect(),
+            came_up: tokio::sync::Notify::new(),
         }
     }
 
-    /// The upstreams to read again: never read, read longer ago than `max_age`, failed a
-    /// scrape since, or whose scrapes' state (`up`) changed since.
-    fn stale(&self, max_age: Duration, up: &[bool]) -> Vec<usize> {
+    /// The upstreams `due` reads, and what of each.
+    fn stale(&self, due: Due, now: &[Now]) -> Vec<(usize, Part)> {
         let read = self.read.lock().expect("metadata lock");
         (read.iter().enumerate())
-            .filter(|(i, r)| {
-                self.failed[*i].load(Ordering::Relaxed)
-                    || r.as_ref()
-                        .is_none_or(|(at, was_up, _)| at.elapsed() >= max_age || *was_up != up[*i])
+            .filter_map(|(i, e)| {
+                let failed = self.failed[i].load(Ordering::Relaxed);
+                Some((i, due.wants(e.as_ref(), failed, now[i])?))
             })
-            .map(|(i, _)| i)
             .collect()
     }
 }
@@ -79,15 +150,15 @@ fn na(reason: impl std::fmt::Display) -> Value {
 impl Control {
     /// The `/metadata` answer, re-reading upstreams whose read is older than the interval.
     pub async fn metadata(&self) -> Reply {
-        self.refresh(self.interval()).await;
+        self.refresh(Due::Asked(self.interval())).await;
         let read = self.metadata.read.lock().expect("metadata lock");
         let upstreams: Map<String, Value> = (self.config.upstreams.iter().zip(read.iter()))
             .map(|(u, r)| {
                 let value = r.as_ref().map_or_else(
                     || na("not read yet"),
-                    |(at, _, v)| {
-                        let mut v = v.clone();
-                        v["age_seconds"] = json!(at.elapsed().as_secs_f64());
+                    |e| {
+                        let mut v = e.value.clone();
+                        v["age_seconds"] = json!(e.at.elapsed().as_secs_f64());
                         v
                     },
                 );
@@ -107,31 +178,99 @@ impl Control {
         )
     }
 
-    async fn refresh(&self, max_age: Duration) {
-        let up = || -> Vec<bool> {
-            (0..self.config.upstreams.len())
-                .map(|u| self.scraper.record(u).up() == Some(true))
-                .collect()
-        };
-        if self.metadata.stale(max_age, &up()).is_empty() {
-            return;
-        }
-        let _reading = self.metadata.reading.lock().await;
-        // Another request may have read them while this one waited.
-        let stale = self.metadata.stale(max_age, &up());
-        for &u in &stale {
-            self.metadata.failed[u].store(false, Ordering::Relaxed);
-        }
-        let reads = stale.iter().map(|&u| self.read_upstream(u));
-        let values = futures_util::future::join_all(reads).await;
-        let now_up = up();
-        let mut read = self.metadata.read.lock().expect("metadata lock");
-        for (u, value) in stale.into_iter().zip(values) {
-            read[u] = Some((Instant::now(), now_up[u], value));
+    /// Reads each upstream once its scrapes are up, and again after each restart of its
+    /// engine, until `stop`: woken when scrapes turn up and by the incidents at a restart, and
+    /// once per check interval besides (it looks at sysport's own state; the engine is asked
+    /// only when a read is due).
+    pub async fn keep_read(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut restarts = self.incidents.watch_restarts();
+        let mut told = true;
+        loop {
+            self.refresh(Due::Unasked).await;
+            tokio::select! {
+                changed = restarts.changed(), if told => told = changed.is_ok(),
+                () = self.metadata.came_up.notified() => {}
+                () = tokio::time::sleep(self.interval()) => {}
+                _ = stop.changed() => return,
+            }
         }
     }
 
-    async fn read_upstream(&self, u: usize) -> Value {
+    fn now(&self) -> Vec<Now> {
+        (self.config.upstreams.iter().enumerate())
+            .map(|(u, upstream)| Now {
+                up: self.metadata.up[u].load(Ordering::Relaxed),
+                restarts: self.incidents.restarts(&upstream.name),
+            })
+            .collect()
+    }
+
+    async fn refresh(&self, due: Due) {
+        if self.metadata.stale(due, &self.now()).is_empty() {
+            return;
+        }
+        let _reading = self.metadata.reading.lock().await;
+        // Another pass may have read them while this one waited.
+        let before = self.now();
+        let stale = self.metadata.stale(due, &before);
+        for &(u, part) in &stale {
+            if part != Part::Page {
+                self.metadata.failed[u].store(false, Ordering::Relaxed);
+            }
+        }
+        let reads = stale.iter().map(|&(u, part)| self.read_upstream(u, part));
+        let values = futures_util::future::join_all(reads).await;
+        let after = self.now();
+        let mut read = self.metadata.read.lock().expect("metadata lock");
+        for ((u, part), value) in stale.into_iter().zip(values) {
+            match (part, read[u].as_mut()) {
+                (Part::Page, Some(entry)) => {
+                    entry.value["cache_config"] = value;
+                    entry.page = true;
+                }
+                (Part::Page, None) => {}
+                (Part::Whole | Part::Engine, _) => {
+                    read[u] = Some(Entry {
+                        at: Instant::now(),
+                        up: after[u].up,
+                        // A restart seen during the read is read again.
+                        restarts: before[u].restarts,
+                        page: part == Part::Whole,
+                        value,
+                    });
+                }
+            }
+        }
+    }
+
+    /// What `part` of upstream `u` says: its whole value, or with [`Part::Page`] its cache
+    /// configuration alone.
+    async fn read_upstream(&self, u: usize, part: Part) -> Value {
+        match part {
+            Part::Page => self.cache_config(u).await,
+            Part::Engine => self.read_engine(u).await,
+            Part::Whole => {
+                let mut value = self.read_engine(u).await;
+                value["cache_config"] = self.cache_config(u).await;
+                value
+            }
+        }
+    }
+
+    /// The labels of upstream `u`'s cache configuration family, read from its page.
+    async fn cache_config(&self, u: usize) -> Value {
+        let upstream = &self.config.upstreams[u];
+        match upstream.engine.control().cache_config {
+            Some(family) => self.info_labels(u, family).await.unwrap_or_else(na),
+            None => na(format!(
+                "{} serves no cache configuration family",
+                upstream.engine.preset().name
+            )),
+        }
+    }
+
+    /// Upstream `u` as its engine's own routes say (the cache configuration left out).
+    async fn read_engine(&self, u: usize) -> Value {
         let upstream = &self.config.upstreams[u];
         let control = upstream.engine.control();
         let version = match control.version {
@@ -152,16 +291,6 @@ impl Control {
             },
             None => na("the engine has no /v1/models"),
         };
-        let cache_config = match control.cache_config {
-            Some(family) => match self.info_labels(u, family).await {
-                Ok(labels) => labels,
-                Err(reason) => na(reason),
-            },
-            None => na(format!(
-                "{} serves no cache configuration family",
-                upstream.engine.preset().name
-            )),
-        };
         let read_at = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -170,7 +299,7 @@ impl Control {
             "url": ShownUrl(&upstream.url).to_string(),
             "version": version,
             "models": models,
-            "cache_config": cache_config,
+            "cache_config": Value::Null,
             "read_at": read_at,
         })
     }

@@ -23,6 +23,7 @@ use axum::http::StatusCode;
 use bytes::Bytes;
 
 use crate::config::{Config, UpstreamConfig};
+use crate::incidents::Incidents;
 use crate::model::control::Method;
 use crate::model::{ShownUrl, Url};
 use crate::scrape::Scraper;
@@ -109,18 +110,22 @@ pub struct Control {
     metadata: Arc<metadata::Cache>,
     /// The configuration's scraper: the cache configuration is read through it.
     scraper: Arc<Scraper>,
+    /// Where the engines' restarts are seen: `/metadata` reads an engine again after one.
+    incidents: Arc<Incidents>,
 }
 
 impl Control {
     /// The control routes of `config`; `metadata` must be one of `scraper`'s recorders.
-    pub fn new(
+    pub(crate) fn new(
         config: &Config,
         client: reqwest::Client,
         scraper: Arc<Scraper>,
         metadata: Arc<metadata::Cache>,
+        incidents: Arc<Incidents>,
     ) -> Control {
         Control {
             scraper,
+            incidents,
             metadata,
             config: config.clone(),
             client,

@@ -9,7 +9,9 @@
 //!
 //! `health` tells it three things, each a plain-data call: a verdict changed
 //! ([`Incidents::verdict`]), a check read the upstream ([`Incidents::check`]), a canary ended
-//! ([`Incidents::canary`]). It judges nothing itself but the engine's start time.
+//! ([`Incidents::canary`]). It judges nothing itself but the engine's start time, and tells
+//! who asks of each restart it sees ([`Incidents::restarts`], [`Incidents::watch_restarts`]:
+//! `/metadata` reads the engine again).
 
 mod bundle;
 pub(crate) mod config;
@@ -79,6 +81,8 @@ pub(crate) struct Incidents {
     /// Itself, for the stacks taken after an opening to find their incident.
     me: Weak<Incidents>,
     opened: IntCounterVec,
+    /// Restarts seen, of every upstream together: changed at each one.
+    restarted: tokio::sync::watch::Sender<u64>,
 }
 
 struct Inner {
@@ -103,6 +107,8 @@ struct Track {
     canaries: VecDeque<CanaryRun>,
     last_page: Option<(SystemTime, Bytes)>,
     start_time: Option<f64>,
+    /// Restarts seen (changes of `start_time`).
+    restarts: u64,
     open: Option<Incident>,
     good_checks: u32,
     /// The next check's page is the page at the opening.
@@ -154,7 +160,19 @@ impl Incidents {
             taker: Mutex::new(None),
             me,
             opened,
+            restarted: tokio::sync::watch::channel(0).0,
         }
+    }
+
+    /// How many times `upstream`'s engine was seen to restart (its process start time changed
+    /// between two checks).
+    pub(crate) fn restarts(&self, upstream: &str) -> u64 {
+        self.lock().tracks.get(upstream).map_or(0, |t| t.restarts)
+    }
+
+    /// Changes at each restart of any upstream's engine.
+    pub(crate) fn watch_restarts(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.restarted.subscribe()
     }
 
     /// Puts `config` in force, and `rendered` (the effective configuration as `check-config`
@@ -257,12 +275,16 @@ impl Incidents {
 
     /// A check of `upstream` read `check`.
     pub(crate) fn check(&self, upstream: &str, check: Check) {
-        let kept = self.check_locked(upstream, check);
+        let (kept, restarted) = self.check_locked(upstream, check);
+        if restarted {
+            self.restarted.send_modify(|n| *n += 1);
+        }
         self.persist(kept);
     }
 
-    /// [`Incidents::check`] under the lock; what is to be written.
-    fn check_locked(&self, upstream: &str, check: Check) -> Option<Arc<Kept>> {
+    /// [`Incidents::check`] under the lock; what is to be written, and whether the engine
+    /// restarted.
+    fn check_locked(&self, upstream: &str, check: Check) -> (Option<Arc<Kept>>, bool) {
         let mut inner = self.lock();
         let body = check.page.as_deref().unwrap_or_default();
         let started = scan::value(body, "process_start_time_seconds");
@@ -279,6 +301,9 @@ impl Incidents {
         };
         if started.is_some() {
             track.start_time = started;
+        }
+        if restarted.is_some() {
+            track.restarts += 1;
         }
         if let Some((old, new)) = restarted {
             let change = Change {
@@ -334,7 +359,7 @@ impl Incidents {
             inner.trim();
             write = Some(kept);
         }
-        write
+        (write, restarted.is_some())
     }
 
     /// A canary of `upstream` ended.

@@ -155,11 +155,19 @@ fn a_flapping_engine_extends_the_open_incident() {
 #[test]
 fn a_changed_start_time_is_a_restart() {
     let (inc, t) = incidents();
+    let mut told = inc.watch_restarts();
     inc.verdict("l", "up", false, None);
     inc.check("l", check("process_start_time_seconds 100\n", 0.0, 1.0));
     inc.check("l", check("process_start_time_seconds 100\n", 0.0, 1.0));
     assert_eq!(inc.list().as_array().expect("list").len(), 0);
+    assert_eq!(inc.restarts("l"), 0);
+    assert!(!told.has_changed().expect("sender kept"));
     inc.check("l", check("process_start_time_seconds 250\n", 0.0, 0.0));
+    // Told once, to `/metadata`'s reader, of this upstream only.
+    assert_eq!(inc.restarts("l"), 1);
+    assert_eq!(inc.restarts("other"), 0);
+    assert!(told.has_changed().expect("sender kept"));
+    assert_eq!(*told.borrow_and_update(), 1);
     let list = inc.list();
     assert_eq!(list[0]["kind"], "restarted");
     assert!(

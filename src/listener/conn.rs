@@ -3,11 +3,11 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
@@ -20,6 +20,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
 use super::limits::Limits;
+use super::metrics::Closed;
 use super::phase::Watch;
 use super::slots::Slot;
 
@@ -33,13 +34,44 @@ pub struct ClientIp(pub IpAddr);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Credentialed;
 
+/// The client certificate a request's connection proved itself with (a request extension, set
+/// with [`Credentialed`]): its subject (RFC 4514, `CN=operator`), or its first subject
+/// alternative name when its subject is empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCert(pub Arc<str>);
+
+impl ClientCert {
+    /// The name of a DER certificate the handshake verified.
+    pub fn of(der: &[u8]) -> ClientCert {
+        Self::named(der).unwrap_or_else(|| ClientCert("(no subject or name)".into()))
+    }
+
+    fn named(der: &[u8]) -> Option<ClientCert> {
+        use x509_parser::extensions::GeneralName;
+        let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+        let subject = cert.subject().to_string();
+        if !subject.is_empty() {
+            return Some(ClientCert(subject.into()));
+        }
+        let san = cert.subject_alternative_name().ok()??;
+        san.value.general_names.iter().find_map(|name| match name {
+            GeneralName::DNSName(s) | GeneralName::RFC822Name(s) | GeneralName::URI(s) => {
+                Some(ClientCert((*s).into()))
+            }
+            _ => None,
+        })
+    }
+}
+
 /// Who is on the other end of a connection.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Peer {
     /// The client's address.
     pub ip: Option<IpAddr>,
-    /// The TLS handshake verified a client certificate against the client CA.
-    pub verified_cert: bool,
+    /// The connection's local and remote addresses, where its send queue is read.
+    pub addrs: Option<(SocketAddr, SocketAddr)>,
+    /// The client certificate the TLS handshake verified against the client CA.
+    pub verified_cert: Option<ClientCert>,
 }
 
 /// Serves HTTP/1.1 on `io` until the client leaves or sysport closes the connection.
@@ -54,6 +86,7 @@ pub async fn serve<I>(
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let addrs = peer.addrs;
     let service = ConnService {
         client: peer.ip,
         verified_cert: peer.verified_cert,
@@ -68,8 +101,19 @@ pub async fn serve<I>(
     let conn = builder.serve_connection(TokioIo::new(io), service);
     let mut conn = std::pin::pin!(conn);
     let mut stopping = false;
+    let mut queue = Queue::default();
+    let every = (limits.write_timeout / 4).min(QUEUE_EVERY);
     loop {
-        let (deadline, _) = watch.deadline(&limits);
+        let (deadline, reason) = watch.deadline(&limits);
+        if reason != Closed::WriteTimeout {
+            // A reading of an earlier answer says nothing of the next one's.
+            queue = Queue::default();
+        }
+        // While the answer's writes are stalled, the send queue is read every so often.
+        let read_queue = (reason == Closed::WriteTimeout)
+            .then_some(addrs)
+            .flatten()
+            .map(|_| queue.next(deadline - limits.write_timeout, every));
         tokio::select! {
             done = conn.as_mut() => {
                 if let Err(err) = done {
@@ -78,11 +122,21 @@ pub async fn serve<I>(
                 return;
             }
             () = tokio::time::sleep_until(deadline.into()) => {
+                if let Some((local, remote)) = addrs.filter(|_| reason == Closed::WriteTimeout) {
+                    queue.read(local, remote, &watch);
+                }
                 // The phase may have moved the deadline while this slept.
                 let (deadline, reason) = watch.deadline(&limits);
                 if Instant::now() >= deadline {
                     slot.metrics().closed(reason);
                     return;
+                }
+            }
+            () = tokio::time::sleep_until(read_queue.unwrap_or(deadline).into()),
+                if read_queue.is_some_and(|at| at < deadline) =>
+            {
+                if let Some((local, remote)) = addrs {
+                    queue.read(local, remote, &watch);
                 }
             }
             () = watch.earlier.notified() => {}
@@ -100,11 +154,43 @@ pub async fn serve<I>(
     }
 }
 
+/// How often, at most, a stalled answer's send queue is read.
+const QUEUE_EVERY: Duration = Duration::from_secs(5);
+
+/// The last reading of a stalled answer's send queue: the bytes the kernel held, and when.
+#[derive(Debug, Default)]
+struct Queue {
+    last: Option<(Instant, Option<u64>)>,
+}
+
+impl Queue {
+    /// When to read it next: `every` after the later of the last write the client took
+    /// (`since`) and the last reading.
+    fn next(&self, since: Instant, every: Duration) -> Instant {
+        match self.last {
+            Some((at, _)) if at > since => at + every,
+            _ => since + every,
+        }
+    }
+
+    /// Reads the queue; when it went down since the last reading, the client took bytes,
+    /// which moves its write deadline as a write would.
+    fn read(&mut self, local: SocketAddr, remote: SocketAddr, watch: &Watch) {
+        let now = super::sendq::queued(local, remote);
+        if let (Some(now), Some((_, Some(before)))) = (now, self.last)
+            && now < before
+        {
+            watch.taken(Instant::now());
+        }
+        self.last = Some((Instant::now(), now));
+    }
+}
+
 /// The router, marking the connection busy from a request's head to the end of its answer.
 struct ConnService {
     client: Option<IpAddr>,
-    /// The TLS handshake verified a client certificate.
-    verified_cert: bool,
+    /// The client certificate the TLS handshake verified.
+    verified_cert: Option<ClientCert>,
     router: Router,
     watch: Arc<Watch>,
 }
@@ -122,8 +208,9 @@ impl hyper::service::Service<hyper::Request<Incoming>> for ConnService {
         if let Some(ip) = self.client {
             req.extensions_mut().insert(ClientIp(ip));
         }
-        if self.verified_cert {
+        if let Some(cert) = &self.verified_cert {
             req.extensions_mut().insert(Credentialed);
+            req.extensions_mut().insert(cert.clone());
         }
         let answer = tower::ServiceExt::oneshot(self.router.clone(), req);
         Box::pin(async move {

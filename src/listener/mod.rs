@@ -23,6 +23,7 @@ pub mod handshakes;
 mod limits;
 pub mod metrics;
 pub mod phase;
+mod sendq;
 pub mod slots;
 
 pub use handoff::Handoff;
@@ -115,10 +116,12 @@ async fn connection(
         tracing::debug!(error = %err, "cannot set TCP_NODELAY");
     }
     let client = tcp.peer_addr().ok().map(|a| a.ip());
+    let addrs = tcp.local_addr().ok().zip(tcp.peer_addr().ok());
     let Some((tls, handshakes)) = tls else {
         let peer = conn::Peer {
             ip: client,
-            verified_cert: false,
+            addrs,
+            verified_cert: None,
         };
         if let Some(handoff) = handoff {
             let (deadline, _) = watch.deadline(&limits);
@@ -188,9 +191,13 @@ async fn connection(
         Ok(io) => {
             // A certificate the handshake accepted proves the client only where the
             // configuration has it verified against the client CA.
+            let cert = io.get_ref().1.peer_certificates().and_then(|c| c.first());
             let peer = conn::Peer {
                 ip: client,
-                verified_cert: certs_verified && io.get_ref().1.peer_certificates().is_some(),
+                addrs,
+                verified_cert: cert
+                    .filter(|_| certs_verified)
+                    .map(|der| conn::ClientCert::of(der)),
             };
             conn::serve(io, peer, router, watch, slot, limits, stop).await;
         }

@@ -73,6 +73,12 @@ impl Watch {
         self.progress.store(self.millis(now), Ordering::Relaxed);
     }
 
+    /// The client took bytes the kernel held for it (the socket's send queue went down): as
+    /// much progress as a write.
+    pub fn taken(&self, now: Instant) {
+        self.wrote(now);
+    }
+
     /// A request head arrived: no head deadline until the answer is done.
     pub fn busy(&self, now: Instant) {
         let millis = self.millis(now);

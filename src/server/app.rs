@@ -76,8 +76,10 @@ impl Runtime {
             client.clone(),
             scraper.clone(),
             metadata,
+            health.incidents.clone(),
         ));
         let (stop_checks, stop) = watch::channel(false);
+        tokio::spawn(control.clone().keep_read(stop.clone()));
         tokio::spawn(health::run(checks, config.health.interval, stop));
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Runtime {

@@ -16,7 +16,7 @@ use base64::Engine as _;
 use super::app::{App, Runtime};
 use super::parts::Parts;
 use crate::control::{Call, Reply};
-use crate::listener::conn::{ClientIp, Credentialed};
+use crate::listener::conn::{ClientCert, ClientIp, Credentialed};
 use crate::model::routes;
 
 /// The longest request body passed to an engine: a control call's or an adapter's JSON.
@@ -116,8 +116,8 @@ pub(super) async fn metadata(app: &Arc<App>, runtime: &Arc<Runtime>) -> Response
     }
 }
 
-/// Who calls: the basic-auth user, else a verified client certificate and the peer's address,
-/// else the peer's address.
+/// Who calls: the basic-auth user, else a verified client certificate's subject, each with the
+/// peer's address; else the peer's address.
 fn who(req: &Request, users: bool) -> String {
     let peer = req
         .extensions()
@@ -128,10 +128,13 @@ fn who(req: &Request, users: bool) -> String {
         .flatten();
     match user {
         Some(user) => format!("user {user:?} from {peer}"),
-        None if req.extensions().get::<Credentialed>().is_some() => {
-            format!("client certificate from {peer}")
-        }
-        None => peer,
+        None => match req.extensions().get::<ClientCert>() {
+            Some(cert) => format!("client certificate {:?} from {peer}", &*cert.0),
+            None if req.extensions().get::<Credentialed>().is_some() => {
+                format!("client certificate from {peer}")
+            }
+            None => peer,
+        },
     }
 }
 

@@ -45,6 +45,9 @@ pub struct Behaviour {
     pub down: AtomicBool,
     /// vLLM's `/version`, when not `0.32.0`.
     pub version: Mutex<Option<String>>,
+    /// Added to vLLM's `process_start_time_seconds` (prometheus_client's process collector,
+    /// which vLLM's `/metrics` serves): a restart.
+    pub restarted_after: std::sync::atomic::AtomicU64,
 }
 
 struct Engine {
@@ -254,8 +257,12 @@ async fn vllm_metrics(State(e): State<Arc<Engine>>) -> Response {
          vllm:cache_config_info{{block_size=\"16\",cache_dtype=\"auto\",num_gpu_blocks=\"512\"}} 1.0\n\
          # TYPE vllm:lora_requests_info gauge\n\
          vllm:lora_requests_info{{max_lora=\"2\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"}} 1.7e9\n\
-         vllm:lora_requests_info{{max_lora=\"2\",running_lora_adapters=\"{}\",waiting_lora_adapters=\"\"}} 1.8e9\n",
-        running.join(",")
+         vllm:lora_requests_info{{max_lora=\"2\",running_lora_adapters=\"{}\",waiting_lora_adapters=\"\"}} 1.8e9\n\
+         # HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n\
+         # TYPE process_start_time_seconds gauge\n\
+         process_start_time_seconds {}\n",
+        running.join(","),
+        1_700_000_000 + e.behaviour.restarted_after.load(Ordering::SeqCst),
     )
     .into_response()
 }
