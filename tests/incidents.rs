@@ -10,8 +10,9 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use common::{Reply, Running, Upstream, config, eventually, metric, upstream_config};
 use serde_json::Value;
-use sysport::config::{Config, StallConfig};
-use sysport::model::Engine;
+use sysport::config::{CanaryConfig, Config, StallConfig};
+use sysport::model::engine::CanaryAnswer;
+use sysport::model::{Engine, Url};
 
 const INTERVAL: Duration = Duration::from_millis(100);
 const STALL_AFTER: Duration = Duration::from_millis(600);
@@ -37,13 +38,28 @@ process_start_time_seconds {started}
     ))
 }
 
-/// sysport in front of `engine` (its URL with `password`) with vLLM's stall families.
+/// The API key the canary sends: in no part of a bundle.
+const API_KEY: &str = "sk-canary-8d5e";
+
+/// sysport in front of `engine` (its URL with `password`) with vLLM's stall families, and a
+/// canary (not due within the test) that sends an API key.
 fn stall_config(engine: &Upstream, password: &str) -> Config {
     let url = engine
         .metrics_url()
         .replace("http://", &format!("http://ops:{password}@"));
     let mut u = upstream_config("vllm", &url, &["vllm:", "process_"]);
     u.stall = Some(StallConfig::preset(Engine::Vllm, STALL_AFTER));
+    u.canary = Some(CanaryConfig {
+        after: Duration::from_secs(3600),
+        url: Url::parse(&engine.metrics_url().replace("/metrics", "/v1/completions")).expect("url"),
+        body: Some(r#"{"model":{model},"prompt":"Hi","max_tokens":1}"#.to_owned()),
+        headers: vec![("Authorization".into(), format!("Bearer {API_KEY}"))],
+        timeout: Duration::from_secs(3),
+        live_failures: 0,
+        model: Some("m".to_owned()),
+        answer: CanaryAnswer::Choices,
+        idle: StallConfig::preset(Engine::Vllm, Duration::ZERO),
+    });
     let mut c = config(vec![u]);
     c.health.interval = INTERVAL;
     c
@@ -150,7 +166,7 @@ async fn a_stall_opens_an_incident_with_the_evidence_and_progress_closes_it() {
     assert_eq!(timeline, ["stalled", "up"]);
     assert!(!closed["readings"].as_array().expect("during").is_empty());
 
-    // The bundle: the JSON served, both pages as fetched; no password anywhere in it.
+    // The bundle: the JSON served, both pages as fetched; no password or API key anywhere in it.
     let r = common::client()
         .get(sp.url(&format!("/incidents/{id}.tar.gz")))
         .send()
@@ -183,10 +199,9 @@ async fn a_stall_opens_an_incident_with_the_evidence_and_progress_closes_it() {
         } else {
             data.clone()
         };
-        assert!(
-            !String::from_utf8_lossy(&plain).contains("hunter2"),
-            "the password is in {name}"
-        );
+        let plain = String::from_utf8_lossy(&plain);
+        assert!(!plain.contains("hunter2"), "the password is in {name}");
+        assert!(!plain.contains(API_KEY), "the API key is in {name}");
     }
 
     // The status page lists it, linked to its JSON and its bundle.
