@@ -12,7 +12,8 @@ load falls on all alike): one connection for SECONDS s (wrk --latency: p50, p99,
 8 connections for SECONDS s (scrapes/s). CPU a scrape is the target's own utime + stime over the
 one-connection run (from /proc/PID/stat; nginx's worker for nginx, not the nginx behind the two
 proxies) divided by the requests wrk completed; context switches the same way, summed over the
-target's threads.
+target's threads. Peak RSS is the target's VmHWM after its last round (sysport's for the page it
+was started for; nginx's worker and exporter_exporter serve every page, so theirs accumulate).
 
     python run.py OUT_DIR SYSPORT_BIN EXPORTER_EXPORTER_BIN PAGE_FILE...
     env: SYSPORT_PT_ROUNDS (3), SYSPORT_PT_SECONDS (5), SYSPORT_PT_SYSPORTS (more sysport binaries
@@ -60,6 +61,14 @@ def context_switches(pid):
         except FileNotFoundError:
             pass
     return total
+
+
+def peak_rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def wait_ok(url, what, proc, seconds=30):
@@ -215,7 +224,8 @@ def main():
                     log(f"{name} round {r + 1} (load {load}) {label}: p50 {m['p50_ms']:.3f} ms, "
                         f"p99 {m['p99_ms']:.3f} ms, {m['per_s']:.0f}/s, CPU {m['cpu_ms']:.3f} ms, "
                         f"{m['switches']:.1f} switches a scrape; 8 connections {m['per_s_8']:.0f}/s")
-            results.append({"page": name, "bytes": size, "runs": runs})
+            peaks = {label: peak_rss_mib(pid) for label, _, pid in targets}
+            results.append({"page": name, "bytes": size, "runs": runs, "peak_rss_mib": peaks})
             for p in procs[2:]:
                 p.terminate()
                 p.wait()
@@ -227,15 +237,16 @@ def main():
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     lines = ["| page | target | p50, 1 conn. (ms) | p99, 1 conn. (ms) | CPU a scrape (ms) "
-             "| switches a scrape | scrapes/s, 1 conn. | scrapes/s, 8 conn. |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| switches a scrape | scrapes/s, 1 conn. | scrapes/s, 8 conn. | peak RSS (MiB) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for res in results:
         for label, ms in res["runs"].items():
             def col(key, fmt):
                 return " / ".join(fmt.format(m[key]) for m in ms)
             lines.append(f"| {res['page']} | {label} | {col('p50_ms', '{:.2f}')} | {col('p99_ms', '{:.2f}')} "
                          f"| {col('cpu_ms', '{:.2f}')} | {col('switches', '{:.1f}')} "
-                         f"| {col('per_s', '{:,.0f}')} | {col('per_s_8', '{:,.0f}')} |")
+                         f"| {col('per_s', '{:,.0f}')} | {col('per_s_8', '{:,.0f}')} "
+                         f"| {res['peak_rss_mib'][label]:.1f} |")
         med = {label: statistics.median(m["p50_ms"] for m in ms) for label, ms in res["runs"].items()}
         log(f"{res['page']}: median p50 " + ", ".join(f"{k} {v:.3f} ms" for k, v in med.items()))
     with open(os.path.join(out, "results.md"), "w") as f:
