@@ -172,6 +172,12 @@ vllm:e2e_request_latency_seconds_count{engine=\"0\",model_name=\"m\"} 6
 vllm:e2e_request_latency_seconds_sum{engine=\"0\",model_name=\"m\"} 4.5
 ";
 
+/// `dynamo_sysport_otlp_exports_total{result}` on a `/metrics` page.
+fn exports(text: &str, result: &str) -> f64 {
+    metric(text, "dynamo_sysport_otlp_exports_total")
+        .label("result", result)
+        .value()
+}
 fn otlp(endpoint: Url, interval_ms: u64) -> OtlpConfig {
     OtlpConfig {
         endpoint,
@@ -304,10 +310,7 @@ async fn the_page_arrives_as_served_with_gzip_headers_and_resource() {
     // And the export counts itself.
     eventually(Duration::from_secs(10), "the export counted", || async {
         let text = get_text(&sysport.url("/metrics")).await;
-        metric(&text, "dynamo_sysport_otlp_exports_total")
-            .label("result", "success")
-            .value()
-            >= 1.0
+        exports(&text, "success") >= 1.0
     })
     .await;
     let (_, status) = sysport.get("/status").await;
@@ -357,18 +360,8 @@ async fn a_429_with_retry_after_is_retried_after_it_within_the_interval() {
         "Retry-After: 1 honoured, waited {waited:?}"
     );
     let text = get_text(&sysport.url("/metrics")).await;
-    assert_eq!(
-        metric(&text, "dynamo_sysport_otlp_exports_total")
-            .label("result", "success")
-            .value(),
-        1.0
-    );
-    assert_eq!(
-        metric(&text, "dynamo_sysport_otlp_exports_total")
-            .label("result", "failure")
-            .value(),
-        0.0
-    );
+    assert_eq!(exports(&text, "success"), 1.0);
+    assert_eq!(exports(&text, "failure"), 0.0);
     drop(got);
 }
 
@@ -379,10 +372,7 @@ async fn a_400_is_not_retried() {
     let (_upstream, sysport) = start(PAGE, otlp(receiver.url(), 1500)).await;
     eventually(Duration::from_secs(10), "a failed export", || async {
         let text = get_text(&sysport.url("/metrics")).await;
-        metric(&text, "dynamo_sysport_otlp_exports_total")
-            .label("result", "failure")
-            .value()
-            == 1.0
+        exports(&text, "failure") == 1.0
     })
     .await;
     // One answer only until the next interval.
@@ -425,10 +415,7 @@ async fn a_413_splits_the_request_until_every_piece_fits() {
     let (_upstream, sysport) = start(PAGE, otlp(receiver.url(), 500)).await;
     eventually(Duration::from_secs(10), "an export in pieces", || async {
         let text = get_text(&sysport.url("/metrics")).await;
-        metric(&text, "dynamo_sysport_otlp_exports_total")
-            .label("result", "success")
-            .value()
-            >= 1.0
+        exports(&text, "success") >= 1.0
     })
     .await;
     let got = receiver.got();
@@ -470,10 +457,7 @@ async fn partial_success_is_counted() {
         || async {
             let text = get_text(&sysport.url("/metrics")).await;
             metric(&text, "dynamo_sysport_otlp_rejected_points_total").value() == 2.0
-                && metric(&text, "dynamo_sysport_otlp_exports_total")
-                    .label("result", "partial")
-                    .value()
-                    == 1.0
+                && exports(&text, "partial") == 1.0
         },
     )
     .await;
@@ -500,9 +484,7 @@ async fn down_for_three_intervals_then_back_delta_loses_nothing() {
     tokio::time::sleep(Duration::from_millis(700)).await;
     let failures = {
         let text = get_text(&sysport.url("/metrics")).await;
-        metric(&text, "dynamo_sysport_otlp_exports_total")
-            .label("result", "failure")
-            .value()
+        exports(&text, "failure")
     };
     assert!(failures >= 2.0, "{failures} failed exports while down");
     let receiver = Receiver::on(TcpListener::bind(addr).await.expect("rebind"));
@@ -686,9 +668,7 @@ async fn grpc_export_with_gzip_and_headers_retried_after_unavailable() {
     );
     let text = get_text(&sysport.url("/metrics")).await;
     assert_eq!(
-        metric(&text, "dynamo_sysport_otlp_exports_total")
-            .label("result", "success")
-            .value(),
+        exports(&text, "success"),
         1.0,
         "UNAVAILABLE retried within the interval"
     );
@@ -810,10 +790,7 @@ async fn mutual_tls_over_both_protocols_and_no_client_certificate_refused() {
             &format!("{protocol}: an export over mTLS"),
             || async {
                 let text = get_text(&sysport.url("/metrics")).await;
-                metric(&text, "dynamo_sysport_otlp_exports_total")
-                    .label("result", "success")
-                    .value()
-                    >= 1.0
+                exports(&text, "success") >= 1.0
             },
         )
         .await;
@@ -830,10 +807,7 @@ async fn mutual_tls_over_both_protocols_and_no_client_certificate_refused() {
             &format!("{protocol}: refused without a certificate"),
             || async {
                 let text = get_text(&sysport.url("/metrics")).await;
-                metric(&text, "dynamo_sysport_otlp_exports_total")
-                    .label("result", "failure")
-                    .value()
-                    >= 1.0
+                exports(&text, "failure") >= 1.0
             },
         )
         .await;
@@ -851,10 +825,7 @@ async fn grpc_resource_exhausted_about_size_splits_the_request() {
     let (_upstream, sysport) = start(PAGE, o).await;
     eventually(Duration::from_secs(15), "an export in pieces", || async {
         let text = get_text(&sysport.url("/metrics")).await;
-        metric(&text, "dynamo_sysport_otlp_exports_total")
-            .label("result", "success")
-            .value()
-            >= 1.0
+        exports(&text, "success") >= 1.0
     })
     .await;
     let calls = got.lock().expect("lock").clone();
