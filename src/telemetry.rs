@@ -7,6 +7,7 @@
 //! and histograms) and the families other modules define and register.
 
 mod collect;
+mod text;
 mod upstreams;
 
 pub(crate) use collect::{desc, family, gauge};
@@ -19,8 +20,8 @@ use crate::expfmt::Selection;
 use crate::model::{Read, Recorder, ScrapeRecord, UpstreamRecord};
 
 use prometheus::{
-    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts, Registry, TextEncoder,
+    Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 
 /// Namespace of every metric here.
@@ -295,9 +296,7 @@ impl Telemetry {
         if let Some(names) = names {
             families.retain(|f| names.selects(f.name().as_bytes()));
         }
-        if let Err(err) = TextEncoder::new().encode(&families, out) {
-            tracing::error!(error = %err, "could not encode sysport's own metrics");
-        }
+        text::encode(&families, out);
     }
 }
 
