@@ -19,7 +19,7 @@ mod split;
 #[cfg(test)]
 mod split_tests;
 
-use self::prior::{UNSEEN, usable};
+use self::prior::{Known, UNSEEN, usable};
 use self::split::{
     CLAIM_BYTES, MIN_SHARE_BYTES, PARALLEL_MIN_BYTES, PARALLEL_MIN_BYTES_AFTER_PRIOR, parse_shared,
     split_point,
@@ -547,7 +547,8 @@ impl<'b, 'o> Parser<'b, 'o> {
         let cursor = self.prior_cursor(d, suffix);
         let (known, next) = self.prior_match(line, cursor);
         let lexed = match known {
-            Some(known) => lex::lex_sample_known_labels(
+            Some(Known::Whole(known)) => Ok(known),
+            Some(Known::Labels(known)) => lex::lex_sample_known_labels(
                 line,
                 known.labels.1 as usize,
                 &known,

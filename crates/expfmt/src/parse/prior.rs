@@ -1,6 +1,8 @@
 //! The reuse of the previous page: a sample line whose name and labels are byte for byte those
 //! of the line at the same place of its family in the previous parse of the same upstream takes
-//! their lexing from there ([`crate::parse_after`]).
+//! their lexing from there ([`crate::parse_after`]); a line that is that line whole, value
+//! included, takes its whole lexing (most of an engine's histogram buckets between two
+//! scrapes, and every line of a page that did not change).
 
 use super::ParseOptions;
 use super::family::family_slot;
@@ -14,6 +16,16 @@ use crate::model::{Exposition, Suffix};
 thread_local! {
     /// Lines this thread lexed from a prior's, for tests to see the prior used.
     pub(crate) static REUSED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Of those, the lines that were the prior's line whole.
+    pub(crate) static REUSED_WHOLE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// A line's lexing from the prior ([`Parser::prior_match`]).
+pub(super) enum Known {
+    /// The name and labels are the prior line's: their lexing, the value still to read.
+    Labels(lex::SampleLex),
+    /// The line is the prior line, byte for byte: its whole lexing (the value was read then).
+    Whole(lex::SampleLex),
 }
 
 /// A family whose place in `prior` has not been looked up yet.
@@ -42,13 +54,9 @@ impl Parser<'_, '_> {
 
     /// The lexing of the sample of `prior` at `cursor`, or of the one after it (a series gone
     /// since), when that line had labels, was canonical without timestamp or exemplar, and
-    /// starts with the same bytes as `line` up to and including its `}`; and where the cursor
-    /// goes next.
-    pub(super) fn prior_match(
-        &self,
-        line: &[u8],
-        cursor: (u32, u32),
-    ) -> (Option<lex::SampleLex>, u32) {
+    /// starts with the same bytes as `line` up to and including its `}` (whole when the rest
+    /// is the same too); and where the cursor goes next.
+    pub(super) fn prior_match(&self, line: &[u8], cursor: (u32, u32)) -> (Option<Known>, u32) {
         let Some(prior) = self.prior else {
             return (None, 0);
         };
@@ -63,7 +71,18 @@ impl Parser<'_, '_> {
                 if line.len() > close && line[..=close] == prior.body[start..=start + close] {
                     #[cfg(test)]
                     REUSED.with(|n| n.set(n.get() + 1));
-                    return (Some(prior.lex(sample)), k + 1);
+                    let lexed = prior.lex(sample);
+                    // A canonical line without timestamp ends with its value.
+                    let end = lexed.value.1 as usize;
+                    let whole = line.len() == end
+                        && line[close + 1..] == prior.body[start + close + 1..start + end];
+                    #[cfg(test)]
+                    REUSED_WHOLE.with(|n| n.set(n.get() + usize::from(whole)));
+                    let known = match whole {
+                        true => Known::Whole(lexed),
+                        false => Known::Labels(lexed),
+                    };
+                    return (Some(known), k + 1);
                 }
             }
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use super::prior::REUSED;
+use super::prior::{REUSED, REUSED_WHOLE};
 use crate::testing::{FIXTURES, LIMITS, fixture};
 use crate::*;
 
@@ -150,6 +150,45 @@ fn every_fixture_after_its_previous_scrape_is_the_fresh_parse() {
             );
             assert!(reused > 0, "{name}");
         }
+    }
+}
+
+#[test]
+fn a_line_that_did_not_change_takes_its_value_from_the_prior_and_one_that_did_reads_it() {
+    for name in FIXTURES {
+        let body = fixture(name);
+        let o = Opts {
+            format: Format::detect(&body),
+            keep: &[""],
+            ..TEXT
+        };
+        let fresh = after(&body, &o, None).0.expect("fixtures parse");
+        // The same page again: every reusable line is the prior's whole.
+        REUSED_WHOLE.with(|n| n.set(0));
+        let reused = check(&body, &o, &body, &o);
+        let whole = REUSED_WHOLE.with(|n| n.get());
+        assert_eq!(reused, reusable(&fresh), "{name}");
+        assert!(whole >= reused, "{name}: {whole} of {reused} lines whole");
+        // Every value with a digit changed: only the lines left as they were (`NaN`, `+Inf`)
+        // are the prior's whole, and every value is the new one.
+        let before = other_values(&body);
+        let unchanged = body
+            .split(|&b| b == b'\n')
+            .zip(before.split(|&b| b == b'\n'))
+            .filter(|(a, b)| a == b && !a.is_empty() && a[0] != b'#')
+            .count();
+        REUSED_WHOLE.with(|n| n.set(0));
+        let (parsed, _) = after(
+            &body,
+            &o,
+            Some(&Arc::new(after(&before, &o, None).0.expect("parses"))),
+        );
+        let whole = REUSED_WHOLE.with(|n| n.get());
+        assert!(
+            whole <= unchanged,
+            "{name}: {whole} whole, {unchanged} unchanged"
+        );
+        assert_eq!(parsed.expect("parses"), fresh, "{name}");
     }
 }
 
