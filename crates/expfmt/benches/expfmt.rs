@@ -29,6 +29,7 @@
 
 use std::hint::black_box;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -96,6 +97,39 @@ fn main() {
         }
         group.finish();
     }
+    // The parse after the previous scrape, on one thread (what each line costs; sysport gives
+    // a large page a second thread besides): the page unchanged since (every line the prior's
+    // whole) and every value changed (only the names and labels the prior's). A live engine's
+    // page lies between the two. `parse_once` is not inlined, so that an instruction count can
+    // take it alone: `valgrind --tool=callgrind --toggle-collect='*parse_once*'
+    // target/release/deps/expfmt-HASH --test text-after-prior/unchanged/large`.
+    let mut group = c.benchmark_group("expfmt/text-after-prior");
+    for input in inputs.iter().filter(|i| i.format == Format::Text) {
+        group.throughput(Throughput::Bytes(input.body.len() as u64));
+        if input.body.len() > 1 << 20 {
+            group.sampling_mode(SamplingMode::Flat).sample_size(10);
+        } else {
+            group.sampling_mode(SamplingMode::Auto).sample_size(50);
+        }
+        let keep: Vec<String> = KEEP.iter().map(|s| s.to_string()).collect();
+        let opts = ParseOptions {
+            keep: &keep,
+            limits: LIMITS,
+            added_labels: &[],
+            hasher: PairHasher::new(0x5eed),
+            allow_reserved: false,
+        };
+        for (case, before) in [
+            ("unchanged", input.body.clone()),
+            ("values-changed", values_changed(&input.body)),
+        ] {
+            let prior = Arc::new(parse_once(&before, &opts, None));
+            group.bench_function(format!("{case}/{}", input.name), |b| {
+                b.iter(|| black_box(parse_once(&input.body, &opts, Some(&prior))))
+            });
+        }
+    }
+    group.finish();
     c.final_summary();
 
     if !test_mode {
@@ -117,6 +151,44 @@ fn pipeline(body: &Bytes, format: Format, keep: &[String], added: &[AddedLabel])
     expfmt::parse_merge_write::<Vec<u8>>(body.clone(), format, &opts, added, None, Output::Text)
         .expect("inputs are within the limits")
         .out
+}
+
+/// `body` parsed on this thread in one pass, after `prior`.
+#[inline(never)]
+fn parse_once(
+    body: &Bytes,
+    opts: &ParseOptions<'_>,
+    prior: Option<&Arc<expfmt::Exposition>>,
+) -> expfmt::Exposition {
+    expfmt::parse_with(
+        body.clone(),
+        Format::Text,
+        opts,
+        expfmt::Split::OnePass,
+        prior,
+    )
+    .expect("inputs are within the limits")
+}
+
+/// `body` with the last digit of every sample's value changed: the page a scrape later on an
+/// engine whose every series moved.
+fn values_changed(body: &Bytes) -> Bytes {
+    let mut out = body.to_vec();
+    let mut start = 0;
+    while start < out.len() {
+        let end = memchr::memchr(b'\n', &out[start..]).map_or(out.len(), |i| start + i);
+        if out[start] != b'#'
+            && let Some(space) = memchr::memrchr(b' ', &out[start..end])
+            && let Some(last) = out[start + space + 1..end]
+                .iter()
+                .rposition(u8::is_ascii_digit)
+        {
+            let at = start + space + 1 + last;
+            out[at] = if out[at] == b'9' { b'0' } else { out[at] + 1 };
+        }
+        start = end + 1;
+    }
+    Bytes::from(out)
 }
 
 /// The speed limit: keep each line that starts with a kept prefix, or is the HELP or TYPE line
