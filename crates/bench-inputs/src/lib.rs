@@ -343,3 +343,26 @@ pub fn input(name: &str, format: Format, python: Option<&Generator>) -> Input {
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
+
+/// `body` with the last digit of every sample's value changed (`9` becomes `0`): the page a
+/// scrape later on an engine whose every series moved, each line the same length as before.
+pub fn values_moved(body: &[u8]) -> Vec<u8> {
+    let mut out = body.to_vec();
+    let mut start = 0;
+    while start < out.len() {
+        let end = out[start..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(out.len(), |i| start + i);
+        let line = &out[start..end];
+        if line.first() != Some(&b'#')
+            && let Some(space) = line.iter().rposition(|&b| b == b' ')
+            && let Some(last) = line[space + 1..].iter().rposition(u8::is_ascii_digit)
+        {
+            let at = start + space + 1 + last;
+            out[at] = if out[at] == b'9' { b'0' } else { out[at] + 1 };
+        }
+        start = end + 1;
+    }
+    out
+}

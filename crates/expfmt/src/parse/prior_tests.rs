@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use proptest::prelude::*;
+use sysport_bench_inputs::values_moved;
 
 use super::prior::{REUSED, REUSED_WHOLE};
 use crate::testing::{FIXTURES, LIMITS, fixture};
@@ -92,26 +93,6 @@ fn check(before: &[u8], prior_opts: &Opts<'_>, body: &[u8], o: &Opts<'_>) -> usi
     reused
 }
 
-/// `body` with the last digit of every sample's value changed: the page a scrape later.
-fn other_values(body: &[u8]) -> Vec<u8> {
-    let mut out = body.to_vec();
-    let mut start = 0;
-    while start < out.len() {
-        let end = memchr::memchr(b'\n', &out[start..]).map_or(out.len(), |i| start + i);
-        if out[start] != b'#'
-            && let Some(space) = memchr::memrchr(b' ', &out[start..end])
-            && let Some(last) = out[start + space + 1..end]
-                .iter()
-                .rposition(u8::is_ascii_digit)
-        {
-            let at = start + space + 1 + last;
-            out[at] = if out[at] == b'9' { b'0' } else { out[at] + 1 };
-        }
-        start = end + 1;
-    }
-    out
-}
-
 /// The samples a parse after a prior of the same series takes from it: canonical lines
 /// with labels, without timestamp or exemplar, short enough for a sample's own offsets.
 fn reusable(e: &Exposition) -> usize {
@@ -139,7 +120,7 @@ fn every_fixture_after_its_previous_scrape_is_the_fresh_parse() {
                 keep,
                 ..TEXT
             };
-            let before = other_values(&body);
+            let before = values_moved(&body);
             assert_ne!(before, body, "{name}: values changed");
             let reused = check(&before, &o, &body, &o);
             let fresh = after(&body, &o, None).0.expect("fixtures parse");
@@ -171,7 +152,7 @@ fn a_line_that_did_not_change_takes_its_value_from_the_prior_and_one_that_did_re
         assert!(whole >= reused, "{name}: {whole} of {reused} lines whole");
         // Every value with a digit changed: only the lines left as they were (`NaN`, `+Inf`)
         // are the prior's whole, and every value is the new one.
-        let before = other_values(&body);
+        let before = values_moved(&body);
         let unchanged = body
             .split(|&b| b == b'\n')
             .zip(before.split(|&b| b == b'\n'))
