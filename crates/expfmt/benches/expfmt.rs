@@ -33,7 +33,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use criterion::{Criterion, SamplingMode, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, SamplingMode, Throughput};
 use sysport_bench_inputs::{
     self as inputs, Input, KEEP, LIMITS, SIZES, format_name, is_test_mode, make_input,
 };
@@ -75,12 +76,7 @@ fn main() {
     for format in [Format::Text, Format::OpenMetrics] {
         let mut group = c.benchmark_group(format!("expfmt/{}", format_name(format)));
         for input in inputs.iter().filter(|i| i.format == format) {
-            group.throughput(Throughput::Bytes(input.body.len() as u64));
-            if input.body.len() > 1 << 20 {
-                group.sampling_mode(SamplingMode::Flat).sample_size(10);
-            } else {
-                group.sampling_mode(SamplingMode::Auto).sample_size(50);
-            }
+            size_group(&mut group, input);
             let keep: Vec<String> = KEEP.iter().map(|s| s.to_string()).collect();
             group.bench_function(format!("sysport/{}", input.name), |b| {
                 b.iter(|| black_box(pipeline(&input.body, input.format, &keep, &[])))
@@ -105,12 +101,7 @@ fn main() {
     // target/release/deps/expfmt-HASH --test text-after-prior/unchanged/large`.
     let mut group = c.benchmark_group("expfmt/text-after-prior");
     for input in inputs.iter().filter(|i| i.format == Format::Text) {
-        group.throughput(Throughput::Bytes(input.body.len() as u64));
-        if input.body.len() > 1 << 20 {
-            group.sampling_mode(SamplingMode::Flat).sample_size(10);
-        } else {
-            group.sampling_mode(SamplingMode::Auto).sample_size(50);
-        }
+        size_group(&mut group, input);
         let keep: Vec<String> = KEEP.iter().map(|s| s.to_string()).collect();
         let opts = ParseOptions {
             keep: &keep,
@@ -154,6 +145,16 @@ fn pipeline(body: &Bytes, format: Format, keep: &[String], added: &[AddedLabel])
     expfmt::parse_merge_write::<Vec<u8>>(body.clone(), format, &opts, added, None, Output::Text)
         .expect("inputs are within the limits")
         .out
+}
+
+/// The group's throughput and sampling for `input`: ten flat samples above 1 MiB.
+fn size_group(group: &mut BenchmarkGroup<'_, WallTime>, input: &Input) {
+    group.throughput(Throughput::Bytes(input.body.len() as u64));
+    if input.body.len() > 1 << 20 {
+        group.sampling_mode(SamplingMode::Flat).sample_size(10);
+    } else {
+        group.sampling_mode(SamplingMode::Auto).sample_size(50);
+    }
 }
 
 /// `body` parsed on this thread in one pass, after `prior`.
