@@ -3,7 +3,8 @@
 //! The bytes are the `prometheus` crate's `TextEncoder`'s for every finite value (the tests hold
 //! the two side by side), without its two allocations a sample (the value and each bucket bound
 //! formatted into a `String` of their own) and with whole numbers written without the float
-//! formatter: on a one-engine page these families cost a seventh of a scrape's CPU.
+//! formatter: with the crate's encoder, these families took a seventh of the CPU of a scrape of
+//! a one-engine page (bench/RESULTS.md, section 30).
 //! Where the crate's output is not valid text (an infinite value written `inf`, a family without
 //! metrics failing the whole page) this writes `+Inf`, `-Inf` and `NaN` and leaves the empty
 //! family out.
