@@ -413,6 +413,25 @@ fn big_page(t: u64) -> String {
     p
 }
 
+/// A sidecar named `name` in front of `engine` alone, with `listen` added to its listen settings;
+/// checks every 5 s, no canaries and no stall watch (the engine is a page server).
+async fn behind(engine: &Engine, name: &str, listen: &str) -> Sidecar {
+    Sidecar::launch(name)
+        .config(|port| {
+            format!(
+                "listen: {{host: 127.0.0.1, port: {port}, {listen}}}\n\
+                 shutdown: {{drain_delay: 0s}}\n\
+                 health: {{interval: 5s}}\n\
+                 upstreams:\n  - name: vllm\n    url: {}\n    health_url: {}\n    \
+                 timeout: 5s\n    canary_after: 0s\n    stall_after: 0s\n",
+                engine.url("/metrics"),
+                engine.url("/health"),
+            )
+        })
+        .start()
+        .await
+}
+
 /// A client that asks for the page and then reads `per_tick` bytes every 100 ms (0: never),
 /// until `stop`. Returns the answer's status code when it got that far.
 async fn holder(port: u16, per_tick: usize, stop: Arc<AtomicBool>) -> u16 {
@@ -442,20 +461,7 @@ async fn holder(port: u16, per_tick: usize, stop: Arc<AtomicBool>) -> u16 {
 async fn slow_and_non_reading_clients_hold_no_more_than_the_answer_budget() {
     let _alone = ALONE.lock().await;
     let engine = Engine::start(big_page, Router::new()).await;
-    let sp = Sidecar::launch("bounds-holders")
-        .config(|port| {
-            format!(
-                "listen: {{host: 127.0.0.1, port: {port}, max_answer_bytes_held: 48MiB}}\n\
-                 shutdown: {{drain_delay: 0s}}\n\
-                 health: {{interval: 5s}}\n\
-                 upstreams:\n  - name: vllm\n    url: {}\n    health_url: {}\n    \
-                 timeout: 5s\n    canary_after: 0s\n    stall_after: 0s\n",
-                engine.url("/metrics"),
-                engine.url("/health"),
-            )
-        })
-        .start()
-        .await;
+    let sp = behind(&engine, "bounds-holders", "max_answer_bytes_held: 48MiB").await;
     // The baseline: the page read a few times, at intervals, by a client that takes it (the
     // blocks bodies are read into are kept for the next fetches: two spares and the page).
     for _ in 0..6 {
@@ -722,20 +728,7 @@ async fn reader(port: u16, per_tick: usize, within: Duration) -> Vec<u8> {
 async fn a_slow_reader_keeps_its_connection_past_the_write_timeout_and_a_non_reader_does_not() {
     let _alone = ALONE.lock().await;
     let engine = Engine::start(four_mib_page, Router::new()).await;
-    let sp = Sidecar::launch("bounds-slow-reader")
-        .config(|port| {
-            format!(
-                "listen: {{host: 127.0.0.1, port: {port}, write_timeout: 2s}}\n\
-                 shutdown: {{drain_delay: 0s}}\n\
-                 health: {{interval: 5s}}\n\
-                 upstreams:\n  - name: vllm\n    url: {}\n    health_url: {}\n    \
-                 timeout: 5s\n    canary_after: 0s\n    stall_after: 0s\n",
-                engine.url("/metrics"),
-                engine.url("/health"),
-            )
-        })
-        .start()
-        .await;
+    let sp = behind(&engine, "bounds-slow-reader", "write_timeout: 2s").await;
     let closed = || async {
         let page = sp
             .get(

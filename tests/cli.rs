@@ -748,13 +748,8 @@ fn an_incidents_dir_that_cannot_be_written_stops_the_start_naming_it() {
             dir.display()
         ),
     );
-    let out = Command::new(BIN)
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .expect("runs");
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (code, err) = run_with_config(&[], &path);
+    assert_eq!(code, Some(2), "{err}");
     let needle = format!("{}:5:8: incidents.dir", path.display());
     assert!(err.contains(&needle), "missing {needle:?} in:\n{err}");
     assert!(err.contains(&dir.display().to_string()), "{err}");
@@ -766,13 +761,8 @@ fn an_incidents_processes_pattern_that_does_not_compile_stops_the_start_naming_i
         "incidents-processes",
         "upstreams:\n  - name: vllm\n    url: http://127.0.0.1:9/metrics\nincidents:\n  processes:\n    vllm: 'vllm serve ('\n",
     );
-    let out = Command::new(BIN)
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .expect("runs");
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (code, err) = run_with_config(&[], &path);
+    assert_eq!(code, Some(2), "{err}");
     let needle = format!("{}:6:11: incidents.processes.vllm", path.display());
     assert!(err.contains(&needle), "missing {needle:?} in:\n{err}");
     assert!(err.contains("not a regular expression"), "{err}");

@@ -698,6 +698,16 @@ async fn verified_client_certificates_open_control_and_an_optional_one_must_be_s
     }
 }
 
+/// The sidecar's log lines of control calls.
+fn control_calls(sidecar: &common::sidecar::Sidecar) -> Vec<String> {
+    sidecar
+        .log()
+        .lines()
+        .filter(|l| l.contains("control call"))
+        .map(str::to_owned)
+        .collect()
+}
+
 #[tokio::test]
 async fn each_call_is_one_log_line_naming_who_route_upstream_status_and_duration() {
     let vllm = StandIn::vllm().await;
@@ -719,12 +729,7 @@ async fn each_call_is_one_log_line_naming_who_route_upstream_status_and_duration
         .await
         .expect("answers");
     assert_eq!(r.status().as_u16(), 200);
-    let lines: Vec<String> = sidecar
-        .log()
-        .lines()
-        .filter(|l| l.contains("control call"))
-        .map(str::to_owned)
-        .collect();
+    let lines = control_calls(&sidecar);
     assert_eq!(lines.len(), 1, "{lines:?}");
     for field in [
         "who=127.0.0.1",
@@ -778,12 +783,7 @@ async fn a_call_with_a_client_certificate_is_logged_under_its_subject() {
         .await
         .expect("answers");
     assert_eq!(r.status().as_u16(), 200);
-    let lines: Vec<String> = sidecar
-        .log()
-        .lines()
-        .filter(|l| l.contains("control call"))
-        .map(str::to_owned)
-        .collect();
+    let lines = control_calls(&sidecar);
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(
         lines[0].contains(r#"client certificate \"CN=operator\" from 127.0.0.1"#),
