@@ -115,8 +115,9 @@ async fn connection(
     if let Err(err) = tcp.set_nodelay(true) {
         tracing::debug!(error = %err, "cannot set TCP_NODELAY");
     }
-    let client = tcp.peer_addr().ok().map(|a| a.ip());
-    let addrs = tcp.local_addr().ok().zip(tcp.peer_addr().ok());
+    let remote = tcp.peer_addr().ok();
+    let client = remote.map(|a| a.ip());
+    let addrs = tcp.local_addr().ok().zip(remote);
     let Some((tls, handshakes)) = tls else {
         let peer = conn::Peer {
             ip: client,
