@@ -917,9 +917,17 @@ scrape_configs:
                    f"or the warm-up (until {state['warm']:.1f}) is")
             # Prometheus has scraped past as_of.
             time.sleep(max(0.0, as_of + 2.5 - time.time()))
-            scrapes = {job: self.prom.query(f'count_over_time(up{{job="{job}"}}[{WINDOW}s])', at=as_of)
-                       for job in ("vllm-engine", "llama-engine")}
-            scrapes = {j: int(float(r[0]["value"][1])) if r else 0 for j, r in scrapes.items()}
+            # Prometheus scrapes each engine directly at the same interval with a stricter timeout
+            # (1 s against sysport's 2 s): its successful scrapes say when the engine's own
+            # /metrics answered at all, the reference for sysport's readings below.
+            scrapes = {}
+            for name in ("vllm", "llama"):
+                data = self.prom.api("query", query=f'up{{job="{name}-engine"}}[{WINDOW}s]', time=f"{as_of:.3f}")
+                points = [(float(t), v == "1") for t, v in (data["result"][0]["values"] if data["result"] else [])]
+                ok = [t for t, up in points if up]
+                widest = max((b - a for a, b in zip(ok, ok[1:])), default=WINDOW)
+                scrapes[name] = {"scrapes": len(points), "up": len(ok), "widest_gap": widest}
+            state["prom_scrapes"] = scrapes
             state.update(status=st, as_of=as_of)
             # Where sysport's readings are in the window (the history has one point per reading):
             # the first one's distance from the window's start, and the gaps a late check left.
@@ -930,33 +938,48 @@ scrape_configs:
                              if b - a > 1.5 * INTERVAL) or "none"
             return (f"as_of {as_of:.3f}: window starts {t0 - (as_of - WINDOW):.1f} s before the burst, ends "
                     f"{as_of - t1:.1f} s after it; sysport readings vllm {v['readings']}, llama {l['readings']}; "
-                    f"Prometheus scrapes in the window {scrapes}; sysport's first reading {times[0]:.2f} s "
+                    f"Prometheus' scrapes of the engines in the window (all, up, widest gap between up) "
+                    f"{ {n: (p['scrapes'], p['up'], round(p['widest_gap'], 1)) for n, p in scrapes.items()} }; "
+                    f"sysport's first reading {times[0]:.2f} s "
                     f"into the window, gaps: {gaps}")
 
         self.check("/status read once the whole burst is inside the 60 s window", read_status, fatal=True)
 
         def readings_cover():
             # A check still running at the next one's due time skips it (the grid of due times is
-            # kept, as Prometheus keeps its scrape phase): during the burst, on two busy cores,
-            # vLLM's /metrics can take longer than the 1 s interval for a run of checks (49 and 48
-            # of 60 in one CI run, with vLLM's check timing out once at 2 s). What the rates need
-            # is readings at both ends of the window and no hole a stuck check loop would leave.
+            # kept, as Prometheus keeps its scrape phase). During a burst on two busy cores an
+            # engine's own /metrics can take longer than the interval for a run of reads:
+            # llama-server answers it from its main loop between decode steps, vLLM's API server
+            # shares the cores with the engine core's threads. One CI run had vLLM's readings 8 s
+            # apart during its burst. So the bounds below are the absolute ones (3 in 4 due times, no
+            # gap over 5 intervals) where Prometheus, scraping the same engine at the same interval,
+            # had its scrapes answered, and otherwise what Prometheus itself managed: a stuck check
+            # loop leaves a hole where the engine answered Prometheus, a slow engine leaves the
+            # same hole in both.
             st = state["status"]
             out = []
             for name in ("vllm", "llama"):
                 v = st[name]["vitals"]
+                prom = state["prom_scrapes"][name]
                 times = sorted(ago + WINDOW for ago, _ in v["history"]["running"] if ago > -WINDOW)
                 expect(len(times) >= 2, f"{name}: {len(times)} readings in the window")
                 gap = max(b - a for a, b in zip(times, times[1:]))
-                expect(v["readings"] >= 0.75 * WINDOW,
-                       f"{name}: {v['readings']} readings in the {WINDOW} s window (at least {0.75 * WINDOW:g})")
-                expect(gap <= 5 * INTERVAL, f"{name}: a {gap:.1f} s gap between readings")
+                least = min(0.75 * WINDOW, prom["up"] - 3)
+                expect(v["readings"] >= least,
+                       f"{name}: {v['readings']} readings in the {WINDOW} s window (at least {least:g}; "
+                       f"Prometheus had {prom['up']} of its {prom['scrapes']} scrapes of the engine answered)")
+                widest = max(5 * INTERVAL, prom["widest_gap"] + 2 * INTERVAL)
+                expect(gap <= widest,
+                       f"{name}: a {gap:.1f} s gap between readings (at most {widest:.1f} s; Prometheus' widest "
+                       f"gap between answered scrapes of the engine {prom['widest_gap']:.1f} s)")
                 expect(times[0] <= 5 * INTERVAL and times[-1] >= WINDOW - 5 * INTERVAL,
                        f"{name}: readings from {times[0]:.1f} s to {times[-1]:.1f} s of the window")
-                out.append(f"{name} {v['readings']} (widest gap {gap:.1f} s)")
+                out.append(f"{name} {v['readings']} (widest gap {gap:.1f} s; Prometheus {prom['up']} answered, "
+                           f"widest gap {prom['widest_gap']:.1f} s)")
             return ", ".join(out)
 
-        self.check("sysport's readings cover the window (at least 3 in 4 due times, no gap over 5 intervals)",
+        self.check("sysport's readings cover the window (at least 3 in 4 due times, no gap over 5 intervals, "
+                   "or what Prometheus' scrapes of the engine managed)",
                    readings_cover)
         st, at = state["status"], state["as_of"]
         r = f"[{WINDOW}s]"
