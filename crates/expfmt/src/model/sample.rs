@@ -161,6 +161,36 @@ impl Sample {
         (self.flags & (CANONICAL | SIDE) == CANONICAL && close != 0).then_some(close)
     }
 
+    /// The line's length, when a later parse may take this sample whole for the line right
+    /// after the one it took as `prev` ([`crate::parse`]'s run of unchanged lines): its line came
+    /// right after `prev`'s in the body, with the same name, and was canonical with labels,
+    /// without timestamp or exemplar (its value ends it).
+    #[inline]
+    pub(crate) fn whole_after(&self, prev: &Sample) -> Option<usize> {
+        let len = self.offsets[6];
+        let ok = self.flags & (CANONICAL | SIDE | SAME_NAME) == CANONICAL | SAME_NAME
+            && prev.flags & SIDE == 0
+            && self.offsets[3] != 0
+            && self.offsets[5] == len
+            && self.line_start == prev.line_start + u32::from(prev.offsets[6]) + 1;
+        ok.then_some(len as usize)
+    }
+
+    /// This sample of a prior page as the sample of the same line at `line_start` of a later
+    /// one, pushed right after `last`, the sample of the line before it, of the same name:
+    /// the family and the rename are `last`'s, the lexing this one's.
+    #[inline]
+    pub(crate) fn taken_whole(&self, line_start: usize, last: &Sample, present: u8) -> Sample {
+        Sample {
+            line_start: line_start as u32,
+            family: last.family,
+            labels_hash: self.labels_hash,
+            offsets: self.offsets,
+            present,
+            flags: CANONICAL | SAME_NAME | (last.flags & (RENAME_MASK << RENAME_SHIFT)),
+        }
+    }
+
     /// Whether the sample's name (as [`Exposition::sample_name`] gives it) is the one of the
     /// sample before it in [`Exposition::all_samples`]; `false` when not known.
     #[inline]

@@ -182,6 +182,10 @@ struct Parser<'b, 'o> {
     /// Per family: the next sample of its family in `prior` to compare a line with, and the
     /// end of that family's samples there (`UNSEEN` before its first sample).
     cursors: Vec<(u32, u32)>,
+    /// The prior's sample that the last line pushed was, whole ([`Known::Whole`]), or `NONE`:
+    /// the lines after it may follow the prior's ([`Parser::follow_prior`]). Read and reset
+    /// after each sample line.
+    whole_at: u32,
 }
 
 /// How the previous sample's name resolved.
@@ -360,6 +364,7 @@ impl<'b, 'o> Parser<'b, 'o> {
             probes: Vec::new(),
             prior,
             cursors: Vec::new(),
+            whole_at: NONE,
         }
     }
 
@@ -375,7 +380,7 @@ impl<'b, 'o> Parser<'b, 'o> {
         while start < body.len() {
             line_no += 1;
             let nl = memchr::memchr(b'\n', &body[start..]).map_or(body.len(), |i| start + i);
-            let next = nl + 1;
+            let mut next = nl + 1;
             let mut end = nl;
             if end > start && body[end - 1] == b'\r' {
                 end -= 1;
@@ -408,6 +413,12 @@ impl<'b, 'o> Parser<'b, 'o> {
                         eof_seen = false;
                     }
                     self.sample(line, start, i, line_no, &lex_opts)?;
+                    if self.whole_at != NONE && next < body.len() {
+                        let (to, lines) = self.follow_prior(body, next);
+                        next = to;
+                        line_no += lines;
+                    }
+                    self.whole_at = NONE;
                 }
             }
             if self.decls.len() > self.opts.limits.max_families {
@@ -546,6 +557,7 @@ impl<'b, 'o> Parser<'b, 'o> {
         }
         let cursor = self.prior_cursor(d, suffix);
         let (known, next) = self.prior_match(line, cursor);
+        let whole = matches!(known, Some(Known::Whole(_)));
         let lexed = match known {
             Some(Known::Whole(known)) => Ok(known),
             Some(Known::Labels(known)) => lex::lex_sample_known_labels(
@@ -630,6 +642,9 @@ impl<'b, 'o> Parser<'b, 'o> {
         self.last_pushed = Some(pushed);
         self.samples.push(sample);
         self.kept_bytes += line.len() + 1;
+        if whole {
+            self.whole_at = next - 1;
+        }
         Ok(())
     }
 

@@ -18,6 +18,8 @@ thread_local! {
     pub(crate) static REUSED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     /// Of those, the lines that were the prior's line whole.
     pub(crate) static REUSED_WHOLE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Of those, the lines taken in a run after the line before them ([`Parser::follow_prior`]).
+    pub(crate) static FOLLOWED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// A line's lexing from the prior ([`Parser::prior_match`]).
@@ -98,6 +100,75 @@ impl Parser<'_, '_> {
         };
         (None, next)
     }
+}
+
+impl Parser<'_, '_> {
+    /// After a line that was the prior's line `whole_at` whole: the lines from `at` on that
+    /// are, one after the other, the prior's next lines whole, of the same name as the line
+    /// before them (the rows of a histogram, the labels of a gauge), each pushed as the sample
+    /// its own reading would make ([`Parser::sample`] through [`Known::Whole`]) without
+    /// reading it again: no line scan, no name, no lookup of its family or its place in the
+    /// prior, one compare. Returns where reading goes on and how many lines were taken.
+    pub(super) fn follow_prior(&mut self, body: &[u8], mut at: usize) -> (usize, usize) {
+        let (Some(prior), Some(&last)) = (self.prior, self.samples.last()) else {
+            return (at, 0);
+        };
+        let family = self.last_family as usize;
+        let (_, end) = self.cursors[family];
+        let present = match self.opts.added_labels.is_empty() {
+            true => Some(u8::MAX),
+            false => None,
+        };
+        let renamed = u64::from(last.rename().is_some());
+        let limits = self.opts.limits;
+        let mut k = self.whole_at as usize;
+        let mut taken = 0;
+        while k + 1 < end as usize {
+            let (prev, p) = (&prior.samples[k], &prior.samples[k + 1]);
+            let Some(len) = p.whole_after(prev) else {
+                break;
+            };
+            let line_end = at + len;
+            if line_end >= body.len()
+                || body[line_end] != b'\n'
+                || len > limits.max_line_bytes
+                || self.samples.len() >= limits.max_series
+            {
+                break;
+            }
+            let line = &body[at..line_end];
+            let start = p.line_start() as usize;
+            let before = &prior.body[start..start + len];
+            if last_eight(line) != last_eight(before) || line != before {
+                break;
+            }
+            debug_assert_eq!(raw_name(prior, prev), raw_name(prior, p));
+            let sample = p.taken_whole(at, &last, present.unwrap_or(p.present()));
+            self.samples.push(sample);
+            self.kept_bytes += len + 1;
+            self.stats.renamed += renamed;
+            taken += 1;
+            at = line_end + 1;
+            k += 1;
+        }
+        if taken > 0 {
+            self.kept_counts[last.family() as usize] += taken as u32;
+            self.cursors[family].0 = (k + 1) as u32;
+            #[cfg(test)]
+            {
+                REUSED.with(|n| n.set(n.get() + taken));
+                REUSED_WHOLE.with(|n| n.set(n.get() + taken));
+                FOLLOWED.with(|n| n.set(n.get() + taken));
+            }
+        }
+        (at, taken)
+    }
+}
+
+/// A sample's name as its line writes it.
+fn raw_name<'p>(prior: &'p Exposition, s: &crate::model::Sample) -> &'p [u8] {
+    let l = prior.lex(s);
+    prior.sample_part(s, (l.name_start, l.name_end))
 }
 
 /// The last eight bytes of `b`, `None` when it is shorter.

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use sysport_bench_inputs::values_moved;
 
-use super::prior::{REUSED, REUSED_WHOLE};
+use super::prior::{FOLLOWED, REUSED, REUSED_WHOLE};
 use crate::testing::{FIXTURES, LIMITS, fixture};
 use crate::*;
 
@@ -171,6 +171,69 @@ fn a_line_that_did_not_change_takes_its_value_from_the_prior_and_one_that_did_re
         );
         assert_eq!(parsed.expect("parses"), fresh, "{name}");
     }
+}
+
+#[test]
+fn runs_of_unchanged_lines_are_taken_in_one_step_and_stop_at_a_changed_one() {
+    for name in FIXTURES {
+        let body = fixture(name);
+        let o = Opts {
+            format: Format::detect(&body),
+            keep: &[""],
+            ..TEXT
+        };
+        let fresh = after(&body, &o, None).0.expect("fixtures parse");
+        let prior = Arc::new(after(&body, &o, None).0.expect("parses"));
+        // The same page again: every reusable line that follows one of the same name in a run
+        // is taken in the run, and the parse is the fresh one.
+        FOLLOWED.with(|n| n.set(0));
+        let (parsed, reused) = after(&body, &o, Some(&prior));
+        let followed = FOLLOWED.with(|n| n.get());
+        assert_eq!(parsed.expect("parses"), fresh, "{name}");
+        let runs = runs_in(&fresh);
+        assert_eq!(
+            followed, runs,
+            "{name}: {followed} followed, {runs} in runs, {reused} reused"
+        );
+        // Each value changed: no line is taken in a run (a run stops at the first changed line).
+        let before = values_moved(&body);
+        let moved = Arc::new(after(&before, &o, None).0.expect("parses"));
+        FOLLOWED.with(|n| n.set(0));
+        let (parsed, _) = after(&body, &o, Some(&moved));
+        assert_eq!(parsed.expect("parses"), fresh, "{name}");
+        let followed = FOLLOWED.with(|n| n.get());
+        let unchanged = body
+            .split(|&b| b == b'\n')
+            .zip(before.split(|&b| b == b'\n'))
+            .filter(|(a, b)| a == b && !a.is_empty() && a[0] != b'#')
+            .count();
+        assert!(
+            followed <= unchanged,
+            "{name}: {followed} followed, {unchanged} unchanged"
+        );
+    }
+}
+
+/// The lines a parse after the same page takes in runs: reusable ones right after a reusable
+/// line of the same name.
+fn runs_in(e: &Exposition) -> usize {
+    let reusable = |s: &crate::model::Sample| {
+        let l = e.lex(s);
+        l.canonical
+            && l.labels.1 != 0
+            && l.timestamp == (0, 0)
+            && l.exemplar == (0, 0)
+            && e.line_len(s) < 1 << 16
+    };
+    e.all_samples()
+        .windows(2)
+        .filter(|w| {
+            reusable(&w[0])
+                && reusable(&w[1])
+                && w[1].same_name_as_previous()
+                && w[1].line_start() as usize == w[0].line_start() as usize + e.line_len(&w[0]) + 1
+        })
+        .count()
 }
 
 #[test]
@@ -444,6 +507,7 @@ fn the_generated_pages_reuse_lines() {
     let samples = proptest::collection::vec(sample(), 5..30);
     let edits = proptest::collection::vec(edit(), 0..30);
     let (mut reused, mut lines) = (0, 0);
+    FOLLOWED.with(|n| n.set(0));
     for i in 0..200 {
         let s = samples.new_tree(&mut runner).expect("tree").current();
         let e = edits.new_tree(&mut runner).expect("tree").current();
@@ -462,6 +526,12 @@ fn the_generated_pages_reuse_lines() {
         reused += check(render(&kinds, &s, om).as_bytes(), &o, later.as_bytes(), &o);
         lines += later.lines().count();
     }
-    eprintln!("{reused} of {lines} lines reused");
+    let followed = FOLLOWED.with(|n| n.get());
+    eprintln!("{reused} of {lines} lines reused, {followed} of them in runs");
     assert!(reused * 4 >= lines, "{reused} of {lines} lines reused");
+    // And the runs of unchanged lines are in them too, else the property does not cover them.
+    assert!(
+        followed * 20 >= reused,
+        "{followed} of {reused} reused lines in runs"
+    );
 }
