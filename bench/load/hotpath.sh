@@ -11,6 +11,8 @@
 # Makes bench/.venv (prometheus-client) and the static server of bench/load/driver when missing.
 #
 # Usage: bash bench/load/hotpath.sh OUT_DIR BIN [BIN...]
+#        SYSPORT_HOTPATH_PAGE=FILE bash bench/load/hotpath.sh OUT_DIR BIN [BIN...]
+#          (another page than the 740 KB payload, e.g. tests/fixtures/small.prom)
 #        SYSPORT_HOTPATH_WALL=5 bash bench/load/hotpath.sh OUT_DIR BIN [BIN...]
 #          (no valgrind: each binary answers one connection for 5 s of wrk; scrapes per second and
 #          latency, which depend on the machine's load, unlike the instruction counts)
@@ -31,7 +33,8 @@ if [ ! -x "$VENV/bin/python" ]; then python3 -m venv "$VENV"; fi
 "$VENV/bin/python" -c 'import prometheus_client' 2>/dev/null || "$VENV/bin/pip" install -q prometheus-client
 [ -x "$DRIVER/static-serve" ] || cargo build --release --manifest-path bench/load/driver/Cargo.toml \
   --target-dir target/bench-driver --bin static-serve
-[ -s "$OUT/payload-740KB.prom" ] || "$VENV/bin/python" bench/load/registry.py write 12 "$OUT/payload-740KB.prom"
+PAGE=${SYSPORT_HOTPATH_PAGE:-$OUT/payload-740KB.prom}
+[ -n "${SYSPORT_HOTPATH_PAGE:-}" ] || [ -s "$PAGE" ] || "$VENV/bin/python" bench/load/registry.py write 12 "$PAGE"
 
 free_ports() {
   "$VENV/bin/python" -c 'import socket
@@ -44,7 +47,7 @@ n=0
 for BIN in "$@"; do
   n=$((n + 1))
   read -r UP SP <<<"$(free_ports)"
-  "$DRIVER/static-serve" "127.0.0.1:$UP" "$OUT/payload-740KB.prom" 2>/dev/null &
+  "$DRIVER/static-serve" "127.0.0.1:$UP" "$PAGE" 2>/dev/null &
   STATIC=$!
   cat > "$OUT/sysport-$n.yaml" <<EOF
 listen: { host: 127.0.0.1, port: $SP }
