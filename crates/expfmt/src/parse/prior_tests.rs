@@ -30,6 +30,15 @@ const TEXT: Opts<'static> = Opts {
     key: 7,
 };
 
+/// Every family of `body` kept, in the format it is in.
+fn every_family(body: &[u8]) -> Opts<'static> {
+    Opts {
+        format: Format::detect(body),
+        keep: &[""],
+        ..TEXT
+    }
+}
+
 fn parse_opts<R>(o: &Opts<'_>, f: impl FnOnce(&ParseOptions<'_>) -> R) -> R {
     let keep: Vec<String> = o.keep.iter().map(|s| s.to_string()).collect();
     let added: Vec<&[u8]> = o.added.iter().map(|s| s.as_bytes()).collect();
@@ -96,16 +105,24 @@ fn check(before: &[u8], prior_opts: &Opts<'_>, body: &[u8], o: &Opts<'_>) -> usi
 /// The samples a parse after a prior of the same series takes from it: canonical lines
 /// with labels, without timestamp or exemplar, short enough for a sample's own offsets.
 fn reusable(e: &Exposition) -> usize {
-    e.all_samples()
-        .iter()
-        .filter(|s| {
-            let l = e.lex(s);
-            l.canonical
-                && l.labels.1 != 0
-                && l.timestamp == (0, 0)
-                && l.exemplar == (0, 0)
-                && e.line_len(s) < 1 << 16
-        })
+    e.all_samples().iter().filter(|s| is_reusable(e, s)).count()
+}
+
+/// Whether a later parse after a prior of the same series takes `s`'s lexing from it.
+fn is_reusable(e: &Exposition, s: &crate::model::Sample) -> bool {
+    let l = e.lex(s);
+    l.canonical
+        && l.labels.1 != 0
+        && l.timestamp == (0, 0)
+        && l.exemplar == (0, 0)
+        && e.line_len(s) < 1 << 16
+}
+
+/// The sample lines of `a` that are the line at the same place of `b`.
+fn unchanged_samples(a: &[u8], b: &[u8]) -> usize {
+    a.split(|&x| x == b'\n')
+        .zip(b.split(|&x| x == b'\n'))
+        .filter(|(a, b)| a == b && !a.is_empty() && a[0] != b'#')
         .count()
 }
 
@@ -138,11 +155,7 @@ fn every_fixture_after_its_previous_scrape_is_the_fresh_parse() {
 fn a_line_that_did_not_change_takes_its_value_from_the_prior_and_one_that_did_reads_it() {
     for name in FIXTURES {
         let body = fixture(name);
-        let o = Opts {
-            format: Format::detect(&body),
-            keep: &[""],
-            ..TEXT
-        };
+        let o = every_family(&body);
         let fresh = after(&body, &o, None).0.expect("fixtures parse");
         // The same page again: every reusable line is the prior's whole.
         REUSED_WHOLE.with(|n| n.set(0));
@@ -153,11 +166,7 @@ fn a_line_that_did_not_change_takes_its_value_from_the_prior_and_one_that_did_re
         // Every value with a digit changed: only the lines left as they were (`NaN`, `+Inf`)
         // are the prior's whole, and every value is the new one.
         let before = values_moved(&body);
-        let unchanged = body
-            .split(|&b| b == b'\n')
-            .zip(before.split(|&b| b == b'\n'))
-            .filter(|(a, b)| a == b && !a.is_empty() && a[0] != b'#')
-            .count();
+        let unchanged = unchanged_samples(&body, &before);
         REUSED_WHOLE.with(|n| n.set(0));
         let (parsed, _) = after(
             &body,
@@ -177,11 +186,7 @@ fn a_line_that_did_not_change_takes_its_value_from_the_prior_and_one_that_did_re
 fn runs_of_unchanged_lines_are_taken_in_one_step_and_stop_at_a_changed_one() {
     for name in FIXTURES {
         let body = fixture(name);
-        let o = Opts {
-            format: Format::detect(&body),
-            keep: &[""],
-            ..TEXT
-        };
+        let o = every_family(&body);
         let fresh = after(&body, &o, None).0.expect("fixtures parse");
         let prior = Arc::new(after(&body, &o, None).0.expect("parses"));
         // The same page again: every reusable line that follows one of the same name in a run
@@ -195,18 +200,15 @@ fn runs_of_unchanged_lines_are_taken_in_one_step_and_stop_at_a_changed_one() {
             followed, runs,
             "{name}: {followed} followed, {runs} in runs, {reused} reused"
         );
-        // Each value changed: no line is taken in a run (a run stops at the first changed line).
+        // Every value with a digit changed: only lines left as they were (`NaN`, `+Inf`) can be
+        // taken in a run (a run stops at the first changed line), and every value is the new one.
         let before = values_moved(&body);
         let moved = Arc::new(after(&before, &o, None).0.expect("parses"));
         FOLLOWED.with(|n| n.set(0));
         let (parsed, _) = after(&body, &o, Some(&moved));
         assert_eq!(parsed.expect("parses"), fresh, "{name}");
         let followed = FOLLOWED.with(|n| n.get());
-        let unchanged = body
-            .split(|&b| b == b'\n')
-            .zip(before.split(|&b| b == b'\n'))
-            .filter(|(a, b)| a == b && !a.is_empty() && a[0] != b'#')
-            .count();
+        let unchanged = unchanged_samples(&body, &before);
         assert!(
             followed <= unchanged,
             "{name}: {followed} followed, {unchanged} unchanged"
@@ -217,19 +219,11 @@ fn runs_of_unchanged_lines_are_taken_in_one_step_and_stop_at_a_changed_one() {
 /// The lines a parse after the same page takes in runs: reusable ones right after a reusable
 /// line of the same name.
 fn runs_in(e: &Exposition) -> usize {
-    let reusable = |s: &crate::model::Sample| {
-        let l = e.lex(s);
-        l.canonical
-            && l.labels.1 != 0
-            && l.timestamp == (0, 0)
-            && l.exemplar == (0, 0)
-            && e.line_len(s) < 1 << 16
-    };
     e.all_samples()
         .windows(2)
         .filter(|w| {
-            reusable(&w[0])
-                && reusable(&w[1])
+            is_reusable(e, &w[0])
+                && is_reusable(e, &w[1])
                 && w[1].same_name_as_previous()
                 && w[1].line_start() as usize == w[0].line_start() as usize + e.line_len(&w[0]) + 1
         })
