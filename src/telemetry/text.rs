@@ -2,13 +2,14 @@
 //!
 //! The bytes are the `prometheus` crate's `TextEncoder`'s for every finite value (the tests hold
 //! the two side by side), without its two allocations a sample (the value and each bucket bound
-//! formatted into a `String` of their own) and with whole numbers written without the float
-//! formatter: with the crate's encoder, these families took a seventh of the CPU of a scrape of
-//! a one-engine page (bench/RESULTS.md, section 30).
+//! formatted into a `String` of their own), with whole numbers written without the float
+//! formatter and bucket bounds kept as written: with the crate's encoder, these families took a
+//! seventh of the CPU of a scrape of a one-engine page (bench/RESULTS.md, sections 30 and 31).
 //! Where the crate's output is not valid text (an infinite value written `inf`, a family without
 //! metrics failing the whole page) this writes `+Inf`, `-Inf` and `NaN` and leaves the empty
 //! family out.
 
+use std::cell::RefCell;
 use std::io::Write;
 
 use prometheus::proto::{LabelPair, Metric, MetricFamily, MetricType};
@@ -111,7 +112,7 @@ fn sample(
             out.push(sep);
             out.extend_from_slice(label.as_bytes());
             out.extend_from_slice(b"=\"");
-            number(bound, out);
+            fixed(bound, out);
             out.push(b'"');
         }
         out.push(b'}');
@@ -152,14 +153,48 @@ fn number(v: f64, out: &mut Vec<u8>) {
     }
 }
 
+/// A bucket bound or a quantile as [`number`] writes it, kept from one page to the next: they are
+/// fixed when a histogram or summary is made, and a fractional one (`0.005`) cost the float
+/// formatter at every scrape (38 of the 142 numbers of sysport's own families beside one engine).
+fn fixed(v: f64, out: &mut Vec<u8>) {
+    /// More distinct values than sysport's own histograms have; past it, they are written anew.
+    const KEPT: usize = 64;
+    thread_local! {
+        static WRITTEN: RefCell<Vec<(u64, Box<[u8]>)>> = const { RefCell::new(Vec::new()) };
+    }
+    if v.fract() == 0.0 || !v.is_finite() {
+        return number(v, out);
+    }
+    let bits = v.to_bits();
+    WRITTEN.with_borrow_mut(|written| {
+        if let Some((_, text)) = written.iter().find(|(b, _)| *b == bits) {
+            out.extend_from_slice(text);
+            return;
+        }
+        let at = out.len();
+        number(v, out);
+        if written.len() < KEPT {
+            written.push((bits, out[at..].into()));
+        }
+    });
+}
+
 /// `s` with `\` and newline escaped, and `"` too when `quote` (a label value; HELP keeps it).
 fn escape(s: &str, quote: bool, out: &mut Vec<u8>) {
     let bytes = s.as_bytes();
     let mut from = 0;
-    let special = |b: &u8| *b == b'\\' || *b == b'\n' || (quote && *b == b'"');
-    for (i, b) in bytes.iter().enumerate().filter(|(_, b)| special(b)) {
+    loop {
+        let rest = &bytes[from..];
+        let found = match quote {
+            true => memchr::memchr3(b'\\', b'\n', b'"', rest),
+            false => memchr::memchr2(b'\\', b'\n', rest),
+        };
+        let Some(off) = found else {
+            break;
+        };
+        let i = from + off;
         out.extend_from_slice(&bytes[from..i]);
-        out.extend_from_slice(match b {
+        out.extend_from_slice(match bytes[i] {
             b'\\' => b"\\\\",
             b'\n' => b"\\n",
             _ => b"\\\"",
@@ -262,5 +297,19 @@ mod tests {
         let page = String::from_utf8(out).expect("utf-8");
         assert!(!page.contains("empty"), "{page}");
         assert!(page.contains("# TYPE g gauge\ng NaN\n"), "{page}");
+    }
+
+    #[test]
+    fn a_bound_written_again_is_the_one_written_first_even_past_the_kept_ones() {
+        let bounds: Vec<f64> = (1..200).map(|i| i as f64 * 0.0125).collect();
+        for round in 0..3 {
+            for &b in &bounds {
+                let (mut kept, mut fresh) = (Vec::new(), Vec::new());
+                fixed(b, &mut kept);
+                number(b, &mut fresh);
+                assert_eq!(kept, fresh, "{b} in round {round}");
+                assert_eq!(String::from_utf8(kept).expect("utf-8"), b.to_string());
+            }
+        }
     }
 }
