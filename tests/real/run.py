@@ -35,7 +35,8 @@ The phases, in order (vLLM is started once: its start takes 30-120 s on two core
    server has exited). Each opens an incident (GET /incidents): canary_failed with each
    canary's timing, closed after SIGCONT with its duration; stalled with the frozen worker's
    Python stacks; down for llama-server, whose stacks say why there are none (no Python in a
-   native process); down for the killed worker, open while vLLM is gone.
+   native process); down for the killed worker (or canary_failed turned down, when a canary
+   meets the server between the kill and its exit), open while vLLM is gone.
 
 Every wait is bounded; every process started here is stopped before the end (the engines in
 process groups of their own, listed in the pid file as `-PGID` so that the wrapper's cleanup
