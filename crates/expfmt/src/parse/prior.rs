@@ -114,12 +114,12 @@ impl Parser<'_, '_> {
         let (Some(prior), Some(&last)) = (self.prior, self.samples.last()) else {
             return (at, 0);
         };
+        // The family's number among all (for its cursor); `last.family()` is its number among
+        // the kept ones (for its count).
         let family = self.last_family as usize;
         let (_, end) = self.cursors[family];
-        let present = match self.opts.added_labels.is_empty() {
-            true => Some(u8::MAX),
-            false => None,
-        };
+        // As `sample` sets it: every added label present when there are none.
+        let all_present = self.opts.added_labels.is_empty();
         let renamed = u64::from(last.rename().is_some());
         let limits = self.opts.limits;
         let mut k = self.whole_at as usize;
@@ -144,7 +144,8 @@ impl Parser<'_, '_> {
                 break;
             }
             debug_assert_eq!(raw_name(prior, prev), raw_name(prior, p));
-            let sample = p.taken_whole(at, &last, present.unwrap_or(p.present()));
+            let present = if all_present { u8::MAX } else { p.present() };
+            let sample = p.taken_whole(at, &last, present);
             self.samples.push(sample);
             self.kept_bytes += len + 1;
             self.stats.renamed += renamed;
