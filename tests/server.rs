@@ -644,6 +644,69 @@ async fn prometheus_scrape_timeout_bounds_a_stalled_upstream() {
 }
 
 #[tokio::test]
+async fn a_reader_that_joins_a_fetch_keeps_its_own_deadline_not_the_starters() {
+    // Prometheus' scrape of sysport (0.5 s: a 0.45 s budget) starts the fetch of an engine that
+    // answers in 1.2 s; a reader without a deadline (a health check, a scraper with a longer
+    // timeout) joins it. The first gives up at its deadline; the fetch goes on to the
+    // upstream's own 5 s timeout, so the second gets the page, from the same single request.
+    let slow = Upstream::start(Reply::text(VLLM)).await;
+    let mut cfg = config(vec![upstream_config(
+        "slow",
+        &slow.metrics_url(),
+        &["vllm:"],
+    )]);
+    cfg.upstreams[0].timeout = Duration::from_secs(5);
+    cfg.health.interval = Duration::from_secs(3600);
+    let sp = Running::start(cfg).await;
+    eventually(Duration::from_secs(5), "ready", || async {
+        sp.get("/health").await.0 == 200
+    })
+    .await;
+    slow.set(Reply {
+        delay: Duration::from_millis(1200),
+        ..Reply::text(VLLM)
+    });
+    let asked = slow.queries().len();
+    let bounded = tokio::spawn(
+        client()
+            .get(sp.url("/metrics"))
+            .header("X-Prometheus-Scrape-Timeout-Seconds", "0.5")
+            .send(),
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let patient = client()
+        .get(sp.url("/metrics"))
+        .send()
+        .await
+        .expect("answers");
+    let patient = patient.text().await.expect("body");
+    let bounded = bounded.await.expect("task").expect("answers");
+    let bounded = bounded.text().await.expect("body");
+    let up = |body: &str| {
+        metric(body, "dynamo_sysport_upstream_up")
+            .label("upstream", "slow")
+            .value()
+    };
+    assert_eq!(
+        up(&bounded),
+        0.0,
+        "the 0.5 s scrape gave up at its deadline"
+    );
+    assert_eq!(
+        up(&patient),
+        1.0,
+        "the joined fetch was cut at the starter's deadline"
+    );
+    assert_eq!(
+        metric(&patient, "vllm:num_requests_running")
+            .label("engine", "0")
+            .value(),
+        3.0
+    );
+    assert_eq!(slow.queries().len(), asked + 1, "one request to the engine");
+}
+
+#[tokio::test]
 async fn shutdown_finishes_in_flight_scrapes_and_fails_health_first() {
     // The in-flight scrape outlasts the drain delay, which leaves seconds for the checks made
     // during it.

@@ -672,9 +672,26 @@ async fn a_request_whose_deadline_passes_leaves_the_status_page_and_health_agree
     let u = &status["upstreams"][0];
     assert_eq!(status["ready"], true, "{status}");
     assert_eq!(u["health"]["ready"], true, "{u}");
-    // The badge is the verdict; the request's timeout is the last scrape, beside it.
+    // The badge is the verdict; the request's timeout is beside it, in `up` and the last
+    // error. The fetch it gave up on runs on to the upstream's own 10 s timeout: the last
+    // scrape is still the check's, until that fetch ends.
     assert_eq!(u["state"], "up", "{u}");
     assert_eq!(card_badge(&page, "vllm"), "up");
-    assert_eq!(u["last_scrape"]["result"], "timeout", "{u}");
     assert_eq!(u["up"], false, "{u}");
+    assert_eq!(u["last_error"], "timed out after 450ms", "{u}");
+    assert_eq!(u["last_scrape"]["result"], "success", "{u}");
+    assert_eq!(u["last_scrape"]["read"], "selective", "{u}");
+    // Then the engine's answer lands, 3 s after it was asked: the page says so.
+    eventually(Duration::from_secs(10), "the fetch ended", || async {
+        json(&sp, "/status").await.1["upstreams"][0]["last_scrape"]["read"] == "full"
+    })
+    .await;
+    let (_, status) = json(&sp, "/status").await;
+    let landed = &status["upstreams"][0];
+    assert_eq!(landed["last_scrape"]["result"], "success", "{landed}");
+    assert!(
+        landed["last_scrape"]["duration_seconds"].as_f64() >= Some(3.0),
+        "{landed}"
+    );
+    assert_eq!(landed["up"], true, "{landed}");
 }

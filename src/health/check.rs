@@ -98,6 +98,10 @@ impl Checks {
         // Before the read: a canary the engine answers meanwhile is in its counters already.
         let canaries = self.vitals.canaries(i);
         let (result, page) = self.check(i).await;
+        let at = crate::stall::CheckedAt {
+            due: at,
+            answered: Instant::now(),
+        };
         let families = &self.families[i];
         let reading = families.judged().then(|| match &page {
             Some(Ok(page)) => Ok(families.read(&page.parsed).expect("judged")),
@@ -111,7 +115,7 @@ impl Checks {
         if self.vitals.reads(i) {
             // Done before the next check.
             self.summing
-                .sum(vec![(i, page.and_then(Result::ok), canaries)], at)
+                .sum(vec![(i, page.and_then(Result::ok), canaries)], at.due)
                 .await;
         }
         due

@@ -18,7 +18,7 @@ use crate::canary::Outcome;
 use crate::config::{Config, StartingStatus};
 use crate::incidents::Incidents;
 use crate::model::Reading;
-use crate::stall::Unread;
+use crate::stall::{CheckedAt, Unread};
 use crate::telemetry::Telemetry;
 
 /// sysport's readiness.
@@ -131,7 +131,7 @@ impl Health {
     pub(crate) fn observe(
         &self,
         u: &UpstreamHealth,
-        at: Instant,
+        at: CheckedAt,
         result: Result<(), CheckError>,
         reading: Option<Result<Reading, Unread>>,
     ) -> bool {

@@ -13,6 +13,7 @@ use crate::canary::{Kind, Outcome};
 use crate::config::{CanaryConfig, Config, StallConfig, StartingStatus, UpstreamConfig};
 use crate::model::{Engine, Reading, Url};
 use crate::scrape::ScrapeError;
+use crate::stall::CheckedAt;
 use crate::telemetry::Telemetry;
 
 /// What happens at a second of the table.
@@ -136,19 +137,19 @@ async fn play(rows: &[Row]) {
         let due = match r.event.clone() {
             Event::Read(running, waiting, progress) => {
                 let reading = read(running, waiting, progress);
-                health.observe(&board[0], at, Ok(()), Some(Ok(reading)))
+                health.observe(&board[0], CheckedAt::instant(at), Ok(()), Some(Ok(reading)))
             }
             Event::Asleep => {
                 let reading = Reading {
                     asleep: true,
                     ..read(0.0, 0.0, 1.0)
                 };
-                health.observe(&board[0], at, Ok(()), Some(Ok(reading)))
+                health.observe(&board[0], CheckedAt::instant(at), Ok(()), Some(Ok(reading)))
             }
             Event::Refused => {
                 let down = Err(CheckError::Health(ScrapeError::Refused));
                 let unread = Some(Err(crate::stall::Unread::Scrape(ScrapeError::Refused)));
-                health.observe(&board[0], at, down, unread)
+                health.observe(&board[0], CheckedAt::instant(at), down, unread)
             }
             Event::Canary(kind) => {
                 let at = sent.take().expect("a canary in flight");
@@ -346,10 +347,10 @@ async fn a_reload_that_keeps_an_upstream_keeps_its_verdict_and_its_canary_in_fli
         progress: Some(1.0),
         asleep: false,
     };
-    health.observe(&board[0], at, Ok(()), Some(Ok(idle)));
+    health.observe(&board[0], CheckedAt::instant(at), Ok(()), Some(Ok(idle)));
     let later = at + Duration::from_secs(2);
     assert!(
-        health.observe(&board[0], later, Ok(()), Some(Ok(idle))),
+        health.observe(&board[0], CheckedAt::instant(later), Ok(()), Some(Ok(idle))),
         "due"
     );
     // A reload keeps the upstream (same name, URL, engine): the canary is still in flight, so
@@ -360,7 +361,12 @@ async fn a_reload_that_keeps_an_upstream_keeps_its_verdict_and_its_canary_in_fli
     assert!(Arc::ptr_eq(&board[0], &reloaded[0]), "the same health");
     let much_later = later + Duration::from_secs(10);
     assert!(
-        !health.observe(&reloaded[0], much_later, Ok(()), Some(Ok(idle))),
+        !health.observe(
+            &reloaded[0],
+            CheckedAt::instant(much_later),
+            Ok(()),
+            Some(Ok(idle))
+        ),
         "in flight"
     );
     // It ends after the reload: its failure counts, and the gauge says what /health says.
@@ -393,7 +399,7 @@ fn only_required_upstreams_gate_readiness_and_each_is_named_once() {
     let now = Instant::now();
     health.observe(
         &board[1],
-        now,
+        CheckedAt::instant(now),
         Err(CheckError::Scrape(ScrapeError::Refused)),
         None,
     );
@@ -401,7 +407,7 @@ fn only_required_upstreams_gate_readiness_and_each_is_named_once() {
         health.not_ready_reason().as_deref(),
         Some("vllm: not checked yet (starting status notready)")
     );
-    health.observe(&board[0], now, Ok(()), None);
+    health.observe(&board[0], CheckedAt::instant(now), Ok(()), None);
     assert!(health.is_ready());
     let (ready, body) = health.report(1.5, true);
     assert!(ready);

@@ -4,13 +4,13 @@
 //! [`Board`] holds those of one configuration.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
 use crate::canary::{Seen, Tracker};
 use crate::config::{CanaryConfig, StartingStatus, UpstreamConfig};
 use crate::model::{Engine, Reading, Url};
 use crate::scrape::ScrapeError;
-use crate::stall::{Unread, Watch};
+use crate::stall::{CheckedAt, Unread, Watch};
 
 /// The upstreams of one configuration, in its order, and how they start.
 #[derive(Debug)]
@@ -203,7 +203,7 @@ impl State {
     /// is none) for the stall watch and the canaries. Returns whether a canary is due.
     pub(super) fn observe(
         &mut self,
-        at: Instant,
+        at: CheckedAt,
         result: Result<(), CheckError>,
         reading: Option<Result<Reading, Unread>>,
     ) -> bool {
@@ -225,7 +225,7 @@ impl State {
             Some(Ok(r)) if healthy => Seen::Read(*r),
             _ => Seen::Down,
         };
-        tracker.observe(at, seen)
+        tracker.observe(at.due, seen)
     }
 }
 

@@ -39,7 +39,7 @@ pub(super) async fn fetch(
             }
             _ => state
                 .inflight
-                .get_or_insert_with(|| start(inner, target, slot, timeout))
+                .get_or_insert_with(|| start(inner, target, slot, target.timeout))
                 .clone(),
         }
     };

@@ -28,4 +28,4 @@
 pub(crate) mod config;
 mod watch;
 
-pub(crate) use watch::{StallStatus, Unread, Watch};
+pub(crate) use watch::{CheckedAt, StallStatus, Unread, Watch};

@@ -19,6 +19,27 @@ pub(crate) enum Unread {
     NoProgressCounter,
 }
 
+/// When a check was made: the time it was due, by which its readings are placed on the grid of
+/// checks, and the time its answers were in. A reading shows the engine at some instant between
+/// the two, so a move of the progress counters is placed at `answered`, the latest it can have
+/// happened: a reading that answered late never lengthens the quiet time it starts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CheckedAt {
+    pub due: Instant,
+    pub answered: Instant,
+}
+
+impl CheckedAt {
+    /// A check whose answers were in when it was due.
+    #[cfg(test)]
+    pub(crate) fn instant(at: Instant) -> CheckedAt {
+        CheckedAt {
+            due: at,
+            answered: at,
+        }
+    }
+}
+
 /// The state of one upstream's stall detection.
 #[derive(Debug, Clone)]
 pub(crate) struct Watch {
@@ -77,9 +98,16 @@ impl Watch {
         }
     }
 
-    /// Feeds the check made at `now`: what it read, or why it could read nothing. Returns
-    /// whether the engine is stalled.
-    pub(crate) fn observe(&mut self, now: Instant, reading: Result<Reading, Unread>) -> bool {
+    /// Feeds the check made `at`: what it read, or why it could read nothing. Returns whether
+    /// the engine is stalled.
+    ///
+    /// The quiet time runs from the `answered` instant of the check that saw the counters move
+    /// (or first found requests) to the `due` instant of the latest check: the shortest time
+    /// the engine can have been without progress. Placed at its due time instead, a move read
+    /// by a fetch that answered a second late (an engine's `/metrics` on busy cores) would call
+    /// a stall that second early.
+    pub(crate) fn observe(&mut self, at: CheckedAt, reading: Result<Reading, Unread>) -> bool {
+        let now = at.due;
         self.checked = Some(now);
         let reading = match reading {
             Ok(reading) => reading,
@@ -104,14 +132,14 @@ impl Watch {
         if let Some(progress) = reading.progress {
             self.last = Some(progress);
             if moved {
-                self.moved_at = Some(now);
+                self.moved_at = Some(at.answered);
             }
         }
         self.unread =
             (reading.busy() && reading.progress.is_none()).then_some(Unread::NoProgressCounter);
         self.quiet_since = match (reading.busy(), reading.progress) {
-            (true, Some(_)) if moved => Some(now),
-            (true, Some(_)) => self.quiet_since.or(Some(now)),
+            (true, Some(_)) if moved => Some(at.answered),
+            (true, Some(_)) => self.quiet_since.or(Some(at.answered)),
             _ => None,
         };
         self.stalled = self
@@ -200,7 +228,7 @@ mod tests {
         readings
             .iter()
             .enumerate()
-            .map(|(k, r)| watch.observe(start + SECOND * k as u32, r.clone()))
+            .map(|(k, r)| watch.observe(CheckedAt::instant(start + SECOND * k as u32), r.clone()))
             .collect()
     }
 
@@ -223,13 +251,34 @@ mod tests {
             status.describe(),
             "3 requests running, no progress for 4.0 s (stall_after 3.0 s)"
         );
-        assert!(!w.observe(start + 5 * SECOND, busy(11.0)));
+        assert!(!w.observe(CheckedAt::instant(start + 5 * SECOND), busy(11.0)));
         assert_eq!(w.status(start + 5 * SECOND).quiet_for, Some(Duration::ZERO));
         assert_eq!(
             w.status(start + 7 * SECOND).progress_age,
             Some(2 * SECOND),
             "the age counts from the check that saw the move"
         );
+    }
+
+    #[test]
+    fn a_move_read_late_starts_the_quiet_time_when_it_answered() {
+        // The check due at 0 s answered at 1.4 s with the counters moved: the engine can have
+        // made progress until 1.4 s. With stall_after 3 s, the check due at 4 s has seen only
+        // 2.6 s without progress; the one due at 5 s has seen 3.6 s.
+        let start = Instant::now();
+        let mut w = Watch::new(3 * SECOND);
+        let late = CheckedAt {
+            due: start,
+            answered: start + Duration::from_millis(1400),
+        };
+        assert!(!w.observe(late, busy(10.0)));
+        let seen: Vec<bool> = (2..=5)
+            .map(|k| w.observe(CheckedAt::instant(start + k * SECOND), busy(10.0)))
+            .collect();
+        assert_eq!(seen, [false, false, false, true]);
+        let status = w.status(start + 5 * SECOND);
+        assert_eq!(status.quiet_for, Some(Duration::from_millis(3600)));
+        assert_eq!(status.progress_age, Some(Duration::from_millis(3600)));
     }
 
     #[test]

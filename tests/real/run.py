@@ -922,8 +922,9 @@ scrape_configs:
             # (1 s against sysport's 2 s): its successful scrapes say when the engine's own
             # /metrics answered at all, the reference for sysport's readings below.
             scrapes = {}
-            for name in ("vllm", "llama"):
-                data = self.prom.api("query", query=f'up{{job="{name}-engine"}}[{WINDOW}s]', time=f"{as_of:.3f}")
+            for name in ("vllm", "llama", "sysport"):
+                job = "sysport" if name == "sysport" else f"{name}-engine"
+                data = self.prom.api("query", query=f'up{{job="{job}"}}[{WINDOW}s]', time=f"{as_of:.3f}")
                 points = [(float(t), v == "1") for t, v in (data["result"][0]["values"] if data["result"] else [])]
                 ok = [t for t, up in points if up]
                 widest = max((b - a for a, b in zip(ok, ok[1:])), default=WINDOW)
@@ -939,7 +940,8 @@ scrape_configs:
                              if b - a > 1.5 * INTERVAL) or "none"
             return (f"as_of {as_of:.3f}: window starts {t0 - (as_of - WINDOW):.1f} s before the burst, ends "
                     f"{as_of - t1:.1f} s after it; sysport readings vllm {v['readings']}, llama {l['readings']}; "
-                    f"Prometheus' scrapes of the engines in the window (all, up, widest gap between up) "
+                    f"Prometheus' scrapes of the engines and of sysport in the window (all, up, widest gap "
+                    f"between up) "
                     f"{ {n: (p['scrapes'], p['up'], round(p['widest_gap'], 1)) for n, p in scrapes.items()} }; "
                     f"sysport's first reading {times[0]:.2f} s "
                     f"into the window, gaps: {gaps}")
@@ -1107,11 +1109,23 @@ scrape_configs:
 
         return eventually(get, 30, 0.2)
 
-    def watch_canaries(self, until, seen, every=0.3):
+    def watch_canaries(self, until, seen, every=0.3, reads=None):
         """Polls /status until `until`, adding each upstream's canaries to seen[name]
-        ({finished unix seconds: (started, duration, result)})."""
+        ({finished unix seconds: (started, duration, result)}). With `reads` (a list), each
+        read's time goes there, and a read that had no answer within 5 s is noted as None and
+        the polling goes on: a canary's `last` stays in /status until the next one."""
         while time.time() < until:
-            self.note_canaries(self.status(), seen)
+            t = time.monotonic()
+            try:
+                st = self.status()
+            except TimeoutError:
+                if reads is None:
+                    raise
+                reads.append(None)
+                continue
+            if reads is not None:
+                reads.append(time.monotonic() - t)
+            self.note_canaries(st, seen)
             time.sleep(every)
 
     @staticmethod
@@ -1199,11 +1213,17 @@ scrape_configs:
                         {"model": self.env["SYSPORT_VLLM_MODEL"], "prompt": "Hello", "max_tokens": 16}, until)
             load.client("llama", f"{self.llama}/completion", {"prompt": "Hello", "n_predict": 16}, until, pause=0.05)
             watch = {"vllm": {}, "llama": {}}
-            self.watch_canaries(until, watch)
+            reads = []
+            self.watch_canaries(until, watch, reads=reads)
             load.join(40.0)
             t2 = time.time()
             expect(not load.errors, f"failed requests: { {k: v[:2] for k, v in load.errors.items()} }")
-            self.watch_canaries(t2 + CANARY_AFTER + 2 * INTERVAL + MARGIN + 1.0, watch)
+            self.watch_canaries(t2 + CANARY_AFTER + 2 * INTERVAL + MARGIN + 1.0, watch, reads=reads)
+            answered = [r for r in reads if r is not None]
+            slow = (f"{len(reads)} /status reads, slowest {max(answered):.2f} s"
+                    + (f", {len(reads) - len(answered)} without an answer within 5 s"
+                       if len(answered) < len(reads) else ""))
+            self.figure("/status read while both engines run requests, then idle", slow)
             out = []
             for name in ("vllm", "llama"):
                 starts = sorted(s for s, _, _ in watch[name].values())
@@ -1215,7 +1235,7 @@ scrape_configs:
                               "after the requests")
                 expect(after[0] >= CANARY_AFTER - INTERVAL, f"{name}: a canary {after[0]:.2f} s after the requests")
                 out.append(f"{name}: {load.ok.get(name, 0)} requests, first canary {after[0]:.1f} s after")
-            return f"{t2 - t1:.1f} s of requests, no canary meanwhile; " + "; ".join(out)
+            return f"{t2 - t1:.1f} s of requests, no canary meanwhile; " + "; ".join(out) + f" ({slow})"
 
         self.check("no canary while the test's requests run; they resume about canary_after later", none_while_busy)
 
