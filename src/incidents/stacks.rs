@@ -75,13 +75,20 @@ impl Taker {
                 "no py-spy: none on PATH and incidents.py_spy not set".to_owned(),
             );
         };
-        let found = match target {
+        // A walk of every process' open files in /proc: on the blocking pool, never on the
+        // runtime thread that answers /status and runs the checks.
+        let target = target.clone();
+        let found = tokio::task::spawn_blocking(move || match &target {
             Target::Port(port) => processes(*port),
             Target::Command(pattern) => commands(pattern),
-        };
+        })
+        .await;
         let pids = match found {
-            Ok(pids) => pids,
-            Err(why) => return Taken::Unavailable(why),
+            Ok(Ok(pids)) => pids,
+            Ok(Err(why)) => return Taken::Unavailable(why),
+            Err(err) => {
+                return Taken::Unavailable(format!("the search for the processes failed: {err}"));
+            }
         };
         let mut dumps = Vec::new();
         for pid in pids {

@@ -11,7 +11,8 @@
 //! The other threads: the worker runtime (`main.rs` builds it; the routes' work, the health
 //! checks, scrapes and canaries), `sysport-parse` (the exposition crate's second parsing
 //! thread), `sysport-vitals` (`health::check`, summing a check's vitals) and tokio's blocking
-//! pool (bcrypt). docs/architecture.md has the table.
+//! pool (bcrypt, and the search of `/proc` for an engine's processes). docs/architecture.md has
+//! the table.
 
 use std::future::Future;
 use std::pin::Pin;
