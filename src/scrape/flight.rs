@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 
+use super::Budget;
 use super::error::ScrapeError;
 use super::http::get;
 use super::parse::{contained, parse_for};
@@ -19,9 +20,8 @@ pub(super) async fn fetch(
     inner: &Arc<Inner>,
     target: &Arc<Target>,
     slot: &Arc<Slot>,
-    budget: Option<Duration>,
+    budget: Option<Budget>,
 ) -> Option<Arc<Fetch>> {
-    let timeout = budget.map_or(target.timeout, |b| b.min(target.timeout));
     let shared = {
         let mut state = slot.state.lock().expect("slot state lock");
         let reuse = state.last.as_ref().map_or(Reuse::No, |last| {
@@ -43,9 +43,20 @@ pub(super) async fn fetch(
                 .clone(),
         }
     };
-    match tokio::time::timeout(timeout + Duration::from_millis(50), shared).await {
+    match tokio::time::timeout(wait_for(budget.map(|b| b.left()), target.timeout), shared).await {
         Ok(fetch) if fetch.results.len() == target.upstreams.len() => Some(fetch),
         _ => None,
+    }
+}
+
+/// How long a request with `budget` left waits for a fetch whose own timeout is `fetch`: its budget
+/// to the end when that is the shorter (its scraper gives up soon after: the margin left for
+/// the answer is the budget's, not shared with a grace), else a little past the fetch's
+/// timeout, so that what it gets is the fetch's own result, timed out or not.
+fn wait_for(budget: Option<Duration>, fetch: Duration) -> Duration {
+    match budget {
+        Some(budget) if budget < fetch => budget,
+        _ => fetch + Duration::from_millis(50),
     }
 }
 
@@ -167,6 +178,19 @@ async fn run_fetch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_waits_for_its_budget_exactly_or_past_the_fetchs_own_timeout() {
+        let ms = Duration::from_millis;
+        // Prometheus' 1 s (a 0.9 s budget) on an upstream with 2 s: 0.9 s, leaving the 0.1 s
+        // for the answer.
+        assert_eq!(wait_for(Some(ms(900)), ms(2000)), ms(900));
+        assert_eq!(wait_for(Some(ms(0)), ms(2000)), ms(0));
+        // No budget, or one past the upstream's timeout: the fetch ends first, with its error.
+        assert_eq!(wait_for(None, ms(2000)), ms(2050));
+        assert_eq!(wait_for(Some(ms(2000)), ms(2000)), ms(2050));
+        assert_eq!(wait_for(Some(ms(9500)), ms(2000)), ms(2050));
+    }
 
     #[test]
     fn a_fetch_is_reused_fresh_then_stale_then_not_at_all() {

@@ -52,6 +52,22 @@ pub struct Scraped {
     pub result: UpstreamResult,
 }
 
+/// A request's time for the upstreams: `limit` (Prometheus' scrape timeout less a margin),
+/// counted from `from`, when the request arrived, so that time it spent waiting for the worker
+/// comes out of the wait for the upstreams, not out of the margin left for the answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    pub limit: Duration,
+    pub from: Instant,
+}
+
+impl Budget {
+    /// What is left of it now.
+    pub fn left(&self) -> Duration {
+        self.limit.saturating_sub(self.from.elapsed())
+    }
+}
+
 /// Fetches and parses upstreams for one configuration.
 pub struct Scraper {
     inner: Arc<Inner>,
@@ -194,7 +210,7 @@ impl Scraper {
         &self,
         which: &[usize],
         names: Option<&Selection>,
-        budget: Option<Duration>,
+        budget: Option<Budget>,
     ) -> Vec<Scraped> {
         let mut targets: Vec<usize> = which.iter().map(|&u| self.position[u].0).collect();
         targets.sort_unstable();
@@ -230,7 +246,8 @@ impl Scraper {
                         // This request's deadline came before the shared fetch finished: for
                         // this scrape the upstream timed out (the fetch still counts its own
                         // result when it ends).
-                        let limit = budget.unwrap_or(self.inner.upstreams[u].timeout);
+                        let timeout = self.inner.upstreams[u].timeout;
+                        let limit = budget.map_or(timeout, |b| b.limit.min(timeout));
                         let result = Err(ScrapeError::Timeout(limit));
                         record(&self.inner, u, &result, limit, Read::Deadline, None);
                         Scraped {

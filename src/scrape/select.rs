@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::Budget;
 use super::flight::fetch;
 use super::shared::{Fetch, Inner};
 use super::slot::{NameSet, Slot, Target};
@@ -25,7 +26,7 @@ pub(super) async fn fetch_selected(
     inner: &Arc<Inner>,
     target: &Arc<Target>,
     selection: &Selection,
-    budget: Option<Duration>,
+    budget: Option<Budget>,
     renames: bool,
 ) -> Option<Arc<Fetch>> {
     let (slot, checked) = {

@@ -19,6 +19,7 @@ use super::{gzip, held};
 use crate::config::Config;
 use crate::expfmt::Selection;
 use crate::model::routes;
+use crate::scrape::Budget;
 use crate::{status, web};
 use bytes::Bytes;
 
@@ -409,6 +410,14 @@ fn valid_host(host: &[u8]) -> bool {
     host.is_empty() || (!host.contains(&b'@') && axum::http::uri::Authority::try_from(host).is_ok())
 }
 
+/// The request's budget (Prometheus' scrape timeout less a margin), from when it arrived.
+fn deadline(headers: &HeaderMap, started: Instant) -> Option<Budget> {
+    budget(headers).map(|limit| Budget {
+        limit,
+        from: started,
+    })
+}
+
 async fn metrics(
     app: &App,
     runtime: &Runtime,
@@ -424,7 +433,7 @@ async fn metrics(
         .filter(|&i| selection.as_ref().is_none_or(|s| scraper.may_hold(i, s)))
         .collect();
     let scraped = scraper
-        .scrape(&which, selection.as_ref(), budget(headers))
+        .scrape(&which, selection.as_ref(), deadline(headers, started))
         .await;
     let rendering = Instant::now();
     let r = page::response(
@@ -460,7 +469,7 @@ async fn view(
         .wanted(v, |u, name| scraper.may_hold(u, &Selection::new([name])));
     let selection = Selection::new(names.iter().map(String::as_str));
     let scraped = scraper
-        .scrape(&which, Some(&selection), budget(headers))
+        .scrape(&which, Some(&selection), deadline(headers, started))
         .await;
     let rendering = Instant::now();
     let format = exposition(headers);
