@@ -520,11 +520,14 @@ async fn configured_processes_that_match_nothing_are_said() {
     );
 }
 
-/// The bundles in `dir`: how many, how many bytes.
+/// The bundles in `dir`: how many, how many bytes. A bundle being written is a dot-file until
+/// it is whole (and the writer makes room for it first): those are not counted.
 fn on_disk(dir: &std::path::Path) -> (usize, u64) {
     let files: Vec<u64> = std::fs::read_dir(dir)
         .expect("dir")
-        .map(|e| e.expect("entry").metadata().expect("metadata").len())
+        .map(|e| e.expect("entry"))
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.metadata().expect("metadata").len())
         .collect();
     (files.len(), files.iter().sum())
 }

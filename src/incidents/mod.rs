@@ -74,8 +74,10 @@ impl Check {
 /// Every upstream's incidents.
 pub(crate) struct Incidents {
     inner: Mutex<Inner>,
-    /// With `incidents.dir`: the directory, written outside `inner`'s lock.
-    store: Mutex<Option<Store>>,
+    /// With `incidents.dir`: the directory, written outside `inner`'s lock, by [`Writer`].
+    store: Arc<Mutex<Option<Store>>>,
+    /// The thread that writes to `store`, started when a directory is first configured.
+    writer: Mutex<Option<Writer>>,
     /// py-spy and its limits, as configured.
     taker: Mutex<Option<Arc<stacks::Taker>>>,
     /// Itself, for the stacks taken after an opening to find their incident.
@@ -83,6 +85,56 @@ pub(crate) struct Incidents {
     opened: IntCounterVec,
     /// Restarts seen, of every upstream together: changed at each one.
     restarted: tokio::sync::watch::Sender<u64>,
+}
+
+/// The thread that writes incidents to the directory, in the order asked; it ends when its
+/// [`Incidents`] is dropped.
+struct Writer {
+    /// `None` when no thread could be started: the caller writes.
+    jobs: Option<std::sync::mpsc::Sender<Job>>,
+}
+
+enum Job {
+    Write(Arc<Kept>),
+    /// Answered once every job before it is done.
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+impl Writer {
+    fn start(store: Arc<Mutex<Option<Store>>>) -> Writer {
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        let started = std::thread::Builder::new()
+            .name("sysport-incidents".into())
+            .spawn(move || {
+                for job in queue {
+                    match job {
+                        Job::Write(kept) => {
+                            if let Some(store) = store.lock().expect("store lock").as_mut() {
+                                store.write(&kept);
+                            }
+                        }
+                        Job::Flush(done) => {
+                            let _ = done.send(());
+                        }
+                    }
+                }
+            });
+        match started {
+            Ok(_) => Writer { jobs: Some(jobs) },
+            Err(err) => {
+                tracing::warn!(error = %err, "no thread for writing incidents: written in line");
+                Writer { jobs: None }
+            }
+        }
+    }
+
+    /// Queues `job`; gives it back when there is no thread to do it.
+    fn send(&self, job: Job) -> Result<(), Job> {
+        match &self.jobs {
+            Some(jobs) => jobs.send(job).map_err(|e| e.0),
+            None => Err(job),
+        }
+    }
 }
 
 struct Inner {
@@ -156,7 +208,8 @@ impl Incidents {
                 config: String::new(),
                 targets: HashMap::new(),
             }),
-            store: Mutex::new(None),
+            store: Arc::new(Mutex::new(None)),
+            writer: Mutex::new(None),
             taker: Mutex::new(None),
             me,
             opened,
@@ -197,6 +250,8 @@ impl Incidents {
                 Vec::new()
             }
             (_, Some(dir)) => {
+                (self.writer.lock().expect("writer lock"))
+                    .get_or_insert_with(|| Writer::start(self.store.clone()));
                 let s = store.insert(Store::new(dir.clone(), config.keep, config.max_bytes));
                 s.read_back()
             }
@@ -227,11 +282,38 @@ impl Incidents {
         inner.trim();
     }
 
-    /// Writes `kept` to the directory, if there is one.
+    /// Has `kept` written to the directory, if there is one, by the writer thread: each write
+    /// is synced to disk, which a slow volume can take seconds over, and the checks and
+    /// `/status` run on the runtime thread that calls this.
     fn persist(&self, kept: Option<Arc<Kept>>) {
         let Some(kept) = kept else { return };
-        if let Some(store) = self.store.lock().expect("store lock").as_mut() {
+        // Started when a directory was first configured: without one there is nothing to do.
+        let sent = {
+            let writer = self.writer.lock().expect("writer lock");
+            let Some(writer) = writer.as_ref() else {
+                return;
+            };
+            writer.send(Job::Write(kept))
+        };
+        // No thread: written here (the writer's lock let go first, as `configure` takes the
+        // store's before it).
+        if let Err(Job::Write(kept)) = sent
+            && let Some(store) = self.store.lock().expect("store lock").as_mut()
+        {
             store.write(&kept);
+        }
+    }
+
+    /// Waits until every write asked for so far is done: at shutdown, so that an incident
+    /// closed just before it is on disk for the next start.
+    pub(crate) async fn flush(&self) {
+        let (done, finished) = tokio::sync::oneshot::channel();
+        let sent = match self.writer.lock().expect("writer lock").as_ref() {
+            Some(writer) => writer.send(Job::Flush(done)).is_ok(),
+            None => false,
+        };
+        if sent {
+            let _ = finished.await;
         }
     }
 

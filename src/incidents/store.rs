@@ -101,9 +101,11 @@ impl Store {
         kept
     }
 
-    /// Writes `kept` whole, then trims the directory to its bounds.
+    /// Makes room for `kept` within the directory's bounds, then writes it whole: the bundles
+    /// in the directory never number more than `keep` nor take more than `max_bytes`.
     pub(crate) fn write(&mut self, kept: &Kept) {
         let path = self.dir.join(format!("{}{SUFFIX}", kept.id));
+        self.trim(&path, kept.bundle.len() as u64);
         let tmp = self.dir.join(format!(".{}{SUFFIX}.tmp", kept.id));
         let written = write_synced(&tmp, &kept.bundle).and_then(|()| std::fs::rename(&tmp, &path));
         match written {
@@ -121,16 +123,17 @@ impl Store {
                 }
             }
         }
-        self.trim();
     }
 
-    /// Removes the oldest bundles until at most `keep` and `max_bytes` are left.
-    fn trim(&self) {
+    /// Removes the oldest bundles until, with `adding` (`len` bytes, replacing the bundle of
+    /// that path if there is one), at most `keep` and `max_bytes` are left.
+    fn trim(&self, adding: &Path, len: u64) {
         let mut files = self.files();
-        let mut total: u64 = files.iter().map(|(_, len)| len).sum();
+        files.retain(|(path, _)| path != adding);
+        let mut total: u64 = files.iter().map(|(_, len)| len).sum::<u64>() + len;
         // Oldest first: the ids begin with the opening's second, then a sequence number.
         files.sort_by_key(|(path, _)| order(path));
-        let mut count = files.len();
+        let mut count = files.len() + 1;
         for (path, len) in files {
             if count <= self.keep && total <= self.max_bytes as u64 {
                 break;

@@ -350,6 +350,11 @@ fn freeze_and_thaw(inc: &Incidents, upstream: &str, page: &str) {
     for _ in 0..SETTLE_CHECKS {
         inc.check(upstream, check(page, 0.0, 1.0));
     }
+    // The writer thread has done what was asked of it.
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime")
+        .block_on(inc.flush());
 }
 
 fn bundles(dir: &std::path::Path) -> Vec<(String, u64)> {
@@ -431,6 +436,55 @@ fn kept_incidents_are_read_back_byte_for_byte_within_keep_and_max_bytes() {
         let total: u64 = bundles(&dir).iter().map(|(_, len)| len).sum();
         assert!(total <= 5_000, "{total} bytes on disk");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_write_that_takes_long_holds_neither_the_checks_nor_the_verdicts() {
+    // A synced write to a slow volume can take seconds. Held here by holding the directory
+    // (the writer thread waits for it, as it would for the disk): an incident opens and
+    // closes meanwhile, and the calls that record it, made on the runtime thread by the
+    // checks, return at once. Once the directory is free the bundle is written.
+    let dir = temp_dir("slow");
+    let config = IncidentsConfig {
+        dir: Some(dir.clone()),
+        keep: 5,
+        max_bytes: 1 << 20,
+        ..IncidentsConfig::default()
+    };
+    let (inc, _t) = incidents();
+    let inc = Arc::new(inc);
+    inc.configure(&config, String::new(), HashMap::new());
+    freeze_and_thaw(&inc, "v", "a 1\n");
+    assert_eq!(bundles(&dir).len(), 1);
+    let held = inc.store.lock().expect("lock");
+    let (done, finished) = std::sync::mpsc::channel();
+    let checks = {
+        let inc = inc.clone();
+        std::thread::spawn(move || {
+            inc.verdict("v", "down", true, Some("gone".into()));
+            inc.check("v", check("a 2\n", 0.0, 1.0));
+            inc.verdict("v", "up", false, None);
+            for _ in 0..SETTLE_CHECKS {
+                inc.check("v", check("a 2\n", 0.0, 1.0));
+            }
+            let _ = done.send(());
+        })
+    };
+    let returned = finished.recv_timeout(Duration::from_secs(10));
+    drop(held);
+    checks.join().expect("no panic");
+    assert!(returned.is_ok(), "the checks waited for the write");
+    assert_eq!(inc.list().as_array().expect("list").len(), 2);
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime")
+        .block_on(inc.flush());
+    assert_eq!(
+        bundles(&dir).len(),
+        2,
+        "written once the directory was free"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

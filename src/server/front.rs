@@ -10,7 +10,8 @@
 //!
 //! The other threads: the worker runtime (`main.rs` builds it; the routes' work, the health
 //! checks, scrapes and canaries), `sysport-parse` (the exposition crate's second parsing
-//! thread), `sysport-vitals` (`health::check`, summing a check's vitals) and tokio's blocking
+//! thread), `sysport-vitals` (`health::check`, summing a check's vitals), `sysport-incidents`
+//! (`incidents`, writing bundles to `incidents.dir`) and tokio's blocking
 //! pool (bcrypt, and the search of `/proc` for an engine's processes). docs/architecture.md has
 //! the table.
 

@@ -258,6 +258,8 @@ impl Sysport {
             front.abort().await;
         }
         super::push::finish(otlp, &app).await;
+        // An incident closed just before the end is on disk for the next start.
+        app.health.incidents.flush().await;
         Ok(())
     }
 }
