@@ -350,11 +350,29 @@ fn freeze_and_thaw(inc: &Incidents, upstream: &str, page: &str) {
     for _ in 0..SETTLE_CHECKS {
         inc.check(upstream, check(page, 0.0, 1.0));
     }
-    // The writer thread has done what was asked of it.
+    written(inc);
+}
+
+/// Waits until the writer thread has done what was asked of it.
+fn written(inc: &Incidents) {
     tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime")
         .block_on(inc.flush());
+}
+
+/// Incidents kept in a new directory named after `name`, at most `keep` of them and 1 MiB.
+fn in_dir(name: &str, keep: usize) -> (Incidents, Telemetry, IncidentsConfig, std::path::PathBuf) {
+    let dir = temp_dir(name);
+    let config = IncidentsConfig {
+        dir: Some(dir.clone()),
+        keep,
+        max_bytes: 1 << 20,
+        ..IncidentsConfig::default()
+    };
+    let (inc, t) = incidents();
+    inc.configure(&config, "incidents: {}\n".into(), HashMap::new());
+    (inc, t, config, dir)
 }
 
 fn bundles(dir: &std::path::Path) -> Vec<(String, u64)> {
@@ -372,15 +390,7 @@ fn bundles(dir: &std::path::Path) -> Vec<(String, u64)> {
 
 #[test]
 fn kept_incidents_are_read_back_byte_for_byte_within_keep_and_max_bytes() {
-    let dir = temp_dir("keep");
-    let config = IncidentsConfig {
-        dir: Some(dir.clone()),
-        keep: 7,
-        max_bytes: 1 << 20,
-        ..IncidentsConfig::default()
-    };
-    let (inc, _t) = incidents();
-    inc.configure(&config, "incidents: {}\n".into(), HashMap::new());
+    let (inc, _t, config, dir) = in_dir("keep", 7);
     for n in 0..200 {
         freeze_and_thaw(&inc, "v", &format!("counter {n}\n"));
         let files = bundles(&dir);
@@ -445,16 +455,8 @@ fn a_write_that_takes_long_holds_neither_the_checks_nor_the_verdicts() {
     // (the writer thread waits for it, as it would for the disk): an incident opens and
     // closes meanwhile, and the calls that record it, made on the runtime thread by the
     // checks, return at once. Once the directory is free the bundle is written.
-    let dir = temp_dir("slow");
-    let config = IncidentsConfig {
-        dir: Some(dir.clone()),
-        keep: 5,
-        max_bytes: 1 << 20,
-        ..IncidentsConfig::default()
-    };
-    let (inc, _t) = incidents();
+    let (inc, _t, _, dir) = in_dir("slow", 5);
     let inc = Arc::new(inc);
-    inc.configure(&config, String::new(), HashMap::new());
     freeze_and_thaw(&inc, "v", "a 1\n");
     assert_eq!(bundles(&dir).len(), 1);
     let held = inc.store.lock().expect("lock");
@@ -476,10 +478,7 @@ fn a_write_that_takes_long_holds_neither_the_checks_nor_the_verdicts() {
     checks.join().expect("no panic");
     assert!(returned.is_ok(), "the checks waited for the write");
     assert_eq!(inc.list().as_array().expect("list").len(), 2);
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("runtime")
-        .block_on(inc.flush());
+    written(&inc);
     assert_eq!(
         bundles(&dir).len(),
         2,
@@ -490,15 +489,7 @@ fn a_write_that_takes_long_holds_neither_the_checks_nor_the_verdicts() {
 
 #[test]
 fn a_failed_write_leaves_the_incident_in_memory() {
-    let dir = temp_dir("full");
-    let config = IncidentsConfig {
-        dir: Some(dir.clone()),
-        keep: 5,
-        max_bytes: 1 << 20,
-        ..IncidentsConfig::default()
-    };
-    let (inc, _t) = incidents();
-    inc.configure(&config, String::new(), HashMap::new());
+    let (inc, _t, _, dir) = in_dir("full", 5);
     // The directory goes away and a file takes its place: every write fails.
     std::fs::remove_dir_all(&dir).expect("remove");
     std::fs::write(&dir, b"in the way").expect("a file");
