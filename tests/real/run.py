@@ -488,12 +488,25 @@ upstreams:
         expect(out, "no dynamo_sysport_canary_requests_total samples")
         return out
 
-    def router_snapshot(self):
-        """The engines' pages and sysport's /metrics/router, read one after the other."""
-        v = engine_page(self.vllm_port, VLLM_PREFIXES)
-        l = engine_page(self.llama_port, LLAMA_PREFIXES)
-        status, body, _ = http_get(f"{self.sysport}/metrics/router", timeout=5.0, headers={"Accept": TEXT_ACCEPT})
-        expect(status == 200, f"/metrics/router: HTTP {status}")
+    def router_snapshot(self, tries=5):
+        """The engines' pages and sysport's /metrics/router, read one after the other, with the
+        engines' router families the same just before and just after sysport's read: only the
+        frozen vLLM stands still, and llama-server's requests_processing is 1 while one of its
+        canaries runs (up to a few hundred ms on loaded cores). The last try when none agrees."""
+        def router_samples(page, engine):
+            return expo.sample_map([f for f in page[0] if f.name in ROUTER[engine]], "text")[0]
+
+        for _ in range(tries):
+            v = engine_page(self.vllm_port, VLLM_PREFIXES)
+            l = engine_page(self.llama_port, LLAMA_PREFIXES)
+            status, body, _ = http_get(f"{self.sysport}/metrics/router", timeout=5.0,
+                                       headers={"Accept": TEXT_ACCEPT})
+            expect(status == 200, f"/metrics/router: HTTP {status}")
+            after = (engine_page(self.vllm_port, VLLM_PREFIXES), engine_page(self.llama_port, LLAMA_PREFIXES))
+            if (router_samples(v, "vllm") == router_samples(after[0], "vllm")
+                    and router_samples(l, "llama") == router_samples(after[1], "llama")):
+                break
+            time.sleep(0.2)
         return v, l, body
 
     def wait_ready(self, timeout=30.0, live_engine=False, base=None):
