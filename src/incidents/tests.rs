@@ -340,8 +340,15 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
-/// Opens and closes one `down` incident of `upstream`, with `page` before and at the opening.
+/// Opens and closes one `down` incident of `upstream`, with `page` before and at the opening,
+/// and waits until its writes are done.
 fn freeze_and_thaw(inc: &Incidents, upstream: &str, page: &str) {
+    open_and_close(inc, upstream, page);
+    written(inc);
+}
+
+/// [`freeze_and_thaw`] without waiting for the writer: the calls the checks make.
+fn open_and_close(inc: &Incidents, upstream: &str, page: &str) {
     inc.verdict(upstream, "up", false, None);
     inc.check(upstream, check(page, 0.0, 1.0));
     inc.verdict(upstream, "down", true, Some("gone".into()));
@@ -350,7 +357,6 @@ fn freeze_and_thaw(inc: &Incidents, upstream: &str, page: &str) {
     for _ in 0..SETTLE_CHECKS {
         inc.check(upstream, check(page, 0.0, 1.0));
     }
-    written(inc);
 }
 
 /// Waits until the writer thread has done what was asked of it.
@@ -464,12 +470,7 @@ fn a_write_that_takes_long_holds_neither_the_checks_nor_the_verdicts() {
     let checks = {
         let inc = inc.clone();
         std::thread::spawn(move || {
-            inc.verdict("v", "down", true, Some("gone".into()));
-            inc.check("v", check("a 2\n", 0.0, 1.0));
-            inc.verdict("v", "up", false, None);
-            for _ in 0..SETTLE_CHECKS {
-                inc.check("v", check("a 2\n", 0.0, 1.0));
-            }
+            open_and_close(&inc, "v", "a 2\n");
             let _ = done.send(());
         })
     };

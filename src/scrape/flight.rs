@@ -32,14 +32,13 @@ pub(super) async fn fetch(
             (Reuse::Stale, Some(last)) => {
                 let last = last.clone();
                 if state.inflight.is_none() {
-                    // Nobody waits for this one: it gets the upstream's whole timeout.
-                    state.inflight = Some(start(inner, target, slot, target.timeout));
+                    state.inflight = Some(start(inner, target, slot));
                 }
                 return Some(last);
             }
             _ => state
                 .inflight
-                .get_or_insert_with(|| start(inner, target, slot, target.timeout))
+                .get_or_insert_with(|| start(inner, target, slot))
                 .clone(),
         }
     };
@@ -49,9 +48,9 @@ pub(super) async fn fetch(
     }
 }
 
-/// How long a request with `budget` left waits for a fetch whose own timeout is `fetch`: its budget
-/// to the end when that is the shorter (its scraper gives up soon after: the margin left for
-/// the answer is the budget's, not shared with a grace), else a little past the fetch's
+/// How long a request with `budget` left waits for a fetch whose own timeout is `fetch`: its
+/// budget to the end when that is the shorter (its scraper gives up soon after: the margin left
+/// for the answer is the budget's, not shared with a grace), else a little past the fetch's
 /// timeout, so that what it gets is the fetch's own result, timed out or not.
 fn wait_for(budget: Option<Duration>, fetch: Duration) -> Duration {
     match budget {
@@ -60,20 +59,11 @@ fn wait_for(budget: Option<Duration>, fetch: Duration) -> Duration {
     }
 }
 
-/// Starts fetching `slot` in a task of its own; the task records the result in the slot
+/// Starts fetching `slot` in a task of its own, bounded by the upstream's own timeout whoever
+/// asked (each reader waits with its own deadline); the task records the result in the slot
 /// when it ends, whether or not anyone still waits for it.
-fn start(
-    inner: &Arc<Inner>,
-    target: &Arc<Target>,
-    slot: &Arc<Slot>,
-    timeout: Duration,
-) -> SharedFetch {
-    let task = tokio::spawn(run_fetch(
-        inner.clone(),
-        target.clone(),
-        slot.clone(),
-        timeout,
-    ));
+fn start(inner: &Arc<Inner>, target: &Arc<Target>, slot: &Arc<Slot>) -> SharedFetch {
+    let task = tokio::spawn(run_fetch(inner.clone(), target.clone(), slot.clone()));
     let slot = slot.clone();
     async move {
         task.await.unwrap_or_else(|err| {
@@ -93,12 +83,8 @@ fn start(
 }
 
 /// Fetches a target once, parses it for each of its upstreams, records the outcome.
-async fn run_fetch(
-    inner: Arc<Inner>,
-    target: Arc<Target>,
-    slot: Arc<Slot>,
-    timeout: Duration,
-) -> Arc<Fetch> {
+async fn run_fetch(inner: Arc<Inner>, target: Arc<Target>, slot: Arc<Slot>) -> Arc<Fetch> {
+    let timeout = target.timeout;
     let started = Instant::now();
     let max_body = inner.limits.max_body_bytes;
     let fetched = match tokio::time::timeout(

@@ -935,8 +935,7 @@ scrape_configs:
             # (1 s against sysport's 2 s): its successful scrapes say when the engine's own
             # /metrics answered at all, the reference for sysport's readings below.
             scrapes = {}
-            for name in ("vllm", "llama", "sysport"):
-                job = "sysport" if name == "sysport" else f"{name}-engine"
+            for name, job in (("vllm", "vllm-engine"), ("llama", "llama-engine"), ("sysport", "sysport")):
                 data = self.prom.api("query", query=f'up{{job="{job}"}}[{WINDOW}s]', time=f"{as_of:.3f}")
                 points = [(float(t), v == "1") for t, v in (data["result"][0]["values"] if data["result"] else [])]
                 ok = [t for t, up in points if up]
@@ -1233,7 +1232,7 @@ scrape_configs:
             expect(not load.errors, f"failed requests: { {k: v[:2] for k, v in load.errors.items()} }")
             self.watch_canaries(t2 + CANARY_AFTER + 2 * INTERVAL + MARGIN + 1.0, watch, reads=reads)
             answered = [r for r in reads if r is not None]
-            slow = (f"{len(reads)} /status reads, slowest {max(answered):.2f} s"
+            slow = (f"{len(reads)} /status reads, slowest {max(answered, default=float('nan')):.2f} s"
                     + (f", {len(reads) - len(answered)} without an answer within 5 s"
                        if len(answered) < len(reads) else ""))
             self.figure("/status read while both engines run requests, then idle", slow)
