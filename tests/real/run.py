@@ -422,12 +422,20 @@ upstreams:
         """The vllm incident that opened at or after `since` (unix seconds) with 'stalled' in its
         timeline, once its stacks are in: its JSON and the bundle's stacks.txt."""
         def opened():
+            # A blip before the stall (vLLM's /health slow to answer under load: `down`, then
+            # `up`) is an incident of its own: the one wanted has the verdict 'stalled'.
             status, body, _ = http_get(f"{self.sysport}/incidents", timeout=5.0)
             expect(status == 200, f"/incidents: HTTP {status}")
+            seen = []
             for i in json.loads(body):
                 if i["upstream"] == "vllm" and i["opened_unix_seconds"] >= since - INTERVAL:
-                    return i["id"]
-            expect(False, f"no vllm incident opened since the freeze: {body[:300]}")
+                    status, one, _ = http_get(f"{self.sysport}/incidents/{i['id']}", timeout=5.0)
+                    expect(status == 200, f"/incidents/{i['id']}: HTTP {status}")
+                    verdicts = [c["verdict"] for c in json.loads(one)["timeline"]]
+                    if "stalled" in verdicts:
+                        return i["id"]
+                    seen.append((i["id"], i["kind"], verdicts))
+            expect(False, f"no vllm incident with 'stalled' opened since the freeze: {seen}")
 
         iid = eventually(opened, 10, 0.2)
 
@@ -1451,7 +1459,7 @@ scrape_configs:
             frozen_at = time.time()
             os.kill(worker, signal.SIGSTOP)
             stop.set()
-            engine_codes = set()
+            engine_codes, blips = [], []
             try:
                 r["running_at_freeze"] = engine_total(self.vllm_port, "vllm:num_requests_running")
                 if r["running_at_freeze"] < 10:
@@ -1461,14 +1469,21 @@ scrape_configs:
                                    f"started; at the freeze vLLM's gauge said {r['running_at_freeze']:g}, "
                                    f"{len(results)} answered {done[:3]}")
                     return  # continued at once (finally), the next try waits for it to be ready
-                tstall = reason = live = None
+                tstall = reason = live = engine_then = None
                 bound = STALL_AFTER + INTERVAL + MARGIN
                 while tstall is None and time.monotonic() - t0 < bound + 5:
-                    engine_codes.add(probe(f"{self.vllm}/health")[0])
+                    engine_codes.append(probe(f"{self.vllm}/health")[0])
                     status, doc = self.health()
-                    if status != 200:
+                    if status != 200 and "engine stalled" not in (doc.get("reason") or ""):
+                        # Another verdict on the way (vLLM's own /health not answered within
+                        # the check's timeout on the loaded cores: `down` for one check): noted,
+                        # and the wait for the stall goes on.
+                        blips.append(f"{time.monotonic() - t0:.2f} s: {status} {doc.get('reason')!r}")
+                    elif status != 200:
                         tstall, reason = time.monotonic() - t0, doc.get("reason")
                         live = probe(f"{self.sysport}/live/engine")
+                        # What vLLM says of itself while sysport says it is stalled.
+                        engine_then = probe(f"{self.vllm}/health", timeout=10.0)[0]
                         # The engine's gauges stand still while it is frozen: the router view's
                         # numbers can be compared with them exactly, requests running.
                         r["router"] = self.router_snapshot()
@@ -1493,7 +1508,8 @@ scrape_configs:
                 back = time.monotonic() - t1
             except Failed:
                 pass
-            r.update(seen=seen, engine=engine_codes, tstall=tstall, reason=reason, live=live, bound=bound,
+            r.update(seen=seen, engine=engine_codes, engine_then=engine_then, blips=blips, tstall=tstall,
+                     reason=reason, live=live, bound=bound,
                      results=results, alive=sum(t.is_alive() for t in threads), finished=finished, back=back)
 
         self.check("vLLM's worker frozen with 20 clients of long completions (max_tokens 480, each asking again when answered) running, then continued",
@@ -1502,16 +1518,25 @@ scrape_configs:
                    fatal=True)
 
         def stalled():
-            expect(r["tstall"] is not None, f"/health stayed 200 for {r['bound'] + 5:.1f} s")
+            expect(r["tstall"] is not None,
+                   f"no 'engine stalled' on /health within {r['bound'] + 5:.1f} s; other verdicts: {r['blips']}")
             expect(r["reason"] and "vllm: engine stalled" in r["reason"], f"reason {r['reason']!r}")
             expect(r["tstall"] <= r["bound"], f"stalled after {within(r['tstall'], r['bound'])}")
             expect(r["tstall"] >= STALL_AFTER - INTERVAL, f"stalled {r['tstall']:.2f} s after the freeze, "
                                                          f"sooner than stall_after")
             expect(r["live"] and r["live"][0] == 503 and "engine stalled" in r["live"][1],
                    f"/live/engine {r['live']}")
-            expect(r["engine"] == {200}, f"vLLM's own /health answered {sorted(r['engine'])}")
+            # vLLM's own /health says 200 throughout: the point of the check. On two cores loaded
+            # with 20 completions one of its answers can take longer than the 2 s asked (`0`
+            # here); any other answer than 200 fails.
+            answered = [c for c in r["engine"] if c != 0]
+            expect(answered and set(answered) == {200}, f"vLLM's own /health answered {r['engine']}")
+            expect(r["engine_then"] == 200, f"vLLM's own /health when sysport said stalled: {r['engine_then']}")
             self.figure("vLLM frozen with requests running: freeze to 'engine stalled'", f"{r['tstall']:.2f} s")
-            return f"{within(r['tstall'], r['bound'])}: {r['reason']}; /live/engine 503; vLLM's /health 200"
+            late = len(r["engine"]) - len(answered)
+            return (f"{within(r['tstall'], r['bound'])}: {r['reason']}; /live/engine 503; vLLM's /health 200 "
+                    f"({len(answered)} answers, {late} not within 2 s)"
+                    + (f"; other verdicts before the stall: {r['blips']}" if r["blips"] else ""))
 
         self.check(f"frozen while busy: sysport says 'engine stalled' within stall_after + interval + {MARGIN:g} s",
                    stalled)
