@@ -179,6 +179,52 @@ fn the_first_malformed_line_keeps_its_number_in_the_joined_parse() {
     }
 }
 
+/// The cut [`split_point`] is to choose, by reading every line: the family start nearest
+/// `target`, at `lo` or after, the earlier one on a tie, looked for at most an eighth of the
+/// body (or 64 KiB) after `target` and no farther before it than the one found after.
+/// `families` is every line start of `body` that starts a family.
+fn nearest_cut(body: &[u8], families: &[usize], target: usize, lo: usize) -> Option<usize> {
+    let lo = lo.max(1);
+    if body.len() <= lo {
+        return None;
+    }
+    let target = target.clamp(lo, body.len());
+    let window = (body.len() / 8).max(64 << 10);
+    let mut starts = families.iter().copied().filter(|&s| s >= lo);
+    let forward = starts.clone().find(|&s| s >= target && s < target + window);
+    let reach = forward.map_or(window, |s| s - target);
+    let backward = starts.rfind(|&s| s < target && target - s <= reach);
+    backward.or(forward)
+}
+
+#[test]
+fn the_cut_is_the_nearest_family_start_on_a_page_of_many_engines() {
+    // 40 engines' worth of a page (families far longer than the search window's eighth), with
+    // `#` in HELP texts, label values and comments, where no family starts.
+    let mut body = fixture("medium.prom");
+    body.extend_from_slice(b"# a comment # with # signs\nvllm:x{a=\"#\"} 1\n");
+    body.extend_from_slice(b"# HELP vllm:y has # in it\n# TYPE vllm:y gauge\nvllm:y 2\n");
+    body.extend_from_slice(&fixture("edge_weird_labels_nan.prom"));
+    let starts = line_starts(&body);
+    let families: Vec<usize> = (starts.iter().copied())
+        .filter(|&s| super::split::starts_family(&body, s))
+        .collect();
+    let mut checked = 0;
+    for (i, &t) in starts.iter().enumerate().step_by(97) {
+        for t in [t - 1, t, t + 1] {
+            for lo in [0, t / 2, t.saturating_sub(3)] {
+                assert_eq!(
+                    split_point(&body, t, lo),
+                    nearest_cut(&body, &families, t, lo),
+                    "target {t} (line {i}), lo {lo}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 500, "{checked}");
+}
+
 #[test]
 fn a_cut_goes_before_the_declarations_of_its_family() {
     let body = "# HELP vllm:a A\n# TYPE vllm:a gauge\nvllm:a 1\n# HELP vllm:b B\n# TYPE vllm:b counter\n# UNIT vllm:b s\nvllm:b 3\n";
