@@ -124,6 +124,39 @@ fn main() {
         }
     }
     group.finish();
+    // The merge and write of a page (as `Pieces`, what sysport sends), parsed fresh and parsed
+    // after a prior that was merged itself: then its families with the same series as the
+    // prior's, in the same order, are known to hold no duplicates and skip the duplicate table
+    // (`NoDuplicates`; pages above 4,096 samples, which have a table per family). Values
+    // changed since the prior, as on a live engine. `merge_once` is not inlined, for
+    // `--toggle-collect='*merge_once*'`.
+    let mut group = c.benchmark_group("expfmt/text-merge");
+    for input in inputs.iter().filter(|i| i.format == Format::Text) {
+        size_group(&mut group, input);
+        let keep: Vec<String> = KEEP.iter().map(|s| s.to_string()).collect();
+        let opts = ParseOptions {
+            keep: &keep,
+            limits: LIMITS,
+            added_labels: &[],
+            hasher: PairHasher::new(0x5eed),
+            allow_reserved: false,
+        };
+        let before = Bytes::from(inputs::values_moved(&input.body));
+        let prior = Arc::new(parse_once(&before, &opts, None));
+        black_box(merge_once(&prior));
+        for (case, page) in [
+            ("fresh", parse_once(&input.body, &opts, None)),
+            (
+                "after-merged-prior",
+                parse_once(&input.body, &opts, Some(&prior)),
+            ),
+        ] {
+            group.bench_function(format!("{case}/{}", input.name), |b| {
+                b.iter(|| black_box(merge_once(&page)))
+            });
+        }
+    }
+    group.finish();
     c.final_summary();
 
     if !test_mode {
@@ -172,6 +205,20 @@ fn parse_once(
         prior,
     )
     .expect("inputs are within the limits")
+}
+
+/// `page` merged alone and written as runs of its body.
+#[inline(never)]
+fn merge_once(page: &expfmt::Exposition) -> Vec<Bytes> {
+    let sources = [page];
+    let opts = expfmt::MergeOptions {
+        added: &[],
+        names: None,
+        hasher: PairHasher::new(0x5eed),
+    };
+    expfmt::merge_write::<expfmt::Pieces>(&sources, &opts, Output::Text)
+        .out
+        .finish()
 }
 
 /// The speed limit: keep each line that starts with a kept prefix, or is the HELP or TYPE line

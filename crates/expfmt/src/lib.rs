@@ -43,8 +43,8 @@ pub use hash::PairHasher;
 pub use lex::{LineError, MAX_ADDED_LABELS, SampleLex, is_label_name, is_metric_name, valid_float};
 pub use merge::{AddedLabel, Merge, MergeOptions, MergeStats, merge};
 pub use model::{
-    Exposition, Family, Kind, Malformed, ParseStats, RESERVED_PREFIX, Role, Rule, Sample, Span,
-    Suffix,
+    Exposition, Family, Kind, Malformed, NoDuplicates, ParseStats, RESERVED_PREFIX, Role, Rule,
+    Sample, Span, Suffix,
 };
 pub use openmetrics::{OPENMETRICS_EOF, OpenMetricsStats, write_openmetrics};
 pub use out::{Pieces, Sink};

@@ -473,8 +473,15 @@ impl Dedup {
         let part = m.parts[p as usize];
         let (src, fam) = m.part_family(p);
         let out = &m.families[part.out as usize];
-        let grouped = out.first != out.last && matches!(fam.kind, Kind::Histogram | Kind::Summary);
+        let alone = out.first == out.last;
+        let grouped = !alone && matches!(fam.kind, Kind::Histogram | Kind::Summary);
         let si = part.source as usize;
+        // With a table per output family, a family that is the only part of its own has a
+        // duplicate only among its own samples: none when that is known already (its series
+        // are the last merge's, `NoDuplicates`), and known from here on when none is found.
+        let per_family = self.owners.is_some();
+        let known = per_family && alone && fam.no_duplicates.known();
+        let skipped = self.skip.len();
         // Consecutive samples mostly share their name: hash it once per run of them.
         let mut name_hash = 0;
         for (idx, s) in src.samples(fam).iter().enumerate() {
@@ -489,6 +496,10 @@ impl Dedup {
                         Entry::Occupied(_) => {}
                     }
                 }
+            }
+            if known {
+                self.stats[si].kept += 1;
+                continue;
             }
             if grouped {
                 let key = group_key(m, src, fam.kind, s)
@@ -536,6 +547,9 @@ impl Dedup {
                     }
                 }
             }
+        }
+        if per_family && alone && self.skip.len() == skipped {
+            fam.no_duplicates.set();
         }
         true
     }

@@ -93,7 +93,8 @@ impl Exposition {
 
     /// The samples of the family of declared name `base` in role `role`, as a range of
     /// [`Exposition::all_samples`].
-    pub(crate) fn find_family(&self, base: &[u8], role: Role) -> Option<(u32, u32)> {
+    /// The index in [`Exposition::families`] of the family declared `base` with `role`.
+    pub(crate) fn family_index(&self, base: &[u8], role: Role) -> Option<usize> {
         let hasher = self.lexed_with.hasher;
         let index = self.by_name.0.get_or_init(|| {
             let mut index = std::collections::HashMap::with_capacity_and_hasher(
@@ -107,8 +108,9 @@ impl Exposition {
             }
             index
         });
-        let f = &self.families[*index.get(&family_key(hasher, base, role))? as usize];
-        (f.base.of(&self.body) == base && f.role == role).then_some(f.samples)
+        let i = *index.get(&family_key(hasher, base, role))? as usize;
+        let f = &self.families[i];
+        (f.base.of(&self.body) == base && f.role == role).then_some(i)
     }
 
     /// The body the offsets refer to.

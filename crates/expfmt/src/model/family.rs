@@ -2,6 +2,8 @@
 //! of its name and its samples' names ([`Suffix`]), what it is in OpenMetrics terms ([`Role`]),
 //! and the spans of the body it is read from ([`Span`]).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 /// No upstream family may use this prefix: it belongs to sysport's own metrics.
 pub const RESERVED_PREFIX: &[u8] = b"dynamo_sysport_";
 
@@ -216,4 +218,46 @@ pub struct Family {
     pub unit: Option<Span>,
     /// This family's samples: `samples[range]` of the exposition.
     pub samples: (u32, u32),
+    /// Known: no two of its samples are the same series (a cache for the merge's duplicate
+    /// check, not part of what the family is).
+    pub no_duplicates: NoDuplicates,
 }
+
+/// Whether a family is known to hold no two samples of the same series. The merge that checks
+/// a family for duplicates and finds none sets it ([`crate::merge()`]); the next parse of the
+/// same upstream carries it to a family whose series are the prior's, byte for byte and in
+/// the same order ([`crate::parse_after`]), and the merge then counts that family's samples
+/// without its duplicate table. Unknown until one of the two sets it; a clone knows nothing
+/// (a family made from another, relabelled or cut, may hold other series). Families compare
+/// equal whatever it holds.
+#[derive(Debug, Default)]
+pub struct NoDuplicates(AtomicBool);
+
+impl NoDuplicates {
+    /// Known to hold none.
+    pub fn known(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn new(known: bool) -> NoDuplicates {
+        NoDuplicates(AtomicBool::new(known))
+    }
+}
+
+impl Clone for NoDuplicates {
+    fn clone(&self) -> NoDuplicates {
+        NoDuplicates::default()
+    }
+}
+
+impl PartialEq for NoDuplicates {
+    fn eq(&self, _: &NoDuplicates) -> bool {
+        true
+    }
+}
+
+impl Eq for NoDuplicates {}

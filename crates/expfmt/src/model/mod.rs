@@ -8,7 +8,7 @@ mod sample;
 mod stats;
 
 pub use exposition::Exposition;
-pub use family::{Family, Kind, RESERVED_PREFIX, Role, Span, Suffix};
+pub use family::{Family, Kind, NoDuplicates, RESERVED_PREFIX, Role, Span, Suffix};
 pub use sample::Sample;
 pub(crate) use sample::SideLex;
 pub use stats::{Malformed, ParseStats, Rule};

@@ -7,7 +7,7 @@
 
 use super::{Decl, NONE, Parser};
 use crate::format::Format;
-use crate::model::{Family, Kind, RESERVED_PREFIX, Role, Span, Suffix};
+use crate::model::{Family, Kind, NoDuplicates, RESERVED_PREFIX, Role, Span, Suffix};
 
 impl Parser<'_, '_> {
     /// Adds the declarations with `:` made since the last call to the escaped-name index.
@@ -105,6 +105,7 @@ impl Parser<'_, '_> {
             help: None,
             unit: None,
             samples: (0, 0),
+            no_duplicates: NoDuplicates::default(),
         });
         if kept {
             self.kept_index.push(self.kept_counts.len() as u32);

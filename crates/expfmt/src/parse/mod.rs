@@ -34,8 +34,8 @@ use crate::format::Format;
 use crate::hash::{PairHasher, PassThrough};
 use crate::lex::{self, Comment, LexKey, LexOptions, LineError};
 use crate::model::{
-    Exposition, Family, Kind, Malformed, ParseStats, RESERVED_PREFIX, Rule, Sample, SideLex, Span,
-    Suffix,
+    Exposition, Family, Kind, Malformed, NoDuplicates, ParseStats, RESERVED_PREFIX, Rule, Sample,
+    SideLex, Span, Suffix,
 };
 
 /// Limits applied while parsing one body.
@@ -182,6 +182,10 @@ struct Parser<'b, 'o> {
     /// Per family: the next sample of its family in `prior` to compare a line with, and the
     /// end of that family's samples there (`UNSEEN` before its first sample).
     cursors: Vec<(u32, u32)>,
+    /// Per family, as `cursors`: the index of its family in `prior` while each of its samples
+    /// so far was the next one of that family there (so its series are the prior's, in the
+    /// same order, as far as read), else `NONE`.
+    as_prior: Vec<u32>,
     /// The prior's sample that the last line pushed was, whole ([`Known::Whole`]), or `NONE`:
     /// the lines after it may follow the prior's ([`Parser::follow_prior`]). Read and reset
     /// after each sample line.
@@ -364,6 +368,7 @@ impl<'b, 'o> Parser<'b, 'o> {
             probes: Vec::new(),
             prior,
             cursors: Vec::new(),
+            as_prior: Vec::new(),
             whole_at: NONE,
         }
     }
@@ -555,9 +560,10 @@ impl<'b, 'o> Parser<'b, 'o> {
             self.stats.dropped += 1;
             return Ok(());
         }
-        let cursor = self.prior_cursor(d, suffix);
+        let (cursor, prior_family) = self.prior_cursor(d, suffix);
         let (known, next) = self.prior_match(line, cursor);
         let whole = matches!(known, Some(Known::Whole(_)));
+        let in_order = known.is_some() && next == cursor.0 + 1;
         let lexed = match known {
             Some(Known::Whole(known)) => Ok(known),
             Some(Known::Labels(known)) => lex::lex_sample_known_labels(
@@ -603,6 +609,14 @@ impl<'b, 'o> Parser<'b, 'o> {
             let at = family as usize;
             if self.cursors.len() <= at {
                 self.cursors.resize(at + 1, UNSEEN);
+                self.as_prior.resize(at + 1, NONE);
+            }
+            if self.cursors[at] == UNSEEN {
+                // The family's first sample: the prior's family was looked up for it.
+                self.as_prior[at] = prior_family;
+            }
+            if !in_order {
+                self.as_prior[at] = NONE;
             }
             self.cursors[at] = (next, cursor.1);
         }
@@ -657,7 +671,7 @@ impl<'b, 'o> Parser<'b, 'o> {
         let mut families = Vec::with_capacity(self.kept_counts.len());
         let mut counts = Vec::with_capacity(self.kept_counts.len());
         let mut remap = Vec::new();
-        for (fam, &k) in self.families.iter().zip(&self.kept_index) {
+        for (i, (fam, &k)) in self.families.iter().zip(&self.kept_index).enumerate() {
             if k == NONE {
                 continue;
             }
@@ -677,7 +691,10 @@ impl<'b, 'o> Parser<'b, 'o> {
             if !remap.is_empty() {
                 remap.push(families.len() as u32);
             }
-            families.push(fam.clone());
+            families.push(Family {
+                no_duplicates: NoDuplicates::new(self.no_duplicates_as_prior(i)),
+                ..fam.clone()
+            });
             counts.push(self.kept_counts[k as usize]);
         }
         if !remap.is_empty() {

@@ -38,10 +38,12 @@ pub(super) const UNSEEN: (u32, u32) = (NONE, NONE);
 
 impl Parser<'_, '_> {
     /// Where the samples of declaration `d` with `suffix` stand in `prior`: the next one to
-    /// compare a line with and the end of their family's, `(0, 0)` when it has none.
-    pub(super) fn prior_cursor(&self, d: u32, suffix: Suffix) -> (u32, u32) {
+    /// compare a line with and the end of their family's, `(0, 0)` when it has none; and, when
+    /// the family was looked up there for its first sample here, its index in the prior
+    /// (`NONE` when the prior has no such family, or it was not looked up now).
+    pub(super) fn prior_cursor(&self, d: u32, suffix: Suffix) -> ((u32, u32), u32) {
         let Some(prior) = self.prior else {
-            return (0, 0);
+            return ((0, 0), NONE);
         };
         let (slot, role) = family_slot(self.format, suffix);
         let decl = &self.decls[d as usize];
@@ -50,11 +52,12 @@ impl Parser<'_, '_> {
             && let Some(&c) = self.cursors.get(family as usize)
             && c != UNSEEN
         {
-            return c;
+            return (c, NONE);
         }
-        prior
-            .find_family(decl.name.of(self.body), role)
-            .unwrap_or((0, 0))
+        match prior.family_index(decl.name.of(self.body), role) {
+            Some(i) => (prior.families()[i].samples, i as u32),
+            None => ((0, 0), NONE),
+        }
     }
 
     /// The lexing of the sample of `prior` at `cursor`, or of the one after it (a series gone
@@ -164,6 +167,22 @@ impl Parser<'_, '_> {
             }
         }
         (at, taken)
+    }
+}
+
+impl Parser<'_, '_> {
+    /// Whether family `f` (kept, read to its end) is known to hold no two samples of the same
+    /// series: its series are the prior's family's, byte for byte and in the same order (each
+    /// sample the next one of the prior's, all of them taken), and that one was known to hold
+    /// none. A family with a line the prior did not have, one less, or two in another order
+    /// is checked by the merge again.
+    pub(super) fn no_duplicates_as_prior(&self, f: usize) -> bool {
+        let (Some(prior), Some(&(at, end)), Some(&p)) =
+            (self.prior, self.cursors.get(f), self.as_prior.get(f))
+        else {
+            return false;
+        };
+        p != NONE && at == end && prior.families()[p as usize].no_duplicates.known()
     }
 }
 

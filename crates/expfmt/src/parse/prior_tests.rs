@@ -74,14 +74,21 @@ fn after(
 /// Parses `body` after the parse of `before` (made with `prior_opts`) in every way a parse
 /// can run, checks each against the fresh parse, and returns how many lines the one-thread
 /// parse took from the prior.
+///
+/// The prior is merged first, as a scrape's page is, so that what that merge learnt of its
+/// families ([`NoDuplicates`]) is carried where their series are the same: each parse after
+/// it must then merge and write as the fresh parse does, the same bytes and counts.
 fn check(before: &[u8], prior_opts: &Opts<'_>, body: &[u8], o: &Opts<'_>) -> usize {
     let Ok(prior) = after(before, prior_opts, None).0 else {
         return 0;
     };
     let prior = Arc::new(prior);
+    merged(&prior, prior_opts);
     let fresh = after(body, o, None).0;
     let (parsed, reused) = after(body, o, Some(&prior));
     assert_eq!(parsed, fresh);
+    let fresh_merged = fresh.as_ref().ok().map(|e| merged(e, o));
+    assert_eq!(parsed.as_ref().ok().map(|e| merged(e, o)), fresh_merged);
     // Two threads, the second starting at each place it could (some 16 places of a large
     // body).
     let step = (body.len() / 16).max(1 << 12);
@@ -98,8 +105,106 @@ fn check(before: &[u8], prior_opts: &Opts<'_>, body: &[u8], o: &Opts<'_>) -> usi
             )
         });
         assert_eq!(split, fresh, "second thread from {near}");
+        assert_eq!(
+            split.as_ref().ok().map(|e| merged(e, o)),
+            fresh_merged,
+            "merged, second thread from {near}"
+        );
     }
     reused
+}
+
+/// `page` merged alone with a table per family (as a page of more than 4,096 samples is, where
+/// [`NoDuplicates`] is used), written as text: the bytes and the counts.
+fn merged(page: &Exposition, o: &Opts<'_>) -> (String, Vec<MergeStats>) {
+    let sources = [page];
+    let opts = MergeOptions {
+        added: &[],
+        names: None,
+        hasher: PairHasher::new(o.key),
+    };
+    let m = crate::merge::merge_with(&sources, &opts, crate::merge::Tables::PerFamily);
+    let mut out = Vec::new();
+    write_text(&m, &mut out);
+    (
+        String::from_utf8_lossy(&out).into_owned(),
+        m.stats().to_vec(),
+    )
+}
+
+/// Which families of `e` are known to hold no duplicate series.
+fn known(e: &Exposition) -> Vec<bool> {
+    e.families()
+        .iter()
+        .map(|f| f.no_duplicates.known())
+        .collect()
+}
+
+#[test]
+fn what_the_merge_found_of_a_family_is_carried_only_to_the_same_series_in_the_same_order() {
+    let o = TEXT;
+    let page = |lines: &[&str]| {
+        let mut p = String::from("# TYPE vllm:g gauge\n");
+        for l in lines {
+            p.push_str(l);
+            p.push('\n');
+        }
+        p.push_str("# TYPE vllm:h gauge\nvllm:h{a=\"1\"} 5\n");
+        p
+    };
+    let parse_after = |body: &str, prior: &Arc<Exposition>| {
+        after(body.as_bytes(), &o, Some(prior)).0.expect("parses")
+    };
+    let clean = page(&["vllm:g{a=\"1\"} 1", "vllm:g{a=\"2\"} 2"]);
+    let prior = Arc::new(after(clean.as_bytes(), &o, None).0.expect("parses"));
+    assert_eq!(
+        known(&prior),
+        [false, false],
+        "nothing known before a merge"
+    );
+    assert_eq!(merged(&prior, &o).1[0].duplicate, 0);
+    assert_eq!(known(&prior), [true, true], "the merge found no duplicate");
+
+    // The same series, values moved: carried, and merged as the fresh parse is.
+    let moved = page(&["vllm:g{a=\"1\"} 7", "vllm:g{a=\"2\"} 8"]);
+    let next = parse_after(&moved, &prior);
+    assert_eq!(known(&next), [true, true]);
+    let fresh = after(moved.as_bytes(), &o, None).0.expect("parses");
+    assert_eq!(merged(&next, &o), merged(&fresh, &o));
+
+    // A line the prior did not have (a duplicate), two in another order, one less: the
+    // family is not known, and a duplicate is found and dropped.
+    for (lines, duplicates) in [
+        (
+            &[
+                "vllm:g{a=\"1\"} 1",
+                "vllm:g{a=\"2\"} 2",
+                "vllm:g{a=\"1\"} 3",
+            ][..],
+            1,
+        ),
+        (&["vllm:g{a=\"2\"} 2", "vllm:g{a=\"1\"} 1"][..], 0),
+        (&["vllm:g{a=\"1\"} 1"][..], 0),
+    ] {
+        let body = page(lines);
+        let next = parse_after(&body, &prior);
+        assert_eq!(known(&next), [false, true], "{body}");
+        let (out, stats) = merged(&next, &o);
+        assert_eq!(stats[0].duplicate, duplicates, "{body}");
+        assert_eq!(
+            (out, stats),
+            merged(&after(body.as_bytes(), &o, None).0.expect("parses"), &o)
+        );
+    }
+
+    // A family whose merge found a duplicate is not known, nor is it after it.
+    let twice = page(&["vllm:g{a=\"1\"} 1", "vllm:g{a=\"1\"} 2"]);
+    let prior = Arc::new(after(twice.as_bytes(), &o, None).0.expect("parses"));
+    assert_eq!(merged(&prior, &o).1[0].duplicate, 1);
+    assert_eq!(known(&prior), [false, true]);
+    let next = parse_after(&twice, &prior);
+    assert_eq!(known(&next), [false, true]);
+    assert_eq!(merged(&next, &o).1[0].duplicate, 1);
 }
 
 /// The samples a parse after a prior of the same series takes from it: canonical lines
