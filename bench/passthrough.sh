@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # /metrics side by side with a raw passthrough at one and eight connections: nginx serving the
-# page, exporter_exporter's raw passthrough in front of nginx, and sysport in front of nginx, on
+# page, exporter_exporter's raw passthrough in front of nginx, a store-and-forward proxy in Go
+# (the same program streaming and reading each page whole first), and sysport in front of nginx, on
 # a ~2 MB vLLM-style page (40 data-parallel engines from the shared fixture generator) and a
 # ~60 KB one (one engine: tests/fixtures/small.prom). See bench/passthrough/run.py for what is
 # measured and bench/RESULTS.md section 26 for figures. Loopback only; every run bounded by
@@ -50,6 +51,19 @@ if [ ! -x "$EXPEXP" ] || [ "$EXPEXP.sum" -ot bench/passthrough/go.sum ] ||
   mv -f "$EXPEXP.tmp" "$EXPEXP"
   cp bench/passthrough/go.sum "$EXPEXP.sum"
 fi
+
+# The store-and-forward floor (bench/passthrough/storeforward: Go's standard library only),
+# rebuilt when its source is newer than the binary.
+STOREFORWARD=$TOOLS/bin/storeforward
+if [ ! -x "$STOREFORWARD" ] || [ "$STOREFORWARD" -ot bench/passthrough/storeforward/main.go ]; then
+  echo "passthrough.sh: go build bench/passthrough/storeforward into $STOREFORWARD"
+  mkdir -p "$TOOLS/bin"
+  (cd bench/passthrough &&
+    env GOPATH="$TOOLS/go/path" GOMODCACHE="$TOOLS/go/mod" GOCACHE="$TOOLS/go/cache" GOTOOLCHAIN=local \
+      GOFLAGS="-mod=readonly -buildvcs=false" go build -trimpath -o "$STOREFORWARD.tmp" ./storeforward)
+  mv -f "$STOREFORWARD.tmp" "$STOREFORWARD"
+fi
+export SYSPORT_PT_STOREFORWARD=$STOREFORWARD
 
 . bench/venv.sh
 bench_venv passthrough.sh "prometheus_client, prometheus_fastapi_instrumentator" \

@@ -7,6 +7,10 @@ Targets, each fetching one page per request from one nginx serving the page file
                     Go's httputil.ReverseProxy, the bytes passed through untouched
   sysport           sysport in front of nginx (`engine: vllm`, its defaults: the vLLM families
                     kept, vitals on; canaries off, since nginx is no engine)
+  Go, streamed      with SYSPORT_PT_STOREFORWARD=BIN: bench/passthrough/storeforward, copying each
+                    page as it arrives (a raw passthrough in ~60 lines of Go's standard library)
+  Go, read whole    the same program reading each page whole before it answers: the floor of any
+                    proxy that must see the whole page first, as sysport must
 For each page, ROUNDS rounds; in each round every target in turn (interleaved, so the machine's
 load falls on all alike): one connection for SECONDS s (wrk --latency: p50, p99, scrapes/s), then
 8 connections for SECONDS s (scrapes/s). CPU a scrape is the target's own utime + stime over the
@@ -17,7 +21,8 @@ was started for; nginx's worker and exporter_exporter serve every page, so their
 
     python run.py OUT_DIR SYSPORT_BIN EXPORTER_EXPORTER_BIN PAGE_FILE...
     env: SYSPORT_PT_ROUNDS (3), SYSPORT_PT_SECONDS (5), SYSPORT_PT_SYSPORTS (more sysport binaries
-         to measure beside the first, colon-separated: the before and after of a change)
+         to measure beside the first, colon-separated: the before and after of a change),
+         SYSPORT_PT_STOREFORWARD (the storeforward binary: its two modes measured too)
 """
 import json
 import os
@@ -141,6 +146,15 @@ def start_expexp(out, binary, nginx_port, pages):
     return proc, port
 
 
+def start_storeforward(out, binary, nginx_port, stream):
+    port = free_port()
+    mode = "stream" if stream else "whole"
+    proc = subprocess.Popen([binary, "-listen", f"127.0.0.1:{port}", "-upstream", f"http://127.0.0.1:{nginx_port}"]
+                            + (["-stream"] if stream else []),
+                            stdout=subprocess.DEVNULL, stderr=open(os.path.join(out, f"storeforward-{mode}.log"), "w"))
+    return proc, port
+
+
 def start_sysport(out, tag, binary, nginx_port, page):
     port = free_port()
     conf = os.path.join(out, f"sysport-{tag}-{page}.yaml")
@@ -202,11 +216,20 @@ def main():
     try:
         ee, ee_port = start_expexp(out, expexp, nginx_port, pages)
         procs.append(ee)
+        go = []
+        if os.environ.get("SYSPORT_PT_STOREFORWARD"):
+            for label, stream in (("Go, streamed", True), ("Go, read whole", False)):
+                proc, port = start_storeforward(out, os.environ["SYSPORT_PT_STOREFORWARD"], nginx_port, stream)
+                procs.append(proc)
+                wait_ok(f"http://127.0.0.1:{port}/proxy?module={pages[0][0]}", label, proc)
+                go.append((label, port, proc.pid))
+        fixed = len(procs)
         results = []
         for name, path in pages:
             size = os.path.getsize(path)
             targets = [("nginx", f"http://127.0.0.1:{nginx_port}/{name}", nginx_worker),
                        ("exporter_exporter", f"http://127.0.0.1:{ee_port}/proxy?module={name}", ee.pid)]
+            targets += [(label, f"http://127.0.0.1:{port}/proxy?module={name}", pid) for label, port, pid in go]
             for i, binary in enumerate(sysports):
                 proc, port = start_sysport(out, str(i), binary, nginx_port, name)
                 procs.append(proc)
@@ -226,10 +249,10 @@ def main():
                         f"{m['switches']:.1f} switches a scrape; 8 connections {m['per_s_8']:.0f}/s")
             peaks = {label: peak_rss_mib(pid) for label, _, pid in targets}
             results.append({"page": name, "bytes": size, "runs": runs, "peak_rss_mib": peaks})
-            for p in procs[2:]:
+            for p in procs[fixed:]:
                 p.terminate()
                 p.wait()
-            procs = procs[:2]
+            procs = procs[:fixed]
     finally:
         for p in procs:
             p.terminate()
