@@ -99,17 +99,11 @@ fn main() {
     // page lies between the two. `parse_once` is not inlined, so that an instruction count can
     // take it alone: `valgrind --tool=callgrind --toggle-collect='*parse_once*'
     // target/release/deps/expfmt-HASH --test text-after-prior/unchanged/large`.
+    let keep: Vec<String> = KEEP.iter().map(|s| s.to_string()).collect();
     let mut group = c.benchmark_group("expfmt/text-after-prior");
     for input in inputs.iter().filter(|i| i.format == Format::Text) {
         size_group(&mut group, input);
-        let keep: Vec<String> = KEEP.iter().map(|s| s.to_string()).collect();
-        let opts = ParseOptions {
-            keep: &keep,
-            limits: LIMITS,
-            added_labels: &[],
-            hasher: PairHasher::new(0x5eed),
-            allow_reserved: false,
-        };
+        let opts = text_opts(&keep);
         for (case, before) in [
             ("unchanged", input.body.clone()),
             (
@@ -133,14 +127,7 @@ fn main() {
     let mut group = c.benchmark_group("expfmt/text-merge");
     for input in inputs.iter().filter(|i| i.format == Format::Text) {
         size_group(&mut group, input);
-        let keep: Vec<String> = KEEP.iter().map(|s| s.to_string()).collect();
-        let opts = ParseOptions {
-            keep: &keep,
-            limits: LIMITS,
-            added_labels: &[],
-            hasher: PairHasher::new(0x5eed),
-            allow_reserved: false,
-        };
+        let opts = text_opts(&keep);
         let before = Bytes::from(inputs::values_moved(&input.body));
         let prior = Arc::new(parse_once(&before, &opts, None));
         black_box(merge_once(&prior));
@@ -205,6 +192,17 @@ fn parse_once(
         prior,
     )
     .expect("inputs are within the limits")
+}
+
+/// The options of the parses after a prior: `keep`, no added label.
+fn text_opts(keep: &[String]) -> ParseOptions<'_> {
+    ParseOptions {
+        keep,
+        limits: LIMITS,
+        added_labels: &[],
+        hasher: PairHasher::new(0x5eed),
+        allow_reserved: false,
+    }
 }
 
 /// `page` merged alone and written as runs of its body.

@@ -135,6 +135,15 @@ struct Decl {
 }
 
 const NONE: u32 = u32::MAX;
+/// Bodies this large or larger, parsed after a prior, note which families have the prior's
+/// series in the same order ([`crate::NoDuplicates`]). Only a merge of more than 4,096 samples
+/// (one table per family) uses it, and a smaller body rarely holds as many: there the noting,
+/// a few instructions a sample, would be spent for nothing (4 % of a 100 KB page's parse).
+/// The tests note it on every body, so that each parse after a prior they make checks it.
+#[cfg(not(test))]
+const ORDER_MIN_BYTES: usize = 256 << 10;
+#[cfg(test)]
+const ORDER_MIN_BYTES: usize = 1;
 
 struct Parser<'b, 'o> {
     body: &'b [u8],
@@ -184,8 +193,10 @@ struct Parser<'b, 'o> {
     cursors: Vec<(u32, u32)>,
     /// Per family, as `cursors`: the index of its family in `prior` while each of its samples
     /// so far was the next one of that family there (so its series are the prior's, in the
-    /// same order, as far as read), else `NONE`.
+    /// same order, as far as read), else `NONE`. Kept only when `track_order`.
     as_prior: Vec<u32>,
+    /// Whether `as_prior` is kept: with a prior, for a body of [`ORDER_MIN_BYTES`] or more.
+    track_order: bool,
     /// The prior's sample that the last line pushed was, whole ([`Known::Whole`]), or `NONE`:
     /// the lines after it may follow the prior's ([`Parser::follow_prior`]). Read and reset
     /// after each sample line.
@@ -369,6 +380,7 @@ impl<'b, 'o> Parser<'b, 'o> {
             prior,
             cursors: Vec::new(),
             as_prior: Vec::new(),
+            track_order: prior.is_some() && sample_bytes >= ORDER_MIN_BYTES,
             whole_at: NONE,
         }
     }
@@ -560,10 +572,10 @@ impl<'b, 'o> Parser<'b, 'o> {
             self.stats.dropped += 1;
             return Ok(());
         }
-        let (cursor, prior_family) = self.prior_cursor(d, suffix);
+        let cursor = self.prior_cursor(d, suffix);
         let (known, next) = self.prior_match(line, cursor);
         let whole = matches!(known, Some(Known::Whole(_)));
-        let in_order = known.is_some() && next == cursor.0 + 1;
+        let matched = known.is_some();
         let lexed = match known {
             Some(Known::Whole(known)) => Ok(known),
             Some(Known::Labels(known)) => lex::lex_sample_known_labels(
@@ -609,14 +621,12 @@ impl<'b, 'o> Parser<'b, 'o> {
             let at = family as usize;
             if self.cursors.len() <= at {
                 self.cursors.resize(at + 1, UNSEEN);
-                self.as_prior.resize(at + 1, NONE);
             }
-            if self.cursors[at] == UNSEEN {
-                // The family's first sample: the prior's family was looked up for it.
-                self.as_prior[at] = prior_family;
-            }
-            if !in_order {
-                self.as_prior[at] = NONE;
+            if self.track_order {
+                let in_order = matched && next == cursor.0 + 1;
+                if !in_order || self.cursors[at] == UNSEEN {
+                    self.note_order(at, d, suffix, in_order);
+                }
             }
             self.cursors[at] = (next, cursor.1);
         }

@@ -38,26 +38,27 @@ pub(super) const UNSEEN: (u32, u32) = (NONE, NONE);
 
 impl Parser<'_, '_> {
     /// Where the samples of declaration `d` with `suffix` stand in `prior`: the next one to
-    /// compare a line with and the end of their family's, `(0, 0)` when it has none; and, when
-    /// the family was looked up there for its first sample here, its index in the prior
-    /// (`NONE` when the prior has no such family, or it was not looked up now).
-    pub(super) fn prior_cursor(&self, d: u32, suffix: Suffix) -> ((u32, u32), u32) {
+    /// compare a line with and the end of their family's, `(0, 0)` when it has none.
+    pub(super) fn prior_cursor(&self, d: u32, suffix: Suffix) -> (u32, u32) {
         let Some(prior) = self.prior else {
-            return ((0, 0), NONE);
+            return (0, 0);
         };
-        let (slot, role) = family_slot(self.format, suffix);
-        let decl = &self.decls[d as usize];
-        let family = decl.families[slot];
+        let family = self.decls[d as usize].families[family_slot(self.format, suffix).0];
         if family != NONE
             && let Some(&c) = self.cursors.get(family as usize)
             && c != UNSEEN
         {
-            return (c, NONE);
+            return c;
         }
-        match prior.family_index(decl.name.of(self.body), role) {
-            Some(i) => (prior.families()[i].samples, i as u32),
-            None => ((0, 0), NONE),
-        }
+        self.prior_family(d, suffix)
+            .map_or((0, 0), |i| prior.families()[i].samples)
+    }
+
+    /// The index in `prior` of the family of declaration `d`'s samples with `suffix`.
+    fn prior_family(&self, d: u32, suffix: Suffix) -> Option<usize> {
+        let decl = &self.decls[d as usize];
+        self.prior?
+            .family_index(decl.name.of(self.body), family_slot(self.format, suffix).1)
     }
 
     /// The lexing of the sample of `prior` at `cursor`, or of the one after it (a series gone
@@ -171,6 +172,20 @@ impl Parser<'_, '_> {
 }
 
 impl Parser<'_, '_> {
+    /// Notes for family `f` (of declaration `d` and `suffix`) a sample that is not the prior's
+    /// next one of its family, or its first sample. Out of line: most samples are neither.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn note_order(&mut self, f: usize, d: u32, suffix: Suffix, in_order: bool) {
+        if self.as_prior.len() <= f {
+            self.as_prior.resize(f + 1, NONE);
+        }
+        self.as_prior[f] = match in_order && self.cursors[f] == UNSEEN {
+            true => self.prior_family(d, suffix).map_or(NONE, |i| i as u32),
+            false => NONE,
+        };
+    }
+
     /// Whether family `f` (kept, read to its end) is known to hold no two samples of the same
     /// series: its series are the prior's family's, byte for byte and in the same order (each
     /// sample the next one of the prior's, all of them taken), and that one was known to hold
@@ -182,7 +197,10 @@ impl Parser<'_, '_> {
         else {
             return false;
         };
-        p != NONE && at == end && prior.families()[p as usize].no_duplicates.known()
+        self.track_order
+            && p != NONE
+            && at == end
+            && prior.families()[p as usize].no_duplicates.known()
     }
 }
 

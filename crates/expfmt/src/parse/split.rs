@@ -377,7 +377,7 @@ pub(crate) fn split_point(body: &[u8], target: usize, lo: usize) -> Option<usize
     let reach = forward.map_or(window, |s| s - target);
     // Line starts before `target`, nearer than `forward`, not before `lo`: each `#` right after
     // a newline, found from the end with `memrchr` (memmem's search from the end is not
-    // vectorised, and this one can cross a whole family of a many-engine page: 4.6 % of a 2 MB
+    // vectorised, and this one can cross a whole family of a many-engine page: 5.9 % of a 2 MB
     // scrape's CPU, bench/RESULTS.md section 33).
     let from = target.saturating_sub(reach).max(lo);
     let backward = memchr::memrchr_iter(b'#', &body[from..target])
