@@ -101,3 +101,107 @@ async fn twenty_hanging_upstreams_delay_neither_a_healthy_ones_checks_nor_its_fa
     let log = sp.stop().await;
     assert!(took <= within + Duration::from_secs(1), "{took:?}\n{log}");
 }
+
+/// An engine on loopback speaking HTTP/1.1 with keep-alive as uvicorn (vLLM, SGLang) and
+/// cpp-httplib (llama-server) do, whose idle connections time out after 5 s: a request that
+/// arrives on a connection idle for nearly that long meets the close (here: idle 4.5 s or
+/// more, closed without an answer, as when the server's timer fires while the request is on
+/// its way). Answers `/metrics` with `PAGE` and anything else with `ok`. Returns its URL and
+/// how many requests met a close.
+async fn closing_idle_after_5s() -> (String, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let closed = Arc::new(AtomicUsize::new(0));
+    let count = closed.clone();
+    tokio::spawn(async move {
+        // Bounded: a handful of connections, one request every few seconds, for ~20 s.
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let count = count.clone();
+            tokio::spawn(async move {
+                let mut idle_since = Instant::now();
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let Ok(n) = tcp.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    if head.is_empty() && idle_since.elapsed() >= Duration::from_millis(4500) {
+                        count.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                    head.extend_from_slice(&buf[..n]);
+                    let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let body = if head.starts_with(b"GET /metrics") {
+                        PAGE
+                    } else {
+                        "ok"
+                    };
+                    head.drain(..end + 4);
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n\
+                         content-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if tcp.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    idle_since = Instant::now();
+                }
+            });
+        }
+    });
+    (format!("http://{addr}"), closed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_every_5s_never_meets_an_engines_5s_keep_alive_closing() {
+    // Before, idle connections were kept 60 s: with checks every 5 s (the default) each check
+    // went out on the connection the last one left, idle just under 5 s, and met the engine's
+    // keep-alive close often enough to flip /health to 503 for a whole interval
+    // ("connection reset or closed mid-response").
+    let (engine, closed) = closing_idle_after_5s().await;
+    let sp = Sidecar::launch("checks-keep-alive")
+        .config(|port| {
+            format!(
+                "listen: {{host: 127.0.0.1, port: {port}}}\n\
+                 health: {{interval: 5s}}\n\
+                 shutdown: {{drain_delay: 0s}}\n\
+                 upstreams:\n  - name: vllm\n    url: {engine}/metrics\n    \
+                 health_url: {engine}/health\n    keep: [\"vllm:\"]\n    timeout: 2s\n    \
+                 canary_after: 0s\n"
+            )
+        })
+        .start()
+        .await;
+    eventually(Duration::from_secs(5), "ready", || async {
+        sp.get("/health", &[]).await.status == 200
+    })
+    .await;
+    // Four checks after the first, /health read every 100 ms.
+    let until = Instant::now() + Duration::from_secs(21);
+    let mut not_ready = Vec::new();
+    while Instant::now() < until {
+        let r = sp.get("/health", &[]).await;
+        if r.status != 200 {
+            not_ready.push(String::from_utf8_lossy(&r.body).into_owned());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = sp.stop().await;
+    assert_eq!(
+        closed.load(Ordering::SeqCst),
+        0,
+        "requests sent on connections the engine was closing\n{log}"
+    );
+    assert!(
+        not_ready.is_empty(),
+        "/health: {:?}\n{log}",
+        &not_ready[..not_ready.len().min(3)]
+    );
+}

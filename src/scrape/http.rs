@@ -14,6 +14,10 @@ use super::error::ScrapeError;
 use crate::expfmt::Format;
 use crate::model::Url;
 
+/// How long an idle connection to an upstream is kept for the next request: less than the 5 s
+/// after which the engines' servers close one.
+const IDLE_CONNECTION: Duration = Duration::from_secs(4);
+
 /// The HTTP client sysport uses for upstreams and health checks.
 pub(crate) fn http_client() -> reqwest::Client {
     reqwest::Client::builder()
@@ -21,7 +25,12 @@ pub(crate) fn http_client() -> reqwest::Client {
         .no_proxy()
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(2))
-        .pool_idle_timeout(Duration::from_secs(60))
+        // Engines close a keep-alive connection idle 5 s (uvicorn under vLLM and SGLang,
+        // cpp-httplib under llama-server): one kept longer would take the next request just
+        // as the engine closes it, and with checks every 5 s (the default) each check would
+        // race that close and now and then fail ("connection reset or closed mid-response").
+        // Idle 4 s, it is dropped and the request goes out on a new connection instead.
+        .pool_idle_timeout(IDLE_CONNECTION)
         // A redirect would make sysport scrape a target the configuration does not name and
         // serve its series under the configured one: it is an error instead (`from_status`).
         .redirect(reqwest::redirect::Policy::none())
