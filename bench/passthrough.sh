@@ -52,7 +52,8 @@ if [ ! -x "$EXPEXP" ] || [ "$EXPEXP.sum" -ot bench/passthrough/go.sum ] ||
   cp bench/passthrough/go.sum "$EXPEXP.sum"
 fi
 
-# The store-and-forward floor (bench/passthrough/storeforward: Go's standard library only),
+# A proxy that reads each page whole, or streams it (bench/passthrough/storeforward: Go's
+# standard library only),
 # rebuilt when its source is newer than the binary.
 STOREFORWARD=$TOOLS/bin/storeforward
 if [ ! -x "$STOREFORWARD" ] || [ "$STOREFORWARD" -ot bench/passthrough/storeforward/main.go ]; then

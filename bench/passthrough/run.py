@@ -9,8 +9,8 @@ Targets, each fetching one page per request from one nginx serving the page file
                     kept, vitals on; canaries off, since nginx is no engine)
   Go, streamed      with SYSPORT_PT_STOREFORWARD=BIN: bench/passthrough/storeforward, copying each
                     page as it arrives (a raw passthrough in ~60 lines of Go's standard library)
-  Go, read whole    the same program reading each page whole before it answers: the floor of any
-                    proxy that must see the whole page first, as sysport must
+  Go, read whole    the same program reading each page whole before it answers: the least any
+                    proxy does that must see the whole page first, as sysport must
 For each page, ROUNDS rounds; in each round every target in turn (interleaved, so the machine's
 load falls on all alike): one connection for SECONDS s (wrk --latency: p50, p99, scrapes/s), then
 8 connections for SECONDS s (scrapes/s). CPU a scrape is the target's own utime + stime over the

@@ -1476,9 +1476,10 @@ scrape_configs:
                     status, doc = self.health()
                     if status != 200 and "engine stalled" not in (doc.get("reason") or ""):
                         # Another verdict on the way (vLLM's own /health not answered within
-                        # the check's timeout on the loaded cores: `down` for one check): noted,
-                        # and the wait for the stall goes on.
-                        blips.append(f"{time.monotonic() - t0:.2f} s: {status} {doc.get('reason')!r}")
+                        # the check's timeout on the loaded cores: `down` for one check): noted
+                        # when it first shows, and the wait for the stall goes on.
+                        if not blips or blips[-1][1:] != (status, doc.get("reason")):
+                            blips.append((round(time.monotonic() - t0, 2), status, doc.get("reason")))
                     elif status != 200:
                         tstall, reason = time.monotonic() - t0, doc.get("reason")
                         live = probe(f"{self.sysport}/live/engine")
@@ -1518,8 +1519,9 @@ scrape_configs:
                    fatal=True)
 
         def stalled():
+            others = "; ".join(f"{t:.2f} s: {status} {why!r}" for t, status, why in r["blips"])
             expect(r["tstall"] is not None,
-                   f"no 'engine stalled' on /health within {r['bound'] + 5:.1f} s; other verdicts: {r['blips']}")
+                   f"no 'engine stalled' on /health within {r['bound'] + 5:.1f} s; other verdicts: {others}")
             expect(r["reason"] and "vllm: engine stalled" in r["reason"], f"reason {r['reason']!r}")
             expect(r["tstall"] <= r["bound"], f"stalled after {within(r['tstall'], r['bound'])}")
             expect(r["tstall"] >= STALL_AFTER - INTERVAL, f"stalled {r['tstall']:.2f} s after the freeze, "
@@ -1536,7 +1538,7 @@ scrape_configs:
             late = len(r["engine"]) - len(answered)
             return (f"{within(r['tstall'], r['bound'])}: {r['reason']}; /live/engine 503; vLLM's /health 200 "
                     f"({len(answered)} answers, {late} not within 2 s)"
-                    + (f"; other verdicts before the stall: {r['blips']}" if r["blips"] else ""))
+                    + (f"; other verdicts before the stall: {others}" if r["blips"] else ""))
 
         self.check(f"frozen while busy: sysport says 'engine stalled' within stall_after + interval + {MARGIN:g} s",
                    stalled)

@@ -479,8 +479,8 @@ impl Dedup {
         // With a table per output family, a family that is the only part of its own has a
         // duplicate only among its own samples: none when that is known already (its series
         // are the last merge's, `NoDuplicates`), and known from here on when none is found.
-        let per_family = self.owners.is_some();
-        let known = per_family && alone && fam.no_duplicates.known();
+        let own_table = self.owners.is_some() && alone;
+        let known = own_table && fam.no_duplicates.known();
         let skipped = self.skip.len();
         // Consecutive samples mostly share their name: hash it once per run of them.
         let mut name_hash = 0;
@@ -548,7 +548,7 @@ impl Dedup {
                 }
             }
         }
-        if per_family && alone && self.skip.len() == skipped {
+        if own_table && !known && self.skip.len() == skipped {
             fam.no_duplicates.set();
         }
         true

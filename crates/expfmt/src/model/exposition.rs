@@ -91,8 +91,6 @@ impl Exposition {
         }
     }
 
-    /// The samples of the family of declared name `base` in role `role`, as a range of
-    /// [`Exposition::all_samples`].
     /// The index in [`Exposition::families`] of the family declared `base` with `role`.
     pub(crate) fn family_index(&self, base: &[u8], role: Role) -> Option<usize> {
         let hasher = self.lexed_with.hasher;
