@@ -228,7 +228,7 @@ async fn vitals_of_a_thousand_ranks_cost_a_few_mib_and_never_delay_a_probe() {
     // Before, each reading held every series it read: a churning label grew RSS by about
     // 3 MiB a second, 180 MiB in this minute. Now the second minute adds allocator slack only:
     // up to 6.7 MiB seen here on a loaded machine, while the same page served alone for 8
-    // minutes stays flat from the first (release build 45 → 42 MiB, debug 68 → 63 MiB,
+    // minutes stays flat from the first (release build 44 → 40 MiB, debug 64 → 59 MiB,
     // bench/RESULTS.md section 33).
     assert!(
         churn_late - churn_early <= 12.0,

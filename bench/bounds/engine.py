@@ -5,6 +5,8 @@ prometheus_client does (the families that have one of the names, whole) and `/he
 - `Ranks(n)`: n data-parallel ranks (`engine="0"` to n - 1), every vitals family of vLLM and
   nothing else, as tests/bounds.rs's `ranks_page` writes them (plus each histogram's `_count`
   and `_sum`, which vLLM's have): three gauges, six counters, three histograms of 20 buckets.
+  `Ranks(n, churn=True)`: every series also has a `request_id` label whose value is new every
+  second, as tests/bounds.rs's churning engine has.
 - `Registry(n)`: the load test's page (bench/load/registry.py: n ranks, LMCache with TP 2, LoRA
   adapters, spec decode, the Python runtime families; 360 ranks render to 15.8 MB), rendered
   once by prometheus_client; then at every second the samples of the vitals families and of
@@ -58,8 +60,8 @@ def sample_names(name, kind):
 class Ranks:
     """The page of `n` ranks, every vitals family (tests/bounds.rs's `ranks_page`)."""
 
-    def __init__(self, n):
-        self.n = n
+    def __init__(self, n, churn=False):
+        self.n, self.churn = n, churn
         self.les = [repr(0.01 * k * k) for k in range(1, 20)] + ["+Inf"]
         # The bucket bounds of the three latency histograms: B of docs/vitals.md's formula.
         self.bounds = len(HISTOGRAMS) * len(self.les)
@@ -67,15 +69,16 @@ class Ranks:
     def families(self, t):
         """[(sample names, text)] of the page `t` seconds in."""
         ranks = range(self.n)
+        x = f',request_id="{t}"' if self.churn else ""
         out = []
         for name, value in GAUGES:
             lines = [f"# TYPE {name} gauge\n"]
-            lines += [f'{name}{{engine="{r}",model_name="m"}} {value(r, t)}\n' for r in ranks]
+            lines += [f'{name}{{engine="{r}",model_name="m"{x}}} {value(r, t)}\n' for r in ranks]
             out.append((sample_names(name, "gauge"), "".join(lines)))
         for name, per_s in COUNTERS:
             v = 1000.0 + per_s * t
             lines = [f"# TYPE {name} counter\n"]
-            lines += [f'{name}_total{{engine="{r}",model_name="m"}} {v}\n' for r in ranks]
+            lines += [f'{name}_total{{engine="{r}",model_name="m"{x}}} {v}\n' for r in ranks]
             out.append((sample_names(name, "counter"), "".join(lines)))
         for name, _ in HISTOGRAMS:
             count = 1000 + t
@@ -84,11 +87,11 @@ class Ranks:
             lines = [f"# TYPE {name} histogram\n"]
             for r in ranks:
                 lines += [
-                    f'{name}_bucket{{engine="{r}",le="{le}",model_name="m"}} {c}\n'
+                    f'{name}_bucket{{engine="{r}",le="{le}",model_name="m"{x}}} {c}\n'
                     for le, c in buckets
                 ]
-                lines.append(f'{name}_count{{engine="{r}",model_name="m"}} {count}\n')
-                lines.append(f'{name}_sum{{engine="{r}",model_name="m"}} {count * 0.5}\n')
+                lines.append(f'{name}_count{{engine="{r}",model_name="m"{x}}} {count}\n')
+                lines.append(f'{name}_sum{{engine="{r}",model_name="m"{x}}} {count * 0.5}\n')
             out.append((sample_names(name, "histogram"), "".join(lines)))
         return [(names, text.encode()) for names, text in out]
 

@@ -9,6 +9,8 @@ its page made again every second with its counters moving):
     16MB       the load test's 16 MB page (360 ranks), checked every 5 s (the default)
     ranks1000  1,000 data-parallel ranks, every vitals family, checked every second
     ranks2000  2,000 ranks, the same
+    churn100   100 ranks whose every series has a label with a new value every second (tests/
+               bounds.rs's churning engine), checked every second; no probe test
 
 For each engine two sysport processes check it at the same time, one with the vitals on and
 one off, with a `health_url` and `canary_after: 0s`. Every 10 s the script reads each one's
@@ -23,7 +25,7 @@ probes, timed to the end of its answer. What `/status` says of the vitals (`kept
 readings, ranks shown, sparkline points) is kept, and `kept_bytes` is shown beside what
 docs/vitals.md's formula gives for them.
 
-    python run.py SYSPORT_BIN OUT_DIR [MINUTES] [--only=16MB,ranks1000,ranks2000]
+    python run.py SYSPORT_BIN OUT_DIR [MINUTES] [--only=16MB,ranks1000,ranks2000,churn100]
                   [--cap-mib=1024] [--live-seconds=60] [--status-budget=300] [--tables]
 
 Writes OUT_DIR/SCENARIO.json (every sample) and prints the tables; with --tables, measures
@@ -62,6 +64,7 @@ SCENARIOS = {
     "16MB": (lambda: engine.Registry(360, os.path.join(OUT, "page-16MB.prom")), "5s", 5, False),
     "ranks1000": (lambda: engine.Ranks(1000), "1s", 1, True),
     "ranks2000": (lambda: engine.Ranks(2000), "1s", 1, True),
+    "churn100": (lambda: engine.Ranks(100, churn=True), "1s", 1, False),
 }
 
 
