@@ -4,7 +4,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
@@ -103,21 +103,26 @@ async fn twenty_hanging_upstreams_delay_neither_a_healthy_ones_checks_nor_its_fa
 }
 
 /// An engine on loopback speaking HTTP/1.1 with keep-alive as uvicorn (vLLM, SGLang) and
-/// cpp-httplib (llama-server) do, whose idle connections time out after 5 s: a request that
-/// arrives on a connection idle for nearly that long meets the close (here: idle 4.5 s or
-/// more, closed without an answer, as when the server's timer fires while the request is on
-/// its way). Answers `/metrics` with `PAGE` and anything else with `ok`. Returns its URL and
-/// how many requests met a close.
-async fn closing_idle_after_5s() -> (String, Arc<AtomicUsize>) {
+/// cpp-httplib (llama-server) do. With `close_idle`, its idle connections time out: a request
+/// that arrives on a connection idle that long meets the close (closed without an answer, as
+/// when the server's timer fires while the request is on its way). Answers `/metrics` with
+/// `PAGE` and anything else with `ok`, each after `before_answer` ran. Returns its URL and how
+/// many requests met a close.
+async fn keep_alive_engine(
+    close_idle: Option<Duration>,
+    before_answer: impl Fn() + Send + Sync + 'static,
+) -> (String, Arc<AtomicUsize>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let closed = Arc::new(AtomicUsize::new(0));
     let count = closed.clone();
+    let before_answer = Arc::new(before_answer);
     tokio::spawn(async move {
-        // Bounded: a handful of connections, one request every few seconds, for ~20 s.
+        // Bounded: a handful of connections, one request every second or few, for ~20 s.
         while let Ok((mut tcp, _)) = listener.accept().await {
             let count = count.clone();
+            let before_answer = before_answer.clone();
             tokio::spawn(async move {
                 let mut idle_since = Instant::now();
                 let mut head = Vec::new();
@@ -129,7 +134,7 @@ async fn closing_idle_after_5s() -> (String, Arc<AtomicUsize>) {
                     if n == 0 {
                         return;
                     }
-                    if head.is_empty() && idle_since.elapsed() >= Duration::from_millis(4500) {
+                    if head.is_empty() && close_idle.is_some_and(|d| idle_since.elapsed() >= d) {
                         count.fetch_add(1, Ordering::SeqCst);
                         return;
                     }
@@ -143,6 +148,7 @@ async fn closing_idle_after_5s() -> (String, Arc<AtomicUsize>) {
                         "ok"
                     };
                     head.drain(..end + 4);
+                    before_answer();
                     let answer = format!(
                         "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n\
                          content-length: {}\r\n\r\n{body}",
@@ -165,7 +171,7 @@ async fn a_check_every_5s_never_meets_an_engines_5s_keep_alive_closing() {
     // went out on the connection the last one left, idle just under 5 s, and met the engine's
     // keep-alive close often enough to flip /health to 503 for a whole interval
     // ("connection reset or closed mid-response").
-    let (engine, closed) = closing_idle_after_5s().await;
+    let (engine, closed) = keep_alive_engine(Some(Duration::from_millis(4500)), || {}).await;
     let sp = Sidecar::launch("checks-keep-alive")
         .config(|port| {
             format!(
@@ -204,4 +210,75 @@ async fn a_check_every_5s_never_meets_an_engines_5s_keep_alive_closing() {
         "/health: {:?}\n{log}",
         &not_ready[..not_ready.len().min(3)]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_came_while_sysport_was_off_the_cpu_past_the_timeout_is_not_a_timeout() {
+    // A CPU engine busy on every core kept sysport's threads runnable without a CPU for seconds
+    // (measured in the real-engines run: 2.1 s in 2 s). Here sysport is stopped (SIGSTOP) just
+    // as the engine gets a check, kept stopped 2.5 s past the check's 1 s timeout, and the
+    // engine answers at once meanwhile. Before: the client's timeout, polled first as sysport
+    // came back, called the check "timed out after 1s": vllm down, /health 503, an incident
+    // opened, for sysport's own lateness.
+    let stopped = Arc::new(AtomicU32::new(0));
+    let armed = stopped.clone();
+    let (engine, _) = keep_alive_engine(None, move || {
+        let pid = armed.swap(0, Ordering::SeqCst);
+        if pid == 0 {
+            return;
+        }
+        signal(pid, "-STOP");
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(2500));
+            signal(pid, "-CONT");
+        });
+    })
+    .await;
+    let sp = Sidecar::launch("checks-off-cpu")
+        .config(|port| {
+            format!(
+                "listen: {{host: 127.0.0.1, port: {port}}}\n\
+                 health: {{interval: 1s}}\n\
+                 shutdown: {{drain_delay: 0s}}\n\
+                 upstreams:\n  - name: vllm\n    url: {engine}/metrics\n    \
+                 health_url: {engine}/health\n    keep: [\"vllm:\"]\n    timeout: 1s\n    \
+                 canary_after: 0s\n"
+            )
+        })
+        .start()
+        .await;
+    eventually(Duration::from_secs(5), "ready", || async {
+        sp.get("/health", &[]).await.status == 200
+    })
+    .await;
+    for round in 0..2 {
+        stopped.store(sp.pid(), Ordering::SeqCst);
+        eventually(Duration::from_secs(5), "a check met the stop", || async {
+            stopped.load(Ordering::SeqCst) == 0
+        })
+        .await;
+        // Continued 2.5 s after the stop; then two more checks.
+        tokio::time::sleep(Duration::from_millis(4500)).await;
+        let r = sp.get("/health", &[]).await;
+        assert_eq!(
+            r.status,
+            200,
+            "round {round}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    let log = sp.stop().await;
+    assert!(
+        !log.contains("not healthy") && !log.contains("timed out"),
+        "a check timed out for sysport's own lateness:\n{log}"
+    );
+}
+
+/// Sends `sig` (`-STOP`, `-CONT`) to process `pid`.
+fn signal(pid: u32, sig: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success(), "kill {sig} {pid}");
 }

@@ -197,16 +197,19 @@ fn asked_tokens(canary: &crate::config::CanaryConfig) -> f64 {
     .unwrap_or(1.0)
 }
 
-/// A GET of a health URL: any 2xx is healthy.
+/// A GET of a health URL: any 2xx is healthy; within `timeout`, as [`crate::scrape::deadline`]
+/// judges it (sysport's own lateness is not the engine's).
 async fn check_url(
     client: &reqwest::Client,
     url: &crate::model::Url,
     timeout: Duration,
 ) -> Result<(), CheckError> {
-    match client.get(url.clone()).timeout(timeout).send().await {
-        Ok(resp) if resp.status().is_success() => Ok(()),
-        Ok(resp) => Err(CheckError::Health(ScrapeError::from_status(&resp))),
-        Err(e) => Err(CheckError::Health(ScrapeError::from_reqwest(e, timeout))),
+    let sent = crate::scrape::deadline::within(timeout, client.get(url.clone()).send()).await;
+    match sent {
+        Some(Ok(resp)) if resp.status().is_success() => Ok(()),
+        Some(Ok(resp)) => Err(CheckError::Health(ScrapeError::from_status(&resp))),
+        Some(Err(e)) => Err(CheckError::Health(ScrapeError::from_reqwest(e, timeout))),
+        None => Err(CheckError::Health(ScrapeError::Timeout(timeout))),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Sending one canary: the model lookup when the request names a model nobody gave, then the
 //! request, each answer read to at most [`MAX_ANSWER_BYTES`], all of it within the canary's
-//! timeout. What the answers mean is the canary module's to judge.
+//! timeout (as [`crate::scrape::deadline`] judges it). What the answers mean is the canary module's to judge.
 
 use std::time::{Instant, SystemTime};
 
@@ -16,12 +16,12 @@ pub(crate) async fn send(
     model: Option<String>,
 ) -> (Outcome, Option<String>) {
     let started = Instant::now();
-    let deadline = tokio::time::Instant::now() + canary.timeout;
-    let result = tokio::time::timeout_at(deadline, attempt(client, canary, model)).await;
+    let result =
+        crate::scrape::deadline::within(canary.timeout, attempt(client, canary, model)).await;
     let (kind, detail, model) = match result {
-        Ok((Ok(()), model)) => (Kind::Success, String::new(), model),
-        Ok((Err((kind, detail)), model)) => (kind, detail, model),
-        Err(_) => (
+        Some((Ok(()), model)) => (Kind::Success, String::new(), model),
+        Some((Err((kind, detail)), model)) => (kind, detail, model),
+        None => (
             Kind::Timeout,
             format!("timed out after {:?}", canary.timeout),
             None,

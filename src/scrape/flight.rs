@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 
 use super::Budget;
+use super::deadline;
 use super::error::ScrapeError;
 use super::http::get;
 use super::parse::{contained, parse_for};
@@ -42,8 +43,8 @@ pub(super) async fn fetch(
                 .clone(),
         }
     };
-    match tokio::time::timeout(wait_for(budget.map(|b| b.left()), target.timeout), shared).await {
-        Ok(fetch) if fetch.results.len() == target.upstreams.len() => Some(fetch),
+    match deadline::within(wait_for(budget.map(|b| b.left()), target.timeout), shared).await {
+        Some(fetch) if fetch.results.len() == target.upstreams.len() => Some(fetch),
         _ => None,
     }
 }
@@ -87,15 +88,12 @@ async fn run_fetch(inner: Arc<Inner>, target: Arc<Target>, slot: Arc<Slot>) -> A
     let timeout = target.timeout;
     let started = Instant::now();
     let max_body = inner.limits.max_body_bytes;
-    let fetched = match tokio::time::timeout(
+    let fetched = deadline::within(
         timeout,
         get(&inner.client, &slot.url, &slot.blocks, timeout, max_body),
     )
     .await
-    {
-        Ok(r) => r,
-        Err(_) => Err(ScrapeError::Timeout(timeout)),
-    };
+    .unwrap_or(Err(ScrapeError::Timeout(timeout)));
     let elapsed = started.elapsed();
     let prior = slot.state.lock().expect("slot state lock").prior.clone();
     let body_len = fetched.as_ref().ok().map(|f| f.body.len());

@@ -51,7 +51,8 @@ pub(super) struct Fetched {
     pub(super) mislabelled: bool,
 }
 
-/// One GET of an upstream's metrics, body read and decoded up to `max_body` decoded bytes.
+/// One GET of an upstream's metrics, body read and decoded up to `max_body` decoded bytes;
+/// the caller bounds it in time (`timeout` names the bound in its errors).
 pub(super) async fn get(
     client: &reqwest::Client,
     url: &Url,
@@ -68,7 +69,8 @@ pub(super) async fn get(
             "text/plain;version=0.0.4;q=1,*/*;q=0.1",
         )
         .header(reqwest::header::ACCEPT_ENCODING, "gzip")
-        .timeout(timeout)
+        // No timeout of the client's own: the caller's (`deadline::within`) bounds the whole
+        // fetch, body included, and does not count sysport's own lateness against the engine.
         .send()
         .await
         .map_err(|e| ScrapeError::from_reqwest(e, timeout))?;

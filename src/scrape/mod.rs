@@ -21,6 +21,7 @@ use crate::relabel::RuleSet;
 
 mod blocks;
 pub(crate) mod config;
+pub(crate) mod deadline;
 mod decode;
 mod error;
 mod flight;

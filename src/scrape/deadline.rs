@@ -1,0 +1,152 @@
+//! Timeouts judged by a thread that was running at its deadline.
+//!
+//! A timer that fires late says that the runtime's thread was kept from running around its
+//! deadline: a container starved of CPU (a CPU engine busy on every core of the node, a small
+//! CPU request), a stopped process, a long piece of work on the thread. An engine's answer may
+//! have come in meanwhile and wait, unread, in its socket; and the runtime, running again, would
+//! poll the timer before the connection that reads it (reqwest's own timeout is polled first),
+//! so that a check of an engine that answered in time would end "timed out": the engine called
+//! down, an incident opened, a canary failed, for sysport's own lateness.
+//!
+//! So the timeout counts only at a deadline the thread met on time. When the timer fires more
+//! than [`LATE`] after its deadline, the work gets [`GRACE`] more, which reads what has come
+//! in; again while each grace ends late too, until the timeout has passed twice: however
+//! starved sysport is, a hung engine is timed out within about twice its timeout.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How late a timer may fire and still say the thread was running: the timer wheel's
+/// millisecond, a busy runtime's few (a parse of a large page holds the thread for about
+/// 6 ms), with room to spare.
+pub(crate) const LATE: Duration = Duration::from_millis(50);
+
+/// What the work gets after a deadline the thread met late: ample, on a running thread, to read
+/// an answer already in its socket.
+pub(crate) const GRACE: Duration = Duration::from_millis(100);
+
+/// `work`'s output, or `None` when it was not done `timeout` from now at a deadline the thread
+/// met on time (see the module's doc).
+pub(crate) async fn within<F: Future>(timeout: Duration, work: F) -> Option<F::Output> {
+    within_at(Instant::now() + timeout, timeout, work).await
+}
+
+/// [`within`] from a `deadline` already set, for work that was given `timeout`.
+pub(crate) async fn within_at<F: Future>(
+    deadline: Instant,
+    timeout: Duration,
+    work: F,
+) -> Option<F::Output> {
+    let last = deadline + timeout;
+    let mut due = deadline;
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            biased;
+            out = &mut work => return Some(out),
+            () = tokio::time::sleep_until(due) => {}
+        }
+        let now = Instant::now();
+        if now.saturating_duration_since(due) <= LATE || due >= last {
+            return None;
+        }
+        due = now + GRACE;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Holds the runtime's only thread for `d`, as a starved or stopped process would be held.
+    fn hold_thread(d: Duration) {
+        std::thread::sleep(d);
+    }
+
+    /// An answer that comes in while the runtime's thread is held past the deadline, and is
+    /// handed over by another task in pieces, one a turn of the runtime (as hyper's connection
+    /// task hands a body to the request), waited for `timeout` by `wait`: whether all of it came.
+    async fn answer_in_pieces_across_a_held_thread<F, W>(wait: W) -> bool
+    where
+        W: FnOnce(tokio::sync::mpsc::Receiver<u32>) -> F,
+        F: Future<Output = Option<u32>> + Send + 'static,
+    {
+        let (came_in, arrived) = tokio::sync::oneshot::channel::<()>();
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(async move {
+            if arrived.await.is_ok() {
+                for piece in 0..8 {
+                    let _ = tx.send(piece).await;
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
+        let waited = tokio::spawn(wait(rx));
+        tokio::task::yield_now().await;
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            let _ = came_in.send(());
+        });
+        hold_thread(Duration::from_millis(400));
+        waited.await.expect("task") == Some(8)
+    }
+
+    async fn all_pieces(mut rx: tokio::sync::mpsc::Receiver<u32>) -> u32 {
+        let mut n = 0;
+        while rx.recv().await.is_some() {
+            n += 1;
+        }
+        n
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_answer_that_came_in_while_the_thread_was_held_past_the_deadline_is_read() {
+        let timeout = Duration::from_millis(100);
+        // tokio's own timeout, polled as the runtime comes back, finds the deadline passed with
+        // the answer half handed over: a timeout, for the thread's lateness.
+        let plain = |rx| async move { tokio::time::timeout(timeout, all_pieces(rx)).await.ok() };
+        assert!(!answer_in_pieces_across_a_held_thread(plain).await);
+        let started = Instant::now();
+        assert!(answer_in_pieces_across_a_held_thread(|rx| within(timeout, all_pieces(rx))).await);
+        assert!(started.elapsed() < Duration::from_millis(400) + GRACE * 4);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn work_that_never_ends_times_out_at_the_deadline_on_a_running_thread() {
+        let started = Instant::now();
+        let out = within(Duration::from_millis(100), std::future::pending::<()>()).await;
+        assert_eq!(out, None);
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(100), "{took:?}");
+        assert!(
+            took < Duration::from_millis(100) + GRACE,
+            "{took:?}: no grace when on time"
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn work_that_never_ends_times_out_within_twice_the_timeout_however_late_the_thread() {
+        // The thread is held again at every grace: the work still ends, within twice its
+        // timeout and one grace of the last hold.
+        let timeout = Duration::from_millis(200);
+        let started = Instant::now();
+        let waited = tokio::spawn(within(timeout, std::future::pending::<()>()));
+        let holder = tokio::spawn(async {
+            for _ in 0..40 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                hold_thread(Duration::from_millis(90));
+            }
+        });
+        let out = waited.await.expect("task");
+        let took = started.elapsed();
+        holder.abort();
+        assert_eq!(out, None);
+        assert!(took >= timeout, "{took:?}");
+        assert!(
+            took <= timeout * 2 + GRACE + Duration::from_millis(200),
+            "{took:?}"
+        );
+    }
+}
