@@ -165,21 +165,17 @@ async fn keep_alive_engine(
     (format!("http://{addr}"), closed)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_check_every_5s_never_meets_an_engines_5s_keep_alive_closing() {
-    // Before, idle connections were kept 60 s: with checks every 5 s (the default) each check
-    // went out on the connection the last one left, idle just under 5 s, and met the engine's
-    // keep-alive close often enough to flip /health to 503 for a whole interval
-    // ("connection reset or closed mid-response").
-    let (engine, closed) = keep_alive_engine(Some(Duration::from_millis(4500)), || {}).await;
-    let sp = Sidecar::launch("checks-keep-alive")
+/// A sidecar `test` in front of the engine at `engine` (its `/metrics` and `/health`), checked
+/// every `interval` with `timeout`, without canaries; once `/health` says 200.
+async fn ready_sidecar(test: &str, engine: &str, interval: &str, timeout: &str) -> Sidecar {
+    let sp = Sidecar::launch(test)
         .config(|port| {
             format!(
                 "listen: {{host: 127.0.0.1, port: {port}}}\n\
-                 health: {{interval: 5s}}\n\
+                 health: {{interval: {interval}}}\n\
                  shutdown: {{drain_delay: 0s}}\n\
                  upstreams:\n  - name: vllm\n    url: {engine}/metrics\n    \
-                 health_url: {engine}/health\n    keep: [\"vllm:\"]\n    timeout: 2s\n    \
+                 health_url: {engine}/health\n    keep: [\"vllm:\"]\n    timeout: {timeout}\n    \
                  canary_after: 0s\n"
             )
         })
@@ -189,6 +185,17 @@ async fn a_check_every_5s_never_meets_an_engines_5s_keep_alive_closing() {
         sp.get("/health", &[]).await.status == 200
     })
     .await;
+    sp
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_every_5s_never_meets_an_engines_5s_keep_alive_closing() {
+    // Before, idle connections were kept 60 s: with checks every 5 s (the default) each check
+    // went out on the connection the last one left, idle just under 5 s, and met the engine's
+    // keep-alive close often enough to flip /health to 503 for a whole interval
+    // ("connection reset or closed mid-response").
+    let (engine, closed) = keep_alive_engine(Some(Duration::from_millis(4500)), || {}).await;
+    let sp = ready_sidecar("checks-keep-alive", &engine, "5s", "2s").await;
     // Four checks after the first, /health read every 100 ms.
     let until = Instant::now() + Duration::from_secs(21);
     let mut not_ready = Vec::new();
@@ -215,7 +222,7 @@ async fn a_check_every_5s_never_meets_an_engines_5s_keep_alive_closing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_that_came_while_sysport_was_off_the_cpu_past_the_timeout_is_not_a_timeout() {
     // A CPU engine busy on every core kept sysport's threads runnable without a CPU for seconds
-    // (measured in the real-engines run: 2.1 s in 2 s). Here sysport is stopped (SIGSTOP) just
+    // (measured in the real-engines run at equal priority: 2.0 s of 2.0 s). Here sysport is stopped (SIGSTOP) just
     // as the engine gets a check, kept stopped 2.5 s past the check's 1 s timeout, and the
     // engine answers at once meanwhile. Before: the client's timeout, polled first as sysport
     // came back, called the check "timed out after 1s": vllm down, /health 503, an incident
@@ -234,23 +241,7 @@ async fn an_answer_that_came_while_sysport_was_off_the_cpu_past_the_timeout_is_n
         });
     })
     .await;
-    let sp = Sidecar::launch("checks-off-cpu")
-        .config(|port| {
-            format!(
-                "listen: {{host: 127.0.0.1, port: {port}}}\n\
-                 health: {{interval: 1s}}\n\
-                 shutdown: {{drain_delay: 0s}}\n\
-                 upstreams:\n  - name: vllm\n    url: {engine}/metrics\n    \
-                 health_url: {engine}/health\n    keep: [\"vllm:\"]\n    timeout: 1s\n    \
-                 canary_after: 0s\n"
-            )
-        })
-        .start()
-        .await;
-    eventually(Duration::from_secs(5), "ready", || async {
-        sp.get("/health", &[]).await.status == 200
-    })
-    .await;
+    let sp = ready_sidecar("checks-off-cpu", &engine, "1s", "1s").await;
     for round in 0..2 {
         stopped.store(sp.pid(), Ordering::SeqCst);
         eventually(Duration::from_secs(5), "a check met the stop", || async {

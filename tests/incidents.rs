@@ -358,7 +358,9 @@ async fn the_stacks_of_the_process_on_the_engines_port_are_in_the_bundle() {
         "echo \"Process $4: python3 -m vllm.entrypoints.openai.api_server\"\n\
          echo \"Thread 0x7F01 (idle): \\\"MainThread\\\"\"\n\
          echo \"    busy_loop (vllm/v1/engine/core.py:787)\"\n\
-         echo \"args: $*\"",
+         echo \"args: $*\"\n\
+         sleep 1\n\
+         echo \"nice $(cut -d' ' -f19 /proc/$$/stat)\"",
     );
     let (sp, _engine, incident) = stalled_with_stacks(py_spy, Duration::from_secs(10)).await;
     let processes = incident["stacks"]["processes"]
@@ -386,6 +388,8 @@ async fn the_stacks_of_the_process_on_the_engines_port_are_in_the_bundle() {
         )),
         "{stacks}"
     );
+    // Below sysport's own threads, which go on checking the engine meanwhile.
+    assert!(stacks.contains("nice 10\n"), "{stacks}");
 }
 
 #[tokio::test]

@@ -15,6 +15,9 @@ use tokio::io::AsyncReadExt;
 /// Most bytes kept of one process's dump (and of its error output, a tenth of it).
 pub(crate) const MAX_OUTPUT: usize = 4 << 20;
 
+/// The niceness py-spy runs at, below sysport's own threads.
+const PY_SPY_NICE: i32 = 10;
+
 /// What py-spy says of a process without a Python interpreter in it (py-spy 0.4's
 /// `python_process_info::get_python_version`): a native engine such as llama-server.
 const NOT_PYTHON: &str = "Failed to find python version from target process";
@@ -149,6 +152,15 @@ async fn dump(py_spy: &Path, pid: u32, timeout: Duration) -> Dump {
             return dump;
         }
     };
+    // py-spy reads the engine's memory for up to seconds, in sysport's container and from its
+    // CPU share, just as the checks that say whether the engine comes back matter most: at a
+    // lower priority it takes what they leave (nice 10 weighs a tenth of sysport's threads).
+    if let Some(pid) = child
+        .id()
+        .and_then(|id| rustix::process::Pid::from_raw(id as i32))
+    {
+        let _ = rustix::process::setpriority_process(Some(pid), PY_SPY_NICE);
+    }
     let mut stdout = child.stdout.take().expect("piped");
     let mut stderr = child.stderr.take().expect("piped");
     let run = async {
