@@ -1,6 +1,7 @@
 //! Sending one canary: the model lookup when the request names a model nobody gave, then the
 //! request, each answer read to at most [`MAX_ANSWER_BYTES`], all of it within the canary's
-//! timeout (as [`crate::scrape::deadline`] judges it). What the answers mean is the canary module's to judge.
+//! timeout (as [`crate::scrape::deadline`] judges it). What the answers mean is the canary
+//! module's to judge.
 
 use std::time::{Instant, SystemTime};
 
