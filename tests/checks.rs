@@ -222,11 +222,11 @@ async fn a_check_every_5s_never_meets_an_engines_5s_keep_alive_closing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_that_came_while_sysport_was_off_the_cpu_past_the_timeout_is_not_a_timeout() {
     // A CPU engine busy on every core kept sysport's threads runnable without a CPU for seconds
-    // (measured in the real-engines run at equal priority: 2.0 s of 2.0 s). Here sysport is stopped (SIGSTOP) just
-    // as the engine gets a check, kept stopped 2.5 s past the check's 1 s timeout, and the
-    // engine answers at once meanwhile. Before: the client's timeout, polled first as sysport
-    // came back, called the check "timed out after 1s": vllm down, /health 503, an incident
-    // opened, for sysport's own lateness.
+    // (measured in the real-engines run at equal priority: 2.0 s of 2.0 s). Here sysport is
+    // stopped (SIGSTOP) just as the engine gets a check, and continued 3.5 s later, past the
+    // check's 2 s timeout; the engine answers at once meanwhile. Before: the client's timeout,
+    // polled first as sysport came back, called the check "timed out after 2s": vllm down,
+    // /health 503, an incident opened, for sysport's own lateness.
     let stopped = Arc::new(AtomicU32::new(0));
     let armed = stopped.clone();
     let (engine, _) = keep_alive_engine(None, move || {
@@ -236,20 +236,20 @@ async fn an_answer_that_came_while_sysport_was_off_the_cpu_past_the_timeout_is_n
         }
         signal(pid, "-STOP");
         std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(2500));
+            std::thread::sleep(Duration::from_millis(3500));
             signal(pid, "-CONT");
         });
     })
     .await;
-    let sp = ready_sidecar("checks-off-cpu", &engine, "1s", "1s").await;
+    let sp = ready_sidecar("checks-off-cpu", &engine, "1s", "2s").await;
     for round in 0..2 {
         stopped.store(sp.pid(), Ordering::SeqCst);
         eventually(Duration::from_secs(5), "a check met the stop", || async {
             stopped.load(Ordering::SeqCst) == 0
         })
         .await;
-        // Continued 2.5 s after the stop; then two more checks.
-        tokio::time::sleep(Duration::from_millis(4500)).await;
+        // Continued 3.5 s after the stop; then two more checks.
+        tokio::time::sleep(Duration::from_millis(5500)).await;
         let r = sp.get("/health", &[]).await;
         assert_eq!(
             r.status,
