@@ -382,7 +382,7 @@ class Lateness:
             sent = time.time()
             before = thread_states(self.pid)
 
-            def get():
+            def get(answered=answered):
                 probe(f"{self.base}{self.path}", timeout=30.0)
                 answered.set()
 
