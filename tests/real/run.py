@@ -317,8 +317,10 @@ def bucket_text(i, bounds):
 # ---- a late worker runtime, seen from outside ----------------------------------------------------
 
 def thread_states(pid):
-    """{tid: (name, state, wchan, ns on a CPU, ns runnable but waiting for one)} of a process's
-    threads (/proc/PID/task: stat, wchan, schedstat)."""
+    """{tid: (name, state, wchan, ns on a CPU, ns runnable but waiting for one, CPU ticks)} of a
+    process's threads (/proc/PID/task: stat, wchan, schedstat). schedstat moves only at a context
+    switch, so a thread that stays on a CPU (or off one) shows no change there; its CPU ticks
+    (utime + stime, counted at every timer tick) tell the two apart."""
     out = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
@@ -338,7 +340,9 @@ def thread_states(pid):
                 wchan = f.read().strip() or "-"
         except OSError:
             wchan = "?"
-        out[int(tid)] = (s[s.index("(") + 1:s.rindex(")")], s[s.rindex(")") + 2], wchan, ran, waited)
+        fields = s[s.rindex(")") + 2:].split()
+        out[int(tid)] = (s[s.index("(") + 1:s.rindex(")")], fields[0], wchan, ran, waited,
+                         int(fields[11]) + int(fields[12]))
     return out
 
 
@@ -392,9 +396,10 @@ class Lateness:
                 while not answered.wait(1.0 if notes else 0.0) and len(notes) < 40:
                     now = thread_states(self.pid)
                     threads = "; ".join(
-                        f"{name}[{tid}] {state} {wchan} cpu +{(ran - before.get(tid, (0,) * 5)[3]) / 1e6:.0f} ms "
-                        f"runnable +{(waited - before.get(tid, (0,) * 5)[4]) / 1e6:.0f} ms"
-                        for tid, (name, state, wchan, ran, waited) in sorted(now.items()))
+                        f"{name}[{tid}] {state} {wchan} cpu +{(ran - before.get(tid, (0,) * 6)[3]) / 1e6:.0f} ms "
+                        f"runnable +{(waited - before.get(tid, (0,) * 6)[4]) / 1e6:.0f} ms "
+                        f"ticks +{ticks - before.get(tid, (0,) * 6)[5]}"
+                        for tid, (name, state, wchan, ran, waited, ticks) in sorted(now.items()))
                     notes.append(f"+{time.time() - sent:.1f} s: {threads} ({pressure()})")
                 answered.wait(30.0)
                 self.events.append((sent, time.time() - sent, notes))
