@@ -22,26 +22,17 @@ use tokio::time::Instant;
 /// How late a timer may fire and still say the thread was running: the timer wheel's
 /// millisecond, a busy runtime's few (a parse of a large page holds the thread for about
 /// 6 ms), with room to spare.
-pub(crate) const LATE: Duration = Duration::from_millis(50);
+const LATE: Duration = Duration::from_millis(50);
 
 /// What the work gets after a deadline the thread met late: ample, on a running thread, to read
 /// an answer already in its socket.
-pub(crate) const GRACE: Duration = Duration::from_millis(100);
+const GRACE: Duration = Duration::from_millis(100);
 
 /// `work`'s output, or `None` when it was not done `timeout` from now at a deadline the thread
 /// met on time (see the module's doc).
 pub(crate) async fn within<F: Future>(timeout: Duration, work: F) -> Option<F::Output> {
-    within_at(Instant::now() + timeout, timeout, work).await
-}
-
-/// [`within`] from a `deadline` already set, for work that was given `timeout`.
-pub(crate) async fn within_at<F: Future>(
-    deadline: Instant,
-    timeout: Duration,
-    work: F,
-) -> Option<F::Output> {
-    let last = deadline + timeout;
-    let mut due = deadline;
+    let mut due = Instant::now() + timeout;
+    let last = due + timeout;
     tokio::pin!(work);
     loop {
         tokio::select! {

@@ -93,7 +93,7 @@ async fn run_fetch(inner: Arc<Inner>, target: Arc<Target>, slot: Arc<Slot>) -> A
         get(&inner.client, &slot.url, &slot.blocks, timeout, max_body),
     )
     .await
-    .unwrap_or(Err(ScrapeError::Timeout(timeout)));
+    .unwrap_or_else(|| Err(ScrapeError::Timeout(timeout)));
     let elapsed = started.elapsed();
     let prior = slot.state.lock().expect("slot state lock").prior.clone();
     let body_len = fetched.as_ref().ok().map(|f| f.body.len());

@@ -134,16 +134,20 @@ def post_json(url, doc, timeout):
         return status, body
 
 
-def proc_stat(pid):
-    """(comm, state, pgid) of a process, or None when it is gone."""
+def read_stat(path):
+    """(comm, [the fields after it, state first]) of a /proc stat file, or None when it is gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(path) as f:
             s = f.read()
     except OSError:
         return None
-    comm = s[s.index("(") + 1:s.rindex(")")]
-    fields = s[s.rindex(")") + 2:].split()
-    return comm, fields[0], int(fields[2])
+    return s[s.index("(") + 1:s.rindex(")")], s[s.rindex(")") + 2:].split()
+
+
+def proc_stat(pid):
+    """(comm, state, pgid) of a process, or None when it is gone."""
+    st = read_stat(f"/proc/{pid}/stat")
+    return st and (st[0], st[1][0], int(st[1][2]))
 
 
 def group_members(pgid):
@@ -328,21 +332,21 @@ def thread_states(pid):
         return out
     for tid in tids:
         base = f"/proc/{pid}/task/{tid}"
+        st = read_stat(f"{base}/stat")
         try:
-            with open(f"{base}/stat") as f:
-                s = f.read()
             with open(f"{base}/schedstat") as f:
                 ran, waited = (int(x) for x in f.read().split()[:2])
         except (OSError, ValueError):
+            continue
+        if st is None:
             continue
         try:
             with open(f"{base}/wchan") as f:
                 wchan = f.read().strip() or "-"
         except OSError:
             wchan = "?"
-        fields = s[s.rindex(")") + 2:].split()
-        out[int(tid)] = (s[s.index("(") + 1:s.rindex(")")], fields[0], wchan, ran, waited,
-                         int(fields[11]) + int(fields[12]))
+        comm, fields = st
+        out[int(tid)] = (comm, fields[0], wchan, ran, waited, int(fields[11]) + int(fields[12]))
     return out
 
 
@@ -409,9 +413,9 @@ class Lateness:
         self.done.set()
         self.thread.join(35.0)
 
-    def seen(self, t0=None, t1=None):
+    def seen(self, t0, t1):
         """The late answers sent in [t0, t1], each with what was noted while it was awaited."""
-        late = [e for e in self.events if (t0 is None or e[0] >= t0) and (t1 is None or e[0] <= t1)]
+        late = [e for e in self.events if t0 <= e[0] <= t1]
         return " | ".join(f"{self.path} sent at {time.strftime('%H:%M:%S', time.localtime(sent))}"
                           f".{int(sent % 1 * 10)} answered after {took:.1f} s: " + " / ".join(notes[:4])
                           for sent, took, notes in late) or "none"
