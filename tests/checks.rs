@@ -104,7 +104,7 @@ async fn twenty_hanging_upstreams_delay_neither_a_healthy_ones_checks_nor_its_fa
 
 /// An engine on loopback speaking HTTP/1.1 with keep-alive as uvicorn (vLLM, SGLang) and
 /// cpp-httplib (llama-server) do. With `close_idle`, its idle connections time out: a request
-/// that arrives on a connection idle that long meets the close (closed without an answer, as
+/// that arrives on a kept-alive connection idle that long meets the close (closed without an answer, as
 /// when the server's timer fires while the request is on its way). Answers `/metrics` with
 /// `PAGE` and anything else with `ok`, each after `before_answer` ran. Returns its URL and how
 /// many requests met a close.
@@ -125,6 +125,7 @@ async fn keep_alive_engine(
             let before_answer = before_answer.clone();
             tokio::spawn(async move {
                 let mut idle_since = Instant::now();
+                let mut answered = false;
                 let mut head = Vec::new();
                 let mut buf = [0u8; 4096];
                 loop {
@@ -134,7 +135,10 @@ async fn keep_alive_engine(
                     if n == 0 {
                         return;
                     }
-                    if head.is_empty() && close_idle.is_some_and(|d| idle_since.elapsed() >= d) {
+                    if answered
+                        && head.is_empty()
+                        && close_idle.is_some_and(|d| idle_since.elapsed() >= d)
+                    {
                         count.fetch_add(1, Ordering::SeqCst);
                         return;
                     }
@@ -158,6 +162,7 @@ async fn keep_alive_engine(
                         return;
                     }
                     idle_since = Instant::now();
+                    answered = true;
                 }
             });
         }
@@ -216,6 +221,47 @@ async fn a_check_every_5s_never_meets_an_engines_5s_keep_alive_closing() {
         not_ready.is_empty(),
         "/health: {:?}\n{log}",
         &not_ready[..not_ready.len().min(3)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_whose_kept_alive_connection_closes_as_it_goes_out_is_sent_again() {
+    // The engine answers one request per connection and closes it, without an answer, when the
+    // next one arrives on it: the race of its keep-alive close with a request that went out as
+    // it fired, here on every request sent on a kept-alive connection. A CI run met it when
+    // sysport came back from 6 s without a CPU: it had taken a connection from the pool, the
+    // engines closed theirs meanwhile, and both engines' checks "closed mid-response", both
+    // counted down, an incident each, /health 503. Before: every check and scrape after the
+    // first failed so, /health 503, vllm down on the page.
+    let (engine, closed) = keep_alive_engine(Some(Duration::ZERO), || {}).await;
+    let sp = ready_sidecar("checks-closed-as-sent", &engine, "500ms", "2s").await;
+    let until = Instant::now() + Duration::from_secs(6);
+    let (mut not_ready, mut down) = (Vec::new(), 0);
+    while Instant::now() < until {
+        let r = sp.get("/health", &[]).await;
+        if r.status != 200 {
+            not_ready.push(String::from_utf8_lossy(&r.body).into_owned());
+        }
+        let page = String::from_utf8_lossy(&sp.get("/metrics", &[]).await.body).into_owned();
+        if !page.contains("vllm:num_requests_running 0")
+            || !page.contains("dynamo_sysport_upstream_up{upstream=\"vllm\"} 1")
+        {
+            down += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = sp.stop().await;
+    let closed = closed.load(Ordering::SeqCst);
+    assert!(closed >= 20, "only {closed} requests met a close\n{log}");
+    assert!(
+        not_ready.is_empty(),
+        "/health: {:?}\n{log}",
+        &not_ready[..not_ready.len().min(3)]
+    );
+    assert_eq!(down, 0, "pages without vllm's series\n{log}");
+    assert!(
+        !log.contains("not healthy") && !log.contains("is down"),
+        "{log}"
     );
 }
 

@@ -109,10 +109,13 @@ async fn attempt(
             .body(body),
         None => request,
     };
-    let mut resp = request
-        .send()
-        .await
-        .map_err(|e| CallError::Connect(e.without_url()))?;
+    // A GET is sent again when its kept-alive connection closed before any answer; a POST
+    // (a generation, a LoRA load) never: the engine may have acted on it.
+    let sent = match method {
+        Method::Get => crate::scrape::send_get(request).await,
+        Method::Post => request.send().await,
+    };
+    let mut resp = sent.map_err(|e| CallError::Connect(e.without_url()))?;
     if resp.content_length().is_some_and(|n| n > max as u64) {
         return Err(CallError::TooLarge(max));
     }

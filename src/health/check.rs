@@ -204,7 +204,9 @@ async fn check_url(
     url: &crate::model::Url,
     timeout: Duration,
 ) -> Result<(), CheckError> {
-    let sent = crate::scrape::deadline::within(timeout, client.get(url.clone()).send()).await;
+    let sent =
+        crate::scrape::deadline::within(timeout, crate::scrape::send_get(client.get(url.clone())))
+            .await;
     match sent {
         Some(Ok(resp)) if resp.status().is_success() => Ok(()),
         Some(Ok(resp)) => Err(CheckError::Health(ScrapeError::from_status(&resp))),

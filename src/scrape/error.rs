@@ -81,6 +81,12 @@ impl ScrapeError {
         }
     }
 
+    /// Whether the connection `err` came on closed (or was reset) before any answer, after it
+    /// was made: not a connection that could not be made, nor a timeout.
+    pub(super) fn closed_before_answer(err: &reqwest::Error) -> bool {
+        !err.is_connect() && !err.is_timeout() && was_reset(err)
+    }
+
     /// A response that is not a success: a redirect, which is never followed (the scrape
     /// target is exactly the configured URL), or another status.
     pub fn from_status(resp: &reqwest::Response) -> ScrapeError {

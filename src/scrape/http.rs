@@ -31,6 +31,7 @@ pub(crate) fn http_client() -> reqwest::Client {
         // race that close and now and then fail ("connection reset or closed mid-response").
         // Idle 4 s, it is dropped and the request goes out on a new connection instead.
         .pool_idle_timeout(IDLE_CONNECTION)
+        .pool_max_idle_per_host(IDLE_PER_UPSTREAM)
         // A redirect would make sysport scrape a target the configuration does not name and
         // serve its series under the configured one: it is an error instead (`from_status`).
         .redirect(reqwest::redirect::Policy::none())
@@ -39,6 +40,45 @@ pub(crate) fn http_client() -> reqwest::Client {
         .no_gzip()
         .build()
         .expect("the HTTP client builds with static settings")
+}
+
+/// How many idle connections to one upstream (scheme, host and port) are kept: a check, a
+/// scrape, a canary and a forwarded request can be in flight at once.
+const IDLE_PER_UPSTREAM: usize = 4;
+
+/// How many times a GET goes out again after its connection closed before any answer: after
+/// every idle connection the pool holds, a new one.
+const RESENDS: usize = IDLE_PER_UPSTREAM;
+
+/// Sends `request`, a GET, and again on another connection when the one it went out on closed
+/// before any answer: at most [`RESENDS`] times, as many as the idle connections kept, so that
+/// the last goes out on a new one unless another request gave one back meanwhile.
+///
+/// A kept-alive connection can close as a request goes out on it: the engine's idle timer fires
+/// (uvicorn's and cpp-httplib's 5 s) while the request is on its way, or sysport was off the CPU
+/// between taking the connection from the pool and writing on it, and the engine closed it
+/// meanwhile. The engine did not answer that request, and a GET is idempotent: it is sent again,
+/// as Go's `net/http` does on a reused connection, instead of counting the engine down. A
+/// connection that cannot be made, and a timeout, are not sent again.
+pub(crate) async fn send_get(
+    mut request: reqwest::RequestBuilder,
+) -> reqwest::Result<reqwest::Response> {
+    for _ in 0..RESENDS {
+        let Some(again) = request.try_clone() else {
+            break;
+        };
+        match request.send().await {
+            Err(err) if ScrapeError::closed_before_answer(&err) => {
+                tracing::debug!(
+                    error = %err.without_url(),
+                    "connection closed before an answer; sending the GET again"
+                );
+                request = again;
+            }
+            sent => return sent,
+        }
+    }
+    request.send().await
 }
 
 /// An upstream's body and what its response said of it.
@@ -60,20 +100,21 @@ pub(super) async fn get(
     timeout: Duration,
     max_body: usize,
 ) -> Result<Fetched, ScrapeError> {
-    let mut resp = client
-        .get(url.clone())
-        // Never forward the scraper's Accept: prometheus_client mis-renders names with `:` as
-        // OpenMetrics (client_python#1177), so ask for the text format.
-        .header(
-            reqwest::header::ACCEPT,
-            "text/plain;version=0.0.4;q=1,*/*;q=0.1",
-        )
-        .header(reqwest::header::ACCEPT_ENCODING, "gzip")
-        // No timeout of the client's own: the caller's (`deadline::within`) bounds the whole
-        // fetch, body included, and does not count sysport's own lateness against the engine.
-        .send()
-        .await
-        .map_err(|e| ScrapeError::from_reqwest(e, timeout))?;
+    let mut resp = send_get(
+        client
+            .get(url.clone())
+            // Never forward the scraper's Accept: prometheus_client mis-renders names with `:` as
+            // OpenMetrics (client_python#1177), so ask for the text format.
+            .header(
+                reqwest::header::ACCEPT,
+                "text/plain;version=0.0.4;q=1,*/*;q=0.1",
+            )
+            .header(reqwest::header::ACCEPT_ENCODING, "gzip"),
+    )
+    // No timeout of the client's own: the caller's (`deadline::within`) bounds the whole fetch,
+    // body included, and does not count sysport's own lateness against the engine.
+    .await
+    .map_err(|e| ScrapeError::from_reqwest(e, timeout))?;
     if !resp.status().is_success() {
         return Err(ScrapeError::from_status(&resp));
     }

@@ -35,7 +35,7 @@ mod shared;
 mod slot;
 
 pub(crate) use error::ScrapeError;
-pub(crate) use http::http_client;
+pub(crate) use http::{http_client, send_get};
 
 pub(crate) use shared::UpstreamResult;
 
