@@ -184,26 +184,44 @@ def within(took, bound):
     return f"{took:.2f} s (bound {bound:.1f} s)"
 
 
-def _engine_preexec():
-    run._die_with_parent()
-    os.nice(ENGINE_NICE)
+def _session_preexec(nice):
+    """Runs in the child after its setsid(): the child dies with this driver and, at `nice` > 0,
+    runs below the rest. With autogroup scheduling (kernel.sched_autogroup_enabled, on in CI),
+    each session is a group the scheduler shares the CPUs between, and a process's own niceness
+    weighs only against the other processes of its session: the session's (/proc/self/autogroup)
+    is the one that weighs against the others. Both are set, for kernels without autogroups."""
+    def preexec():
+        run._die_with_parent()
+        if nice:
+            os.nice(nice)
+            try:
+                with open("/proc/self/autogroup", "w") as f:
+                    f.write(str(nice))
+            except OSError:
+                pass  # a kernel without autogroups: os.nice is the one that counts
+    return preexec
 
 
 class GroupProcs(Procs):
-    """Procs whose engines run in process groups of their own (vLLM is three processes: the API
-    server, VLLM::EngineCore and its VLLM::Worker). A group is listed in the pid file as `-PGID`
-    (`kill -KILL -PGID` stops the whole group) and stopped as a whole: SIGTERM, SIGCONT (a
-    frozen process takes its SIGTERM once it runs), then SIGKILL after the timeout.
+    """Procs each in a session of its own, as each container of a pod has a cgroup of its own
+    (the scheduler shares the CPUs between sessions, see _session_preexec). The engines run in
+    process groups (vLLM is three processes: the API server, VLLM::EngineCore and its
+    VLLM::Worker): a group is listed in the pid file as `-PGID` (`kill -KILL -PGID` stops the
+    whole group) and stopped as a whole: SIGTERM, SIGCONT (a frozen process takes its SIGTERM
+    once it runs), then SIGKILL after the timeout.
 
-    The process groups (the engines, AIPerf) run at nice ENGINE_NICE. At nice 0, on two cores,
-    a burst of vLLM completions kept both busy (its worker, engine core and API server threads
-    together 95% of the CPU time, read from every thread's /proc schedstat) and every other
-    thread on the machine waited for a CPU: sysport's worker thread was runnable without one
-    for 2.0 s of 2.0 s (31 ms on a CPU), /status answered up to 5 s late, and in one CI run
-    sysport's readings had a 15 s hole. That is the two-core machine, where the engines and
-    everything that watches them share two cores; in a pod each container's CPU request is its
-    share (docs/deployment.md). Niced, the engines still get every cycle the rest leave, and this
-    checks sysport's readings, not the kernel's division of two cores."""
+    The process groups (the engines, AIPerf) run at nice ENGINE_NICE, their sessions too. At nice
+    0, on two cores, a burst of vLLM completions kept both busy (its worker, engine core and API
+    server threads together 95% of the CPU time, read from every thread's /proc schedstat) and
+    every other thread on the machine waited for a CPU: sysport's worker thread was runnable
+    without one for 2.0 s of 2.0 s (31 ms on a CPU), /status answered up to 5 s late, and in one
+    CI run sysport's readings had a 15 s hole. Niced by os.nice alone, in a session of their own,
+    the engines still weighed as much as the whole session of this driver, Prometheus and
+    sysport: a CI run saw sysport's worker thread runnable and on no CPU for 6 s. That is the
+    two-core machine, where the engines and everything that watches them share two cores; in a
+    pod each container's CPU request is its share (docs/deployment.md). Niced, the engines still
+    get every cycle the rest leave, and this checks sysport's readings, not the kernel's division
+    of two cores."""
 
     def __init__(self, workdir, pidfile):
         super().__init__(workdir, pidfile)
@@ -218,8 +236,8 @@ class GroupProcs(Procs):
     def start(self, name, argv, env=None, group=False):
         log = open(os.path.join(self.workdir, f"{name}.log"), "ab")
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                cwd=self.workdir, env=env, start_new_session=group,
-                                preexec_fn=_engine_preexec if group else run._die_with_parent)
+                                cwd=self.workdir, env=env, start_new_session=True,
+                                preexec_fn=_session_preexec(ENGINE_NICE if group else 0))
         log.close()
         self.running[name] = proc
         if group:
