@@ -20,6 +20,8 @@
 #        SYSPORT_PT_SYSPORTS=OLD_BIN bash bench/passthrough.sh OUT   (another sysport build
 #          measured in the same rounds, e.g. the commit before a change)
 #        SYSPORT_PT_ROUNDS=1 SYSPORT_PT_SECONDS=2 bash bench/passthrough.sh OUT   (a smoke run)
+#        SYSPORT_PT_DELAY_MS=50 bash bench/passthrough.sh OUT   (one connection read every 50 ms
+#          after each answer, a gateway's pace; RESULTS.md section 34)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

@@ -22,7 +22,9 @@ was started for; nginx's worker and exporter_exporter serve every page, so their
     python run.py OUT_DIR SYSPORT_BIN EXPORTER_EXPORTER_BIN PAGE_FILE...
     env: SYSPORT_PT_ROUNDS (3), SYSPORT_PT_SECONDS (5), SYSPORT_PT_SYSPORTS (more sysport binaries
          to measure beside the first, colon-separated: the before and after of a change),
-         SYSPORT_PT_STOREFORWARD (the storeforward binary: its two modes measured too)
+         SYSPORT_PT_STOREFORWARD (the storeforward binary: its two modes measured too),
+         SYSPORT_PT_DELAY_MS (the one-connection run waits this long after each answer before
+         its next request, as a gateway reading every 50 ms does; 0, back to back, by default)
 """
 import json
 import os
@@ -37,6 +39,7 @@ import urllib.request
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ROUNDS = int(os.environ.get("SYSPORT_PT_ROUNDS", "3"))
 SECONDS = int(os.environ.get("SYSPORT_PT_SECONDS", "5"))
+DELAY_MS = int(os.environ.get("SYSPORT_PT_DELAY_MS", "0"))
 
 
 def log(msg):
@@ -175,9 +178,15 @@ shutdown: {{ drain_delay: 0s }}
     return proc, port
 
 
-def wrk(url, connections, threads):
+def wrk(url, connections, threads, delay_ms=0):
     cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{SECONDS}s", "--timeout", "10s",
            "--latency", url]
+    if delay_ms:
+        # wrk's delay(): the milliseconds a connection waits before its next request.
+        script = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"wrk-delay-{delay_ms}.lua")
+        with open(script, "w") as f:
+            f.write(f"function delay()\n  return {delay_ms}\nend\n")
+        cmd[1:1] = ["-s", script]
     text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
 
     def ms(label):
@@ -196,7 +205,7 @@ def wrk(url, connections, threads):
 
 def measure(url, pid):
     cpu0, cs0 = cpu_seconds(pid), context_switches(pid)
-    one = wrk(url, 1, 1)
+    one = wrk(url, 1, 1, DELAY_MS)
     cpu1, cs1 = cpu_seconds(pid), context_switches(pid)
     eight = wrk(url, 8, 2)
     return {**one, "cpu_ms": (cpu1 - cpu0) * 1e3 / one["requests"],
