@@ -104,10 +104,10 @@ async fn twenty_hanging_upstreams_delay_neither_a_healthy_ones_checks_nor_its_fa
 
 /// An engine on loopback speaking HTTP/1.1 with keep-alive as uvicorn (vLLM, SGLang) and
 /// cpp-httplib (llama-server) do. With `close_idle`, its idle connections time out: a request
-/// that arrives on a kept-alive connection idle that long meets the close (closed without an answer, as
-/// when the server's timer fires while the request is on its way). Answers `/metrics` with
-/// `PAGE` and anything else with `ok`, each after `before_answer` ran. Returns its URL and how
-/// many requests met a close.
+/// that arrives on a kept-alive connection idle that long meets the close (closed without an
+/// answer, as when the server's timer fires while the request is on its way). Answers
+/// `/metrics` with `PAGE` and anything else with `ok`, each after `before_answer` ran. Returns
+/// its URL and how many requests met a close.
 async fn keep_alive_engine(
     close_idle: Option<Duration>,
     before_answer: impl Fn() + Send + Sync + 'static,
