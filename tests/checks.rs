@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use common::sidecar::Sidecar;
-use common::{Reply, Upstream, eventually};
+use common::{KeepAlive, Reply, Upstream, eventually, keep_alive_engine};
 use tokio::net::TcpListener;
 
 const PAGE: &str = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n";
@@ -102,74 +102,6 @@ async fn twenty_hanging_upstreams_delay_neither_a_healthy_ones_checks_nor_its_fa
     assert!(took <= within + Duration::from_secs(1), "{took:?}\n{log}");
 }
 
-/// An engine on loopback speaking HTTP/1.1 with keep-alive as uvicorn (vLLM, SGLang) and
-/// cpp-httplib (llama-server) do. With `close_idle`, its idle connections time out: a request
-/// that arrives on a kept-alive connection idle that long meets the close (closed without an
-/// answer, as when the server's timer fires while the request is on its way). Answers
-/// `/metrics` with `PAGE` and anything else with `ok`, each after `before_answer` ran. Returns
-/// its URL and how many requests met a close.
-async fn keep_alive_engine(
-    close_idle: Option<Duration>,
-    before_answer: impl Fn() + Send + Sync + 'static,
-) -> (String, Arc<AtomicUsize>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let closed = Arc::new(AtomicUsize::new(0));
-    let count = closed.clone();
-    let before_answer = Arc::new(before_answer);
-    tokio::spawn(async move {
-        // Bounded: a handful of connections, one request every second or few, for ~20 s.
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            let count = count.clone();
-            let before_answer = before_answer.clone();
-            tokio::spawn(async move {
-                let mut idle_since = Instant::now();
-                let mut answered = false;
-                let mut head = Vec::new();
-                let mut buf = [0u8; 4096];
-                loop {
-                    let Ok(n) = tcp.read(&mut buf).await else {
-                        return;
-                    };
-                    if n == 0 {
-                        return;
-                    }
-                    if answered
-                        && head.is_empty()
-                        && close_idle.is_some_and(|d| idle_since.elapsed() >= d)
-                    {
-                        count.fetch_add(1, Ordering::SeqCst);
-                        return;
-                    }
-                    head.extend_from_slice(&buf[..n]);
-                    let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        continue;
-                    };
-                    let body = if head.starts_with(b"GET /metrics") {
-                        PAGE
-                    } else {
-                        "ok"
-                    };
-                    head.drain(..end + 4);
-                    before_answer();
-                    let answer = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n\
-                         content-length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    if tcp.write_all(answer.as_bytes()).await.is_err() {
-                        return;
-                    }
-                    idle_since = Instant::now();
-                    answered = true;
-                }
-            });
-        }
-    });
-    (format!("http://{addr}"), closed)
-}
-
 /// A sidecar `test` in front of the engine at `engine` (its `/metrics` and `/health`), checked
 /// every `interval` with `timeout`, without canaries; once `/health` says 200.
 async fn ready_sidecar(test: &str, engine: &str, interval: &str, timeout: &str) -> Sidecar {
@@ -199,7 +131,11 @@ async fn a_check_every_5s_never_meets_an_engines_5s_keep_alive_closing() {
     // went out on the connection the last one left, idle just under 5 s, and met the engine's
     // keep-alive close often enough to flip /health to 503 for a whole interval
     // ("connection reset or closed mid-response").
-    let (engine, closed) = keep_alive_engine(Some(Duration::from_millis(4500)), || {}).await;
+    let KeepAlive {
+        url: engine,
+        closed,
+        ..
+    } = keep_alive_engine(PAGE, Some(Duration::from_millis(4500)), || {}).await;
     let sp = ready_sidecar("checks-keep-alive", &engine, "5s", "2s").await;
     // Four checks after the first, /health read every 100 ms.
     let until = Instant::now() + Duration::from_secs(21);
@@ -233,7 +169,11 @@ async fn a_get_whose_kept_alive_connection_closes_as_it_goes_out_is_sent_again()
     // engines closed theirs meanwhile, and both engines' checks "closed mid-response", both
     // counted down, an incident each, /health 503. Before: every check and scrape after the
     // first failed so, /health 503, vllm down on the page.
-    let (engine, closed) = keep_alive_engine(Some(Duration::ZERO), || {}).await;
+    let KeepAlive {
+        url: engine,
+        closed,
+        ..
+    } = keep_alive_engine(PAGE, Some(Duration::ZERO), || {}).await;
     let sp = ready_sidecar("checks-closed-as-sent", &engine, "500ms", "2s").await;
     let until = Instant::now() + Duration::from_secs(6);
     let (mut not_ready, mut down) = (Vec::new(), 0);
@@ -275,7 +215,7 @@ async fn an_answer_that_came_while_sysport_was_off_the_cpu_past_the_timeout_is_n
     // /health 503, an incident opened, for sysport's own lateness.
     let stopped = Arc::new(AtomicU32::new(0));
     let armed = stopped.clone();
-    let (engine, _) = keep_alive_engine(None, move || {
+    let KeepAlive { url: engine, .. } = keep_alive_engine(PAGE, None, move || {
         let pid = armed.swap(0, Ordering::SeqCst);
         if pid == 0 {
             return;

@@ -825,3 +825,59 @@ async fn adapters_load_and_unload_through_each_engine_own_routes() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_forwarded_get_is_sent_again_when_its_kept_alive_connection_closes_a_post_never() {
+    // The engine answers one request per connection and closes it, unanswered, when the next
+    // one arrives on it: every call after the first goes out on a kept-alive connection that
+    // the engine closes as it arrives. A GET asks nothing of the engine but an answer: sysport
+    // sends it again on another connection. A POST may have been acted on: it is sent once,
+    // and its caller gets the failure.
+    let engine = common::keep_alive_engine(
+        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n",
+        Some(Duration::ZERO),
+        || {},
+    )
+    .await;
+    let mut u = upstream_config("vllm", &format!("{}/metrics", engine.url), &["vllm:"]);
+    u.health_url = Some(Url::parse(&format!("{}/health", engine.url)).expect("url"));
+    let running = Running::start(open(vec![u])).await;
+    for i in 0..6 {
+        assert_eq!(
+            get(&running, "/engine/is_sleeping").await,
+            (200, json!({"is_sleeping": false})),
+            "call {i}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (mut ok, mut failed) = (0, 0);
+    for _ in 0..6 {
+        match post(&running, "/engine/wake_up").await.0 {
+            200 => ok += 1,
+            _ => failed += 1,
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let requests = engine.requests.lock().expect("lock").clone();
+    let sleeping = requests
+        .iter()
+        .filter(|r| r.starts_with("GET /is_sleeping"))
+        .count();
+    let wake_ups = requests
+        .iter()
+        .filter(|r| r.starts_with("POST /wake_up"))
+        .count();
+    assert!(
+        engine.closed.load(std::sync::atomic::Ordering::SeqCst) >= 5,
+        "the engine closed too few connections for the test to tell: {requests:?}"
+    );
+    assert!(sleeping > 6, "no GET was sent again: {requests:?}");
+    assert_eq!(
+        wake_ups, 6,
+        "each POST reaches the engine once: {requests:?}"
+    );
+    assert!(
+        failed >= 1 && ok + failed == 6,
+        "ok {ok}, failed {failed}: {requests:?}"
+    );
+}

@@ -590,6 +590,75 @@ async fn gzip_upstream_bodies_that_grow_and_shrink_are_read_whole() {
     }
 }
 
+/// A `/metrics` that compresses its page when the request accepts gzip, as prometheus_client's
+/// `make_asgi_app` does (`exposition.py`, `_bake_output`: `gzip.compress` when `gzip_accepted`),
+/// which SGLang serves its metrics with (`add_prometheus_middleware`); each request's
+/// `Accept-Encoding` is kept.
+async fn compressing_upstream(page: &'static str) -> (String, Arc<Mutex<Vec<String>>>) {
+    use axum::response::IntoResponse as _;
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let seen = asked.clone();
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move |headers: axum::http::HeaderMap| {
+            let accept = headers
+                .get("accept-encoding")
+                .map(|v| v.to_str().unwrap_or("?").to_owned())
+                .unwrap_or_default();
+            let gzip_accepted = accept.split(',').any(|c| c.trim() == "gzip");
+            seen.lock().expect("lock").push(accept);
+            async move {
+                let ct = ("content-type", "text/plain; version=0.0.4; charset=utf-8");
+                match gzip_accepted {
+                    true => ([ct, ("content-encoding", "gzip")], gzip(page)).into_response(),
+                    false => ([ct], page).into_response(),
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let url = format!("http://{}/metrics", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, asked)
+}
+
+#[tokio::test]
+async fn an_engine_on_loopback_is_not_asked_to_compress_unless_configured() {
+    let (url, asked) = compressing_upstream(VLLM).await;
+    // On loopback by default: the page as it is, which the engine then does not compress.
+    let sp = start_single(&url, &["vllm:"]).await;
+    let text = get_text(&sp.url("/metrics")).await;
+    assert_eq!(
+        metric(&text, "vllm:num_requests_running")
+            .label("engine", "0")
+            .value(),
+        3.0
+    );
+    let first: Vec<String> = asked.lock().expect("lock").drain(..).collect();
+    assert!(!first.is_empty());
+    assert!(first.iter().all(|a| a == "identity"), "{first:?}");
+    sp.shutdown().await.expect("stops");
+    // Told to: gzip is asked for, the engine compresses, and the page reads the same.
+    let mut u = upstream_config("vllm", &url, &["vllm:"]);
+    u.enable_compression = true;
+    let sp = Running::start(config(vec![u])).await;
+    let again = get_text(&sp.url("/metrics")).await;
+    assert_eq!(
+        metric(&again, "vllm:num_requests_running")
+            .label("engine", "0")
+            .value(),
+        3.0
+    );
+    assert_eq!(engine_part(&again), engine_part(&text));
+    let second: Vec<String> = asked.lock().expect("lock").clone();
+    assert!(!second.is_empty());
+    assert!(second.iter().all(|a| a == "gzip"), "{second:?}");
+}
+
 #[tokio::test]
 async fn prometheus_scrape_timeout_bounds_a_stalled_upstream() {
     let slow = Upstream::start(Reply {

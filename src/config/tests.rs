@@ -142,6 +142,8 @@ fn defaults_without_file_env_or_flags() {
         min_interval: Duration::ZERO,
         engine: crate::model::Engine::Vllm,
         aliases: false,
+        // The built-in upstream is on loopback: its page is asked for as it is.
+        enable_compression: false,
         metric_relabel_configs: Vec::new(),
         stall: None,
         canary: None,
@@ -498,7 +500,7 @@ fn unknown_fields_name_the_field_and_position() {
         only_issue("upstreams:\n  - name: vllm\n    url: http://h/metrics\n    tiemout: 2s\n");
     assert_eq!(
         issue,
-        "sysport.yaml:4:5: upstreams[0].tiemout: unknown field `tiemout`, expected one of name, engine, url, keep, timeout, health_url, required, min_interval, aliases, metric_relabel_configs, stall_after, stall, canary_after, canary"
+        "sysport.yaml:4:5: upstreams[0].tiemout: unknown field `tiemout`, expected one of name, engine, url, keep, timeout, health_url, required, min_interval, aliases, enable_compression, metric_relabel_configs, stall_after, stall, canary_after, canary"
     );
     let issues = problems("listen:\n  port: 1\nhelth: {}\n", &no_env());
     assert_issue(&issues[0], 3, 1, "helth", "unknown field `helth`");

@@ -48,6 +48,11 @@ pub struct UpstreamConfig {
     pub min_interval: Duration,
     /// Also serve renamed families under their other name in the full `/metrics`, default false.
     pub aliases: bool,
+    /// Ask the engine for a gzip-compressed page (`Accept-Encoding: gzip`), else for the page as
+    /// it is (`identity`). Default: not on a loopback address ([`is_loopback`]), where
+    /// compression saves no bandwidth and costs the engine's server a compression of its page
+    /// at every fetch; yes elsewhere.
+    pub enable_compression: bool,
     /// Rules applied to this upstream's series before the top-level ones; default none.
     pub metric_relabel_configs: Vec<Rule>,
     /// Stall detection (`stall_after` above zero); from a file, the flags or the built-in
@@ -69,16 +74,39 @@ impl UpstreamConfig {
         UpstreamConfig {
             name: name.into(),
             engine: Engine::Vllm,
-            url,
             keep: Engine::Vllm.default_keep(),
             timeout: Duration::from_secs(2),
             health_url: None,
             required: true,
             min_interval: Duration::ZERO,
             aliases: false,
+            enable_compression: !is_loopback(&url),
             metric_relabel_configs: Vec::new(),
             stall: None,
             canary: None,
+            url,
+        }
+    }
+}
+
+/// Whether `url` names this machine's loopback interface: `localhost` (or a name under it,
+/// RFC 6761), `127.0.0.0/8` or `::1`. An engine in the same pod is reached there.
+pub(crate) fn is_loopback(url: &Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(ip)) => ip.is_loopback(),
+        Ok(std::net::IpAddr::V6(ip)) => {
+            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+        Err(_) => {
+            let name = host.strip_suffix('.').unwrap_or(host);
+            name.eq_ignore_ascii_case("localhost")
+                || name
+                    .rsplit_once('.')
+                    .is_some_and(|(_, top)| top.eq_ignore_ascii_case("localhost"))
         }
     }
 }
@@ -159,6 +187,12 @@ section! {
         /// Also serve each family the engine renamed under its other name in the full `/metrics`
         /// (`true` or `false`, default), when the page has only one of the two.
         aliases: Text,
+        /// Ask the engine for its page gzip-compressed (`true` or `false`; the name and meaning of
+        /// Prometheus' scrape option). Default `false` when `url` is on a loopback address
+        /// (`localhost`, `127.0.0.0/8`, `::1`): an engine in the same pod then spends no time
+        /// compressing its page for sysport (prometheus_client compresses at level 9, on the
+        /// server's event loop); `true` elsewhere. A compressed answer is read either way.
+        enable_compression: Text,
         /// Prometheus `metric_relabel_configs` (the same schema and meaning) applied to this
         /// upstream's series before the wire, before the top-level ones.
         metric_relabel_configs: RawRules,
@@ -316,6 +350,11 @@ impl Loader<'_> {
             parse_duration,
         );
         let aliases = self.file_value(raw.aliases.as_ref(), &field("aliases"), parse_bool);
+        let enable_compression = self.file_value(
+            raw.enable_compression.as_ref(),
+            &field("enable_compression"),
+            parse_bool,
+        );
         let metric_relabel_configs =
             self.relabel_rules(raw.metric_relabel_configs, &field("metric_relabel_configs"));
 
@@ -328,6 +367,8 @@ impl Loader<'_> {
             required: required.map_or(defaults.required, |(required, _)| required),
             min_interval: min_interval.map_or(defaults.min_interval, |(interval, _)| interval),
             aliases: aliases.is_some_and(|(aliases, _)| aliases),
+            enable_compression: enable_compression
+                .map_or(defaults.enable_compression, |(compress, _)| compress),
             metric_relabel_configs,
             stall: stall?,
             ..defaults
@@ -438,6 +479,7 @@ pub(crate) fn render(
             format_duration(upstream.min_interval)
         )?;
         writeln!(f, "    aliases: {}", upstream.aliases)?;
+        writeln!(f, "    enable_compression: {}", upstream.enable_compression)?;
         crate::stall::config::render(f, upstream.stall.as_ref())?;
         crate::canary::config::render(f, upstream.canary.as_ref())?;
         if !router_view {

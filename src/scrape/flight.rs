@@ -90,7 +90,14 @@ async fn run_fetch(inner: Arc<Inner>, target: Arc<Target>, slot: Arc<Slot>) -> A
     let max_body = inner.limits.max_body_bytes;
     let fetched = deadline::within(
         timeout,
-        get(&inner.client, &slot.url, &slot.blocks, timeout, max_body),
+        get(
+            &inner.client,
+            &slot.url,
+            &slot.blocks,
+            target.gzip,
+            timeout,
+            max_body,
+        ),
     )
     .await
     .unwrap_or_else(|| Err(ScrapeError::Timeout(timeout)));

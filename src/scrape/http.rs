@@ -91,12 +91,14 @@ pub(super) struct Fetched {
     pub(super) mislabelled: bool,
 }
 
-/// One GET of an upstream's metrics, body read and decoded up to `max_body` decoded bytes;
-/// the caller bounds it in time (`timeout` names the bound in its errors).
+/// One GET of an upstream's metrics, asking for it gzip-compressed when `gzip`, body read and
+/// decoded up to `max_body` decoded bytes (compressed or not, whatever was asked); the caller
+/// bounds it in time (`timeout` names the bound in its errors).
 pub(super) async fn get(
     client: &reqwest::Client,
     url: &Url,
     blocks: &BodyBlocks,
+    gzip: bool,
     timeout: Duration,
     max_body: usize,
 ) -> Result<Fetched, ScrapeError> {
@@ -109,7 +111,10 @@ pub(super) async fn get(
                 reqwest::header::ACCEPT,
                 "text/plain;version=0.0.4;q=1,*/*;q=0.1",
             )
-            .header(reqwest::header::ACCEPT_ENCODING, "gzip"),
+            .header(
+                reqwest::header::ACCEPT_ENCODING,
+                if gzip { "gzip" } else { "identity" },
+            ),
     )
     // No timeout of the client's own: the caller's (`deadline::within`) bounds the whole fetch,
     // body included, and does not count sysport's own lateness against the engine.
@@ -186,6 +191,7 @@ mod tests {
             &http_client(),
             &url,
             &BodyBlocks::default(),
+            false,
             Duration::from_secs(2),
             1 << 20,
         )

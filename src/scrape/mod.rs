@@ -101,6 +101,7 @@ impl Scraper {
                     let target = &mut targets[t];
                     target.timeout = target.timeout.max(u.timeout);
                     target.min_interval = target.min_interval.min(u.min_interval);
+                    target.gzip |= u.enable_compression;
                     position.push((t, target.upstreams.len()));
                     target.upstreams.push(i);
                 }
@@ -109,6 +110,7 @@ impl Scraper {
                     targets.push(Target {
                         timeout: u.timeout,
                         min_interval: u.min_interval,
+                        gzip: u.enable_compression,
                         upstreams: vec![i],
                         full: Slot::new(u.url.clone(), false),
                         name_sets: Mutex::new(Vec::new()),

@@ -80,6 +80,8 @@ impl Slot {
 pub(super) struct Target {
     pub(super) timeout: Duration,
     pub(super) min_interval: Duration,
+    /// Whether to ask for a gzip-compressed page: one of its upstreams has `enable_compression`.
+    pub(super) gzip: bool,
     /// Indexes into `Scraper::upstreams`.
     pub(super) upstreams: Vec<usize>,
     pub(super) full: Arc<Slot>,

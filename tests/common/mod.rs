@@ -467,3 +467,97 @@ pub async fn probe(port: u16, path: &str) -> (u16, Duration) {
         .unwrap_or(0);
     (code, started.elapsed())
 }
+
+/// An engine on loopback speaking HTTP/1.1 with keep-alive, as seen from [`keep_alive_engine`].
+pub struct KeepAlive {
+    /// Its origin, `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// Requests that met a close.
+    pub closed: Arc<AtomicUsize>,
+    /// The request line of every request that arrived, answered or met a close.
+    pub requests: Arc<Mutex<Vec<String>>>,
+}
+
+/// An engine on loopback speaking HTTP/1.1 with keep-alive as uvicorn (vLLM, SGLang) and
+/// cpp-httplib (llama-server) do. With `close_idle`, its idle connections time out: a request
+/// that arrives on a kept-alive connection idle that long meets the close (closed without an
+/// answer, as when the server's timer fires while the request is on its way). Answers
+/// `/metrics` with `page`, `/is_sleeping` as vLLM does when awake, and anything else with
+/// `ok`, each after `before_answer` ran.
+pub async fn keep_alive_engine(
+    page: &'static str,
+    close_idle: Option<Duration>,
+    before_answer: impl Fn() + Send + Sync + 'static,
+) -> KeepAlive {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let closed = Arc::new(AtomicUsize::new(0));
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let (count, log) = (closed.clone(), requests.clone());
+    let before_answer = Arc::new(before_answer);
+    tokio::spawn(async move {
+        // Bounded: a handful of connections, one request every second or few, for ~20 s.
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let (count, log) = (count.clone(), log.clone());
+            let before_answer = before_answer.clone();
+            tokio::spawn(async move {
+                let line = |head: &[u8]| {
+                    let end = head.iter().position(|&b| b == b'\r').unwrap_or(head.len());
+                    String::from_utf8_lossy(&head[..end]).into_owned()
+                };
+                let mut idle_since = std::time::Instant::now();
+                let mut answered = false;
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let Ok(n) = tcp.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    if answered
+                        && head.is_empty()
+                        && close_idle.is_some_and(|d| idle_since.elapsed() >= d)
+                    {
+                        log.lock().expect("lock").push(line(&buf[..n]));
+                        count.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                    head.extend_from_slice(&buf[..n]);
+                    let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let request = line(&head);
+                    let (content_type, body) = if request.starts_with("GET /metrics") {
+                        ("text/plain; version=0.0.4", page)
+                    } else if request.starts_with("GET /is_sleeping") {
+                        // vLLM 0.32, vllm/entrypoints/serve/dev/sleep/api_router.py `is_sleeping`.
+                        ("application/json", "{\"is_sleeping\":false}")
+                    } else {
+                        ("text/plain", "ok")
+                    };
+                    log.lock().expect("lock").push(request);
+                    head.drain(..end + 4);
+                    before_answer();
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\n\
+                         content-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if tcp.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    idle_since = std::time::Instant::now();
+                    answered = true;
+                }
+            });
+        }
+    });
+    KeepAlive {
+        url: format!("http://{addr}"),
+        closed,
+        requests,
+    }
+}

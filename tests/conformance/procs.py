@@ -82,10 +82,12 @@ def _yaml_str(s: str) -> str:
 
 
 class Sysport:
-    """One sysport process with the given upstreams [(name, url)], listening on loopback."""
+    """One sysport process with the given upstreams [(name, url)], listening on loopback; those
+    named in `compressed` ask for gzip (`enable_compression: true`; off by default on loopback)."""
 
-    def __init__(self, binary: str, upstreams, workdir: str, tag: str):
+    def __init__(self, binary: str, upstreams, workdir: str, tag: str, compressed=frozenset()):
         self.binary, self.upstreams, self.workdir, self.tag = binary, upstreams, workdir, tag
+        self.compressed = compressed
         self.proc = None
         self.port = None
         self.log_path = os.path.join(workdir, f"sysport-{tag}.log")
@@ -111,6 +113,8 @@ class Sysport:
                 "    required: false",
                 "    timeout: 5s",
             ]
+            if name in self.compressed:
+                lines.append("    enable_compression: true")
         return "\n".join(lines) + "\n"
 
     def start(self, attempts: int = 3):

@@ -299,7 +299,8 @@ def series_stats(text_map, upstream: str):
 
 def run_single(inp, exp: Expect, up: procs.Upstreams, binary: str, tmpdir: str):
     c = Checks(f"[{inp.name}]")
-    sp = procs.Sysport(binary, [(inp.name, up.url(inp))], tmpdir, inp.name)
+    sp = procs.Sysport(binary, [(inp.name, up.url(inp))], tmpdir, inp.name,
+                       compressed={inp.name} if inp.gzip else frozenset())
     try:
         sp.start()
     except Exception as e:
@@ -375,7 +376,8 @@ def merged_expectation(inputs, exps):
 
 def run_merged(inputs, exps, up: procs.Upstreams, binary: str, tmpdir: str):
     c = Checks("[all inputs merged]")
-    sp = procs.Sysport(binary, [(i.name, up.url(i)) for i in inputs], tmpdir, "merged")
+    sp = procs.Sysport(binary, [(i.name, up.url(i)) for i in inputs], tmpdir, "merged",
+                       compressed={i.name for i in inputs if i.gzip})
     try:
         sp.start()
     except Exception as e:
@@ -417,6 +419,14 @@ def run_merged(inputs, exps, up: procs.Upstreams, binary: str, tmpdir: str):
                       and not h.get("accept", "").lower().replace(" ", "").startswith("text/plain;version=0.0.4")})
         c.check("upstream requests ask for text/plain;version=0.0.4 (scraper's Accept not forwarded)",
                 f"Accept headers seen: {bad[:3]}" if bad else None)
+        # Every upstream is on loopback: gzip is asked for only where the configuration says so.
+        gzipped = {i.name for i in inputs if i.gzip}
+        wrong = sorted({(path, h.get("accept-encoding", "<none>")) for path, h in up.requests
+                        if path.split("?")[0] in up.routes
+                        and h.get("accept-encoding") != ("gzip" if path.split("?")[0][1:] in gzipped
+                                                         else "identity")})
+        c.check("upstream requests ask for gzip only with enable_compression (identity on loopback)",
+                f"(path, Accept-Encoding) seen: {wrong[:3]}" if wrong else None)
     except Exception as e:
         c.check("run", f"{type(e).__name__}: {e}; sysport log: {sp.log_tail()!r}")
     finally:

@@ -172,3 +172,75 @@ fn an_unknown_engine_is_named_with_the_known_ones() {
         "unknown engine \"tgi\": must be one of vllm, sglang, trtllm, triton",
     );
 }
+
+#[test]
+fn compression_is_asked_for_off_loopback_only_unless_the_file_says() {
+    let config = ok("\
+upstreams:
+  - name: a
+  - name: b
+    url: http://localhost:30000/metrics
+  - name: c
+    url: http://127.0.0.2:8000/metrics
+  - name: d
+    url: http://[::1]:8000/metrics
+  - name: e
+    url: http://engine.localhost:8000/metrics
+  - name: f
+    url: http://10.0.0.5:8000/metrics
+  - name: g
+    url: https://vllm.inference.svc.cluster.local/metrics
+  - name: h
+    url: http://[::ffff:10.0.0.5]:8000/metrics
+  - name: i
+    enable_compression: true
+  - name: j
+    url: http://10.0.0.5:8000/metrics
+    enable_compression: FALSE
+");
+    let got: Vec<(&str, bool)> = config
+        .upstreams
+        .iter()
+        .map(|u| (u.name.as_str(), u.enable_compression))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("a", false),
+            ("b", false),
+            ("c", false),
+            ("d", false),
+            ("e", false),
+            ("f", true),
+            ("g", true),
+            ("h", true),
+            ("i", true),
+            ("j", false),
+        ]
+    );
+    // check-config shows what was decided.
+    let text = config.to_string();
+    let shown: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("    enable_compression: "))
+        .collect();
+    assert_eq!(shown.len(), 10, "{text}");
+    assert_eq!(shown[0], "    enable_compression: false");
+    assert_eq!(shown[5], "    enable_compression: true");
+}
+
+#[test]
+fn enable_compression_that_is_no_boolean_names_its_line_and_field() {
+    let issues = problems(
+        "upstreams:\n  - name: a\n    enable_compression: gzip\n",
+        &no_env(),
+    );
+    assert_eq!(issues.len(), 1, "{issues:#?}");
+    assert_issue(
+        &issues[0],
+        3,
+        25,
+        "upstreams[0].enable_compression",
+        "\"gzip\"",
+    );
+}
