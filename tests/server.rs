@@ -553,6 +553,11 @@ async fn gzip_upstream() -> (String, Arc<Mutex<Vec<u8>>>) {
             }
         }),
     );
+    (serve_metrics(app).await, current)
+}
+
+/// Serves `app` on a loopback port for the rest of the test; returns its `/metrics` URL.
+async fn serve_metrics(app: axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind loopback");
@@ -560,7 +565,7 @@ async fn gzip_upstream() -> (String, Arc<Mutex<Vec<u8>>>) {
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    (url, current)
+    url
 }
 
 #[tokio::test]
@@ -616,14 +621,7 @@ async fn compressing_upstream(page: &'static str) -> (String, Arc<Mutex<Vec<Stri
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind loopback");
-    let url = format!("http://{}/metrics", listener.local_addr().expect("addr"));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (url, asked)
+    (serve_metrics(app).await, asked)
 }
 
 #[tokio::test]
