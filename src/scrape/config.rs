@@ -49,9 +49,9 @@ pub struct UpstreamConfig {
     /// Also serve renamed families under their other name in the full `/metrics`, default false.
     pub aliases: bool,
     /// Ask the engine for a gzip-compressed page (`Accept-Encoding: gzip`), else for the page as
-    /// it is (`identity`). Default: not on a loopback address ([`is_loopback`]), where
-    /// compression saves no bandwidth and costs the engine's server a compression of its page
-    /// at every fetch; yes elsewhere.
+    /// it is (`identity`). Default: not when `url` is on loopback (`localhost`, `127.0.0.0/8`,
+    /// `::1`), where compression saves no bandwidth and costs the engine's server a compression
+    /// of its page at every fetch; yes elsewhere.
     pub enable_compression: bool,
     /// Rules applied to this upstream's series before the top-level ones; default none.
     pub metric_relabel_configs: Vec<Rule>,
