@@ -420,11 +420,9 @@ def run_merged(inputs, exps, up: procs.Upstreams, binary: str, tmpdir: str):
         c.check("upstream requests ask for text/plain;version=0.0.4 (scraper's Accept not forwarded)",
                 f"Accept headers seen: {bad[:3]}" if bad else None)
         # Every upstream is on loopback: gzip is asked for only where the configuration says so.
-        gzipped = {i.name for i in inputs if i.gzip}
-        wrong = sorted({(path, h.get("accept-encoding", "<none>")) for path, h in up.requests
-                        if path.split("?")[0] in up.routes
-                        and h.get("accept-encoding") != ("gzip" if path.split("?")[0][1:] in gzipped
-                                                         else "identity")})
+        asked = [(path.split("?")[0], h.get("accept-encoding", "<none>")) for path, h in up.requests]
+        wrong = sorted({(route, encoding) for route, encoding in asked if route in up.routes
+                        and encoding != ("gzip" if up.routes[route].gzip else "identity")})
         c.check("upstream requests ask for gzip only with enable_compression (identity on loopback)",
                 f"(path, Accept-Encoding) seen: {wrong[:3]}" if wrong else None)
     except Exception as e:

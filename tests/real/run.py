@@ -189,7 +189,8 @@ def _session_preexec(nice):
     runs below the rest. With autogroup scheduling (kernel.sched_autogroup_enabled, on in this
     machine's kernel), each session is a group the scheduler shares the CPUs between, and a
     process's own niceness weighs only against the other processes of its session: the
-    session's (/proc/self/autogroup) is the one that weighs against the others. Both are set, for kernels without autogroups."""
+    session's (/proc/self/autogroup) is the one that weighs against the others. Both are set,
+    for kernels without autogroups."""
     def preexec():
         run._die_with_parent()
         if nice:
